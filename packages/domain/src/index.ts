@@ -1,0 +1,7 @@
+export * as Api from "./Api.ts"
+export * as ApiError from "./ApiError.ts"
+export * as Auth from "./Auth.ts"
+export * as Common from "./Common.ts"
+export * as Me from "./Me.ts"
+export * as Tenant from "./Tenant.ts"
+export * as Token from "./Token.ts"
