@@ -5,7 +5,7 @@
 import { HttpApi, HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "@effect/platform"
 import { Schema } from "effect"
 import * as ApiError from "./ApiError.ts"
-import { Authentication, OperatorAuthentication, RequestErrors } from "./Auth.ts"
+import { Authentication, OperatorAuthentication } from "./Auth.ts"
 import { created, Deleted, Page, PageParams } from "./Common.ts"
 import { Me } from "./Me.ts"
 import { Tenant, TenantCreated, TenantInput } from "./Tenant.ts"
@@ -85,8 +85,11 @@ export class Api extends HttpApi.make("agent-runtime")
   .add(MeGroup)
   .add(TokensGroup)
   .add(AdminGroup)
+  // Any route can meet these: unreadable or invalid input, unknown routes, oversized bodies, defects.
+  .addError(ApiError.InvalidRequest.Wire)
+  .addError(ApiError.NotFound.Wire)
+  .addError(ApiError.TooLarge.Wire)
   .addError(ApiError.Internal.Wire)
-  .middleware(RequestErrors)
   .annotate(OpenApi.Title, "Agent Runtime")
   .annotate(OpenApi.Version, "1.0.0")
 {}

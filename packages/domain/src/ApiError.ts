@@ -125,24 +125,29 @@ export class Unavailable extends Schema.TaggedError<Unavailable>()("Unavailable"
   static readonly Wire = wire(this, "UNAVAILABLE", 503)
 }
 
+const all = [
+  InvalidRequest,
+  Unauthorized,
+  PaymentRequired,
+  SpendLimit,
+  InsufficientCredit,
+  Forbidden,
+  NotFound,
+  Conflict,
+  IdempotencyConflict,
+  IdempotencyInProgress,
+  ApplicationConnected,
+  ApplicationNotConnected,
+  ReplayGap,
+  AgentKeyless,
+  Gone,
+  TooLarge,
+  RateLimited,
+  Internal,
+  Unavailable
+] as const
+
 /** Every API error, for exhaustive handling. */
-export type ApiError =
-  | InvalidRequest
-  | Unauthorized
-  | PaymentRequired
-  | SpendLimit
-  | InsufficientCredit
-  | Forbidden
-  | NotFound
-  | Conflict
-  | IdempotencyConflict
-  | IdempotencyInProgress
-  | ApplicationConnected
-  | ApplicationNotConnected
-  | ReplayGap
-  | AgentKeyless
-  | Gone
-  | TooLarge
-  | RateLimited
-  | Internal
-  | Unavailable
+export type ApiError = InstanceType<(typeof all)[number]>
+
+export const isApiError = (u: unknown): u is ApiError => all.some((error) => u instanceof error)

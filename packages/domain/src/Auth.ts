@@ -47,11 +47,3 @@ export class OperatorAuthentication extends HttpApiMiddleware.Tag<OperatorAuthen
     operator: HttpApiSecurity.bearer.pipe(HttpApiSecurity.annotate(OpenApi.Description, "The operator token."))
   }
 }) {}
-
-/**
- * Errors raised outside any endpoint (unknown routes, unreadable bodies,
- * oversized bodies) turned into API errors; applied to the whole API.
- */
-export class RequestErrors extends HttpApiMiddleware.Tag<RequestErrors>()("RequestErrors", {
-  failure: Schema.Union(ApiError.InvalidRequest.Wire, ApiError.NotFound.Wire, ApiError.TooLarge.Wire)
-}) {}

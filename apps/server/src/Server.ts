@@ -1,0 +1,68 @@
+/**
+ * One node: the REST API and the gateway listener over one database. The
+ * layer is what `main.ts` runs and what tests start on free ports.
+ */
+import { Operator, Tenants, Tokens } from "@agent-runtime/accounts"
+import { Api } from "@agent-runtime/domain"
+import { Database } from "@agent-runtime/store"
+import { HttpApiBuilder, HttpApiScalar, HttpMiddleware, HttpServer } from "@effect/platform"
+import { NodeHttpServer } from "@effect/platform-node"
+import { Context, Effect, Layer } from "effect"
+import { createServer } from "node:http"
+import * as Gateway from "./Gateway.ts"
+import * as Admin from "./http/Admin.ts"
+import * as Authentication from "./http/Authentication.ts"
+import * as Errors from "./http/Errors.ts"
+import * as Health from "./http/Health.ts"
+import * as Me from "./http/Me.ts"
+import * as Tokens_ from "./http/Tokens.ts"
+import * as Readiness from "./Readiness.ts"
+import * as ServerConfig from "./ServerConfig.ts"
+
+/** Where the REST API listens, as a base URL. */
+export class RestAddress extends Context.Tag("@agent-runtime/server/RestAddress")<RestAddress, string>() {}
+/** Where the gateway listens, as a base URL. */
+export class GatewayAddress extends Context.Tag("@agent-runtime/server/GatewayAddress")<GatewayAddress, string>() {}
+
+const baseUrl = Effect.map(HttpServer.HttpServer, (server) =>
+  server.address._tag === "TcpAddress"
+    ? `http://${server.address.hostname}:${server.address.port}`
+    : `unix:${server.address.path}`)
+
+const listen = (port: (config: ServerConfig.ServerConfig) => number) =>
+  Layer.unwrapEffect(
+    Effect.map(ServerConfig.ServerConfig, (config) =>
+      NodeHttpServer.layer(createServer, { port: port(config), host: config.host }))
+  )
+
+const layerApi = HttpApiBuilder.api(Api.Api).pipe(
+  Layer.provide([Health.layer, Me.layer, Tokens_.layer, Admin.layer]),
+  Layer.provide([Authentication.layer, Authentication.layerOperator])
+)
+
+const layerRest = Layer.effect(RestAddress, baseUrl).pipe(
+  Layer.provideMerge(HttpApiBuilder.serve(HttpMiddleware.logger)),
+  Layer.provide([
+    HttpApiBuilder.middlewareOpenApi({ path: "/v1/openapi.json" }),
+    HttpApiScalar.layer({ path: "/docs" }),
+    Errors.layer
+  ]),
+  Layer.provide(layerApi),
+  Layer.provide(listen((config) => config.port))
+)
+
+const layerGateway = Layer.effect(GatewayAddress, baseUrl).pipe(
+  Layer.provideMerge(HttpServer.serve(Gateway.app, HttpMiddleware.logger)),
+  Layer.provide(listen((config) => config.gatewayPort))
+)
+
+/** Everything a node needs but its configuration, logger and database. */
+const layerServices = Layer.mergeAll(Tenants.Tenants.Default, Tokens.Tokens.Default, Operator.layerConfig)
+
+export const layer = Readiness.layerServing.pipe(
+  Layer.provideMerge(Layer.mergeAll(layerRest, layerGateway)),
+  Layer.provide(layerServices),
+  Layer.provideMerge(Readiness.Readiness.Default),
+  Layer.provide(Database.layerConfig),
+  Layer.provideMerge(ServerConfig.layer)
+)

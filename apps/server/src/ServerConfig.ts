@@ -1,0 +1,32 @@
+/**
+ * The node's settings, read from the environment through Effect `Config`.
+ */
+import { Config, Context, Layer, Option } from "effect"
+
+export interface ServerConfig {
+  readonly port: number
+  readonly gatewayPort: number
+  readonly host: string
+  readonly publicUrl: Option.Option<string>
+  readonly dataDir: string
+  /** Largest request body accepted; initialMessages alone may be 16 MB of JSON. */
+  readonly maxBodyBytes: number
+  /** Runtime default models, most preferred first. */
+  readonly defaultModels: ReadonlyArray<string>
+}
+
+export const ServerConfig = Context.GenericTag<ServerConfig>("@agent-runtime/server/ServerConfig")
+
+export const config: Config.Config<ServerConfig> = Config.all({
+  port: Config.port("PORT").pipe(Config.withDefault(8787)),
+  gatewayPort: Config.port("GATEWAY_PORT").pipe(Config.withDefault(8788)),
+  host: Config.string("HOST").pipe(Config.withDefault("127.0.0.1")),
+  publicUrl: Config.option(Config.url("PUBLIC_URL").pipe(Config.map((url) => url.href.replace(/\/$/, "")))),
+  dataDir: Config.string("DATA_DIR").pipe(Config.withDefault("./.data")),
+  maxBodyBytes: Config.integer("MAX_BODY_BYTES").pipe(Config.withDefault(24 * 1024 * 1024)),
+  defaultModels: Config.array(Config.string(), "DEFAULT_MODELS").pipe(
+    Config.withDefault(["anthropic/claude-sonnet-4-5", "openai/gpt-5.1", "google/gemini-2.5-pro"])
+  )
+})
+
+export const layer = Layer.effect(ServerConfig, config)

@@ -1,0 +1,16 @@
+import { Tokens } from "@agent-runtime/accounts"
+import { Api, Auth } from "@agent-runtime/domain"
+import { HttpApiBuilder } from "@effect/platform"
+import { Effect } from "effect"
+
+export const layer = HttpApiBuilder.group(Api.Api, "tokens", (handlers) =>
+  Effect.gen(function*() {
+    const tokens = yield* Tokens.Tokens
+    return handlers
+      .handle("create", ({ payload }) =>
+        Effect.flatMap(Auth.CurrentPrincipal, (principal) => tokens.create(principal.tenantId, payload)))
+      .handle("list", ({ urlParams }) =>
+        Effect.flatMap(Auth.CurrentPrincipal, (principal) => tokens.list(principal.tenantId, urlParams)))
+      .handle("revoke", ({ path }) =>
+        Effect.flatMap(Auth.CurrentPrincipal, (principal) => tokens.revoke(principal.tenantId, path.id)))
+  }))

@@ -1,0 +1,93 @@
+/**
+ * The tenant's API keys. A key is shown once when made; only its SHA-256
+ * hash is kept, which is enough for 256-bit random secrets.
+ */
+import { ApiError, Common, Token } from "@agent-runtime/domain"
+import { Ids } from "@agent-runtime/store"
+import { SqlClient } from "@effect/sql"
+import { Effect, Option, Schema } from "effect"
+import * as Page from "./internal/page.ts"
+import * as Secret from "./internal/secret.ts"
+
+export interface Authenticated {
+  readonly tenantId: string
+  readonly tokenId: string
+}
+
+const TokenRow = Schema.Struct({
+  id: Schema.String,
+  name: Schema.String,
+  prefix: Schema.String,
+  createdAt: Schema.Number
+})
+
+/** Characters of a key kept in the clear to tell keys apart. */
+const shownPrefixLength = 12
+
+export class Tokens extends Effect.Service<Tokens>()("@agent-runtime/accounts/Tokens", {
+  effect: Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+
+    /** Inserts a key for the tenant; runs inside the caller's transaction when there is one. */
+    const create = (tenantId: string, input: Token.TokenInput) =>
+      Effect.gen(function*() {
+        const secret = Secret.generate(Token.apiKeyPrefix)
+        const row = {
+          id: Ids.make("tok"),
+          tenantId,
+          name: input.name,
+          prefix: secret.slice(0, shownPrefixLength),
+          secretHash: Secret.hash(secret)
+        }
+        const [inserted] = yield* sql<{ createdAt: number }>`
+          INSERT INTO api_tokens ${sql.insert(row)}
+          RETURNING floor(extract(epoch from created_at))::float8 AS created_at`
+        return new Token.TokenCreated({
+          id: row.id,
+          name: row.name,
+          prefix: row.prefix,
+          createdAt: inserted!.createdAt,
+          token: secret
+        })
+      }).pipe(Effect.orDie)
+
+    const list = (tenantId: string, params: Common.PageParams) =>
+      sql`
+        SELECT id, name, prefix, floor(extract(epoch from created_at))::float8 AS created_at
+        FROM api_tokens
+        WHERE tenant_id = ${tenantId} AND revoked_at IS NULL
+          ${params.after === undefined ? sql`` : sql`AND id > ${params.after}`}
+        ORDER BY id
+        LIMIT ${Page.limitOf(params)}`.pipe(
+        Effect.flatMap(Schema.decodeUnknown(Schema.Array(TokenRow))),
+        Effect.map((rows) => Page.toPage(rows.map((row) => new Token.Token(row)), params)),
+        Effect.orDie
+      )
+
+    const revoke = (tenantId: string, id: string) =>
+      sql<{ id: string }>`
+        UPDATE api_tokens SET revoked_at = now()
+        WHERE id = ${id} AND tenant_id = ${tenantId} AND revoked_at IS NULL
+        RETURNING id`.pipe(
+        Effect.orDie,
+        Effect.flatMap((rows) =>
+          rows.length === 0
+            ? Effect.fail(new ApiError.NotFound({ error: `no token ${id}` }))
+            : Effect.succeed({ id, deleted: true as const })
+        )
+      )
+
+    /** The tenant and key a presented secret belongs to, if it is a live key. */
+    const authenticate = (secret: string): Effect.Effect<Option.Option<Authenticated>> =>
+      secret.startsWith(Token.apiKeyPrefix)
+        ? sql<Authenticated>`
+            SELECT tenant_id, id AS token_id FROM api_tokens
+            WHERE secret_hash = ${Secret.hash(secret)} AND revoked_at IS NULL`.pipe(
+            Effect.map((rows) => Option.fromNullable(rows[0])),
+            Effect.orDie
+          )
+        : Effect.succeed(Option.none())
+
+    return { create, list, revoke, authenticate } as const
+  })
+}) {}

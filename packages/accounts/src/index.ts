@@ -1,0 +1,3 @@
+export * as Operator from "./Operator.ts"
+export * as Tenants from "./Tenants.ts"
+export * as Tokens from "./Tokens.ts"

@@ -1,0 +1,49 @@
+/**
+ * The PostgreSQL connection: the server at `DATABASE_URL`, or an embedded one
+ * under `DATA_DIR` when none is given. Both go through `@effect/sql-pg`, and
+ * the schema is migrated before the layer is ready.
+ */
+import { PgClient } from "@effect/sql-pg"
+import { Config, Effect, Layer, Option, Redacted, String } from "effect"
+import * as EmbeddedPostgres from "./EmbeddedPostgres.ts"
+import * as Migrations from "./Migrations.ts"
+
+export interface Options {
+  /** An external server; when absent an embedded one runs under `dataDir`. */
+  readonly url: Option.Option<Redacted.Redacted<string>>
+  readonly dataDir: string
+  readonly maxConnections?: number
+}
+
+/** A client on `url`, with the schema migrated. */
+export const layerClient = (url: Redacted.Redacted<string>, maxConnections = 20) =>
+  Layer.effectDiscard(Migrations.run).pipe(
+    Layer.provideMerge(PgClient.layer({
+      url,
+      maxConnections,
+      applicationName: "agent-runtime",
+      transformQueryNames: String.camelToSnake,
+      transformResultNames: String.snakeToCamel
+    }))
+  )
+
+export const layer = (options: Options) =>
+  Option.match(options.url, {
+    onSome: (url) => layerClient(url, options.maxConnections),
+    onNone: () =>
+      Layer.unwrapScoped(
+        Effect.gen(function*() {
+          const server = yield* EmbeddedPostgres.start({ dataDir: options.dataDir })
+          yield* Effect.logInfo("embedded postgres ready").pipe(Effect.annotateLogs("port", server.port))
+          return layerClient(server.url, options.maxConnections)
+        })
+      )
+  })
+
+export const layerConfig = Layer.unwrapEffect(
+  Effect.gen(function*() {
+    const url = yield* Config.option(Config.redacted("DATABASE_URL"))
+    const dataDir = yield* Config.string("DATA_DIR").pipe(Config.withDefault("./.data"))
+    return layer({ url, dataDir })
+  })
+)
