@@ -17,9 +17,16 @@ export interface ServerConfig {
 
 export const ServerConfig = Context.GenericTag<ServerConfig>("@agent-runtime/server/ServerConfig")
 
+/** A TCP port; 0 picks a free one (tests and scripts read the ready line). */
+const port = (name: string, fallback: number) =>
+  Config.integer(name).pipe(
+    Config.validate({ message: "Expected a port from 0 to 65535", validation: (n) => n >= 0 && n <= 65535 }),
+    Config.withDefault(fallback)
+  )
+
 export const config: Config.Config<ServerConfig> = Config.all({
-  port: Config.port("PORT").pipe(Config.withDefault(8787)),
-  gatewayPort: Config.port("GATEWAY_PORT").pipe(Config.withDefault(8788)),
+  port: port("PORT", 8787),
+  gatewayPort: port("GATEWAY_PORT", 8788),
   host: Config.string("HOST").pipe(Config.withDefault("127.0.0.1")),
   publicUrl: Config.option(Config.url("PUBLIC_URL").pipe(Config.map((url) => url.href.replace(/\/$/, "")))),
   dataDir: Config.string("DATA_DIR").pipe(Config.withDefault("./.data")),

@@ -97,6 +97,11 @@ export const start = (options: Options): Effect.Effect<Server, EmbeddedPostgresE
       logs.push(String(line).trim())
       if (logs.length > 30) logs.shift()
     }
+    const asRoot = process.getuid?.() === 0
+    if (asRoot) {
+      // The server runs as the `postgres` user, which must be able to reach its directory.
+      yield* attempt("cannot open the data directory to postgres", () => Fs.chmod(dataDir, 0o711))
+    }
     const leftRunning = yield* runningPort(dir)
     const port = leftRunning ?? (yield* freePort)
     const postgres = new Postgres({
@@ -106,7 +111,7 @@ export const start = (options: Options): Effect.Effect<Server, EmbeddedPostgresE
       port,
       persistent: true,
       // Postgres refuses to run as root; the package then runs it as a `postgres` user it creates.
-      createPostgresUser: process.getuid?.() === 0,
+      createPostgresUser: asRoot,
       postgresFlags: ["-c", "listen_addresses=127.0.0.1", "-c", "max_connections=400", ...(options.postgresFlags ?? [])],
       onLog: remember,
       onError: remember

@@ -1,0 +1,24 @@
+/**
+ * A fresh database per test file on the run's embedded PostgreSQL, so files
+ * never see each other's rows (or advisory locks).
+ */
+import { Effect } from "effect"
+import * as Crypto from "node:crypto"
+import Pg from "pg"
+import { inject } from "vitest"
+
+/** Makes an empty database and answers its URL. */
+export const make = Effect.promise(async () => {
+  const server = inject("postgresUrl")
+  const name = `t_${Crypto.randomBytes(6).toString("hex")}`
+  const client = new Pg.Client({ connectionString: server })
+  await client.connect()
+  try {
+    await client.query(`CREATE DATABASE ${name}`)
+  } finally {
+    await client.end()
+  }
+  const url = new URL(server)
+  url.pathname = `/${name}`
+  return url.href
+})

@@ -1,0 +1,95 @@
+/**
+ * A real server process (`apps/server/src/main.ts`), started the way
+ * `npm start` does, on free ports, and stopped with the test's scope.
+ */
+import { Deferred, Effect, Option, Scope } from "effect"
+import * as ChildProcess from "node:child_process"
+import * as Crypto from "node:crypto"
+import * as Fs from "node:fs/promises"
+import * as Os from "node:os"
+import * as Path from "node:path"
+import { fileURLToPath } from "node:url"
+
+export const mainScript = fileURLToPath(new URL("../../../apps/server/src/main.ts", import.meta.url))
+
+export interface Options {
+  readonly databaseUrl: string
+  readonly operatorToken?: string
+  readonly env?: Record<string, string>
+}
+
+export interface TestNode {
+  readonly rest: string
+  readonly gateway: string
+  readonly operatorToken: string
+  readonly dataDir: string
+  readonly process: ChildProcess.ChildProcess
+  /** Everything the process printed so far. */
+  readonly output: () => string
+  /** Sends a signal and waits for the exit code. */
+  readonly stop: (signal?: NodeJS.Signals) => Effect.Effect<number | null>
+}
+
+const readyLine = /agent-runtime ready rest=(\S+) gateway=(\S+)/
+
+export const start = (options: Options): Effect.Effect<TestNode, Error, Scope.Scope> =>
+  Effect.gen(function*() {
+    const dataDir = yield* Effect.promise(() => Fs.mkdtemp(Path.join(Os.tmpdir(), "agent-runtime-node-")))
+    const operatorToken = options.operatorToken ?? `aro_${Crypto.randomBytes(32).toString("base64url")}`
+    const child = ChildProcess.spawn(process.execPath, [mainScript], {
+      env: {
+        ...process.env,
+        PORT: "0",
+        GATEWAY_PORT: "0",
+        HOST: "127.0.0.1",
+        DATABASE_URL: options.databaseUrl,
+        DATA_DIR: dataDir,
+        OPERATOR_TOKEN: operatorToken,
+        LOG_LEVEL: "Info",
+        ...options.env
+      },
+      stdio: ["ignore", "pipe", "pipe"]
+    })
+    let output = ""
+    const ready = yield* Deferred.make<Option.Option<RegExpMatchArray>>()
+    const exited = yield* Deferred.make<number | null>()
+    const onData = (chunk: Buffer) => {
+      output += chunk.toString()
+      const match = output.match(readyLine)
+      if (match) Deferred.unsafeDone(ready, Effect.succeed(Option.some(match)))
+    }
+    child.stdout!.on("data", onData)
+    child.stderr!.on("data", onData)
+    child.on("exit", (code) => {
+      Deferred.unsafeDone(exited, Effect.succeed(code))
+      Deferred.unsafeDone(ready, Effect.succeed(Option.none()))
+    })
+    const stop = (signal: NodeJS.Signals = "SIGTERM") =>
+      Effect.suspend(() => {
+        if (child.exitCode === null && child.signalCode === null) child.kill(signal)
+        return Deferred.await(exited)
+      })
+    yield* Effect.addFinalizer(() =>
+      stop("SIGTERM").pipe(
+        Effect.timeout("10 seconds"),
+        Effect.catchAll(() => stop("SIGKILL")),
+        Effect.andThen(Effect.promise(() => Fs.rm(dataDir, { recursive: true, force: true })))
+      )
+    )
+    const match = yield* Deferred.await(ready).pipe(
+      Effect.timeoutFail({ duration: "30 seconds", onTimeout: () => new Error(`node did not start:\n${output}`) }),
+      Effect.flatMap(Option.match({
+        onNone: () => Effect.fail(new Error(`node exited before ready:\n${output}`)),
+        onSome: Effect.succeed
+      }))
+    )
+    return {
+      rest: match[1]!,
+      gateway: match[2]!,
+      operatorToken,
+      dataDir,
+      process: child,
+      output: () => output,
+      stop
+    }
+  })

@@ -1,0 +1,3 @@
+export * as Http from "./Http.ts"
+export * as TestDatabase from "./TestDatabase.ts"
+export * as TestNode from "./TestNode.ts"

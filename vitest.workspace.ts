@@ -1,0 +1,9 @@
+import { defineWorkspace } from "vitest/config"
+
+// The root vitest.config.ts holds the run-wide setup (one embedded PostgreSQL).
+export default defineWorkspace([
+  { test: { name: "domain", root: "./packages/domain" } },
+  { test: { name: "store", root: "./packages/store", testTimeout: 30_000 } },
+  { test: { name: "accounts", root: "./packages/accounts" } },
+  { test: { name: "server", root: "./apps/server", testTimeout: 60_000, hookTimeout: 60_000 } }
+])
