@@ -2,7 +2,8 @@
  * Whether the node takes traffic: starting until its servers listen, then
  * ready, then draining from the first shutdown signal on.
  */
-import { Effect, Layer, Ref } from "effect"
+import { Duration, Effect, Layer, Ref } from "effect"
+import { ServerConfig } from "./ServerConfig.ts"
 
 export type State = "starting" | "ready" | "draining"
 
@@ -13,11 +14,21 @@ export class Readiness extends Effect.Service<Readiness>()("@agent-runtime/serve
   }))
 }) {}
 
-/** Marks the node ready once built, and draining as soon as shutdown begins. */
+/**
+ * Marks the node ready once built. On shutdown it reports draining and keeps
+ * serving for `DRAIN_GRACE_SECONDS`, so load balancers polling /readyz stop
+ * sending traffic before the listener closes.
+ */
 export const layerServing = Layer.scopedDiscard(
   Effect.gen(function*() {
     const readiness = yield* Readiness
+    const { drainGraceSeconds } = yield* ServerConfig
     yield* readiness.set("ready")
-    yield* Effect.addFinalizer(() => readiness.set("draining"))
+    yield* Effect.addFinalizer(() =>
+      Effect.zipRight(
+        readiness.set("draining"),
+        Effect.sleep(Duration.seconds(drainGraceSeconds))
+      )
+    )
   })
 )

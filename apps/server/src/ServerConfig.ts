@@ -11,6 +11,8 @@ export interface ServerConfig {
   readonly dataDir: string
   /** Largest request body accepted; initialMessages alone may be 16 MB of JSON. */
   readonly maxBodyBytes: number
+  /** How long a stopping node reports draining on /readyz while it still serves. */
+  readonly drainGraceSeconds: number
   /** Runtime default models, most preferred first. */
   readonly defaultModels: ReadonlyArray<string>
 }
@@ -30,6 +32,7 @@ export const config: Config.Config<ServerConfig> = Config.all({
   host: Config.string("HOST").pipe(Config.withDefault("127.0.0.1")),
   publicUrl: Config.option(Config.url("PUBLIC_URL").pipe(Config.map((url) => url.href.replace(/\/$/, "")))),
   dataDir: Config.string("DATA_DIR").pipe(Config.withDefault("./.data")),
+  drainGraceSeconds: Config.number("DRAIN_GRACE_SECONDS").pipe(Config.withDefault(0)),
   maxBodyBytes: Config.integer("MAX_BODY_BYTES").pipe(Config.withDefault(24 * 1024 * 1024)),
   defaultModels: Config.array(Config.string(), "DEFAULT_MODELS").pipe(
     Config.withDefault(["anthropic/claude-sonnet-4-5", "openai/gpt-5.1", "google/gemini-2.5-pro"])

@@ -1,5 +1,5 @@
 import { Http, TestDatabase, TestNode } from "@agent-runtime/testing"
-import { describe, expect, layer } from "@effect/vitest"
+import { expect, layer } from "@effect/vitest"
 import { Context, Effect, Layer } from "effect"
 
 class Node extends Context.Tag("Node")<Node, TestNode.TestNode>() {}

@@ -16,11 +16,13 @@ export { SpendLimitInput } from "./Run.ts"
 export const AgentId = Schema.String.pipe(Schema.pattern(/^client_[A-Za-z0-9]+$/)).annotations({
   description: "agent id (client_...)"
 })
+export type AgentId = typeof AgentId.Type
 
 /** A caller-chosen key: upserting by it returns the same agent with the same history. */
 export const AgentKey = Schema.String.pipe(
   Schema.pattern(/^[A-Za-z0-9_-]{1,80}$/, { message: () => "must be 1 to 80 characters of A-Z a-z 0-9 _ -" })
 ).annotations({ description: "1 to 80 characters of A-Z a-z 0-9 _ -" })
+export type AgentKey = typeof AgentKey.Type
 
 export const ThinkingLevel = Schema.Literal("off", "minimal", "low", "medium", "high", "xhigh", "max")
 export type ThinkingLevel = typeof ThinkingLevel.Type
@@ -32,6 +34,7 @@ export type Builtin = typeof Builtin.Type
 export const Builtins = Schema.Array(Builtin).pipe(
   Schema.maxItems(8, { message: () => "at most 8 builtins" })
 ).annotations({ description: "at most 8" })
+export type Builtins = typeof Builtins.Type
 
 /** Settings of the delegate builtin. */
 export class DelegateSettings extends Schema.Class<DelegateSettings>("DelegateSettings")({
@@ -65,6 +68,7 @@ export class SpendLimit extends Schema.Class<SpendLimit>("SpendLimit")({
 export const AgentTtl = Schema.NullOr(
   Schema.Int.pipe(Schema.between(60, 31622400, { message: () => "must be an integer from 60 to 31622400, or null" }))
 ).annotations({ description: "60 to 31622400 seconds, or null to live until deleted" })
+export type AgentTtl = typeof AgentTtl.Type
 
 /** Lifetime of an agent made without a key, when none is given. */
 export const defaultTtlSeconds = 86400
@@ -73,6 +77,7 @@ export const defaultTtlSeconds = 86400
 export const AgentContext = JsonObject.pipe(
   Schema.filter((context) => jsonBytes(context) <= 4 * KiB || "must be at most 4 KB of JSON")
 ).annotations({ description: "claims for tool servers, carried as ctx; at most 4 KB of JSON" })
+export type AgentContext = typeof AgentContext.Type
 
 export const InitialMessageRole = Schema.Literal("user", "assistant", "toolResult", "compactionSummary")
 export type InitialMessageRole = typeof InitialMessageRole.Type
@@ -86,6 +91,7 @@ export type InitialMessage = typeof InitialMessage.Type
 export const InitialMessages = Schema.Array(InitialMessage).pipe(
   Schema.filter((messages) => jsonBytes(messages) <= 16 * MiB || "must be at most 16 MB of JSON")
 ).annotations({ description: "starting history; only at creation; at most 16 MB of JSON" })
+export type InitialMessages = typeof InitialMessages.Type
 
 const systemPromptText = Schema.String.pipe(
   Schema.maxLength(32000, { message: () => "must be at most 32000 characters" })

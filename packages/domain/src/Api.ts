@@ -79,6 +79,27 @@ export class AdminGroup extends HttpApiGroup.make("admin")
   .annotate(OpenApi.Description, "Tenant administration with the operator token.")
 {}
 
+/**
+ * Schema failures are answered as INVALID_REQUEST (see the server's error
+ * mapping), so the framework's own decode-error body never reaches a client
+ * and is left out of the document.
+ */
+const withoutDecodeError = (spec: Record<string, any>): Record<string, any> => {
+  const decodeError = "#/components/schemas/HttpApiDecodeError"
+  for (const path of Object.values<Record<string, any>>(spec.paths)) {
+    for (const operation of Object.values<Record<string, any>>(path)) {
+      const invalid = operation.responses?.["400"]
+      const schema = invalid?.content?.["application/json"]?.schema
+      if (!schema?.anyOf) continue
+      const rest = schema.anyOf.filter((member: { $ref?: string }) => member.$ref !== decodeError)
+      invalid.content["application/json"].schema = rest.length === 1 ? rest[0] : { anyOf: rest }
+      invalid.description = "{error, code: \"INVALID_REQUEST\"} with HTTP 400; the error names each field and why"
+    }
+  }
+  for (const name of ["HttpApiDecodeError", "Issue", "PropertyKey"]) delete spec.components.schemas[name]
+  return spec
+}
+
 /** Every group of the API; the server mounts those implemented so far. */
 export class Api extends HttpApi.make("agent-runtime")
   .add(HealthGroup)
@@ -92,4 +113,5 @@ export class Api extends HttpApi.make("agent-runtime")
   .addError(ApiError.Internal.Wire)
   .annotate(OpenApi.Title, "Agent Runtime")
   .annotate(OpenApi.Version, "1.0.0")
+  .annotate(OpenApi.Transform, withoutDecodeError)
 {}

@@ -16,6 +16,9 @@ type ErrorClass<Self> = Schema.Schema<Self, any> & {
   new(props: { readonly error: string }): Self
 }
 
+/** Seconds a client should wait before retrying; sent as the Retry-After header, not in the body. */
+const retryAfter = Schema.optional(Schema.Number)
+
 const wire = <Self extends { readonly error: string }, const Code extends string>(
   self: ErrorClass<Self>,
   code: Code,
@@ -111,8 +114,11 @@ export class TooLarge extends Schema.TaggedError<TooLarge>()("TooLarge", { error
   static readonly Wire = wire(this, "TOO_LARGE", 413)
 }
 
-/** Answered with a `Retry-After` header (see the server's error responses). */
-export class RateLimited extends Schema.TaggedError<RateLimited>()("RateLimited", { error: Schema.String }) {
+/** Answered with a `Retry-After` header. */
+export class RateLimited extends Schema.TaggedError<RateLimited>()("RateLimited", {
+  error: Schema.String,
+  retryAfter
+}) {
   static readonly Wire = wire(this, "RATE_LIMITED", 429)
 }
 
@@ -120,8 +126,11 @@ export class Internal extends Schema.TaggedError<Internal>()("Internal", { error
   static readonly Wire = wire(this, "INTERNAL", 500)
 }
 
-/** Answered with a `Retry-After` header (see the server's error responses). */
-export class Unavailable extends Schema.TaggedError<Unavailable>()("Unavailable", { error: Schema.String }) {
+/** Answered with a `Retry-After` header. */
+export class Unavailable extends Schema.TaggedError<Unavailable>()("Unavailable", {
+  error: Schema.String,
+  retryAfter
+}) {
   static readonly Wire = wire(this, "UNAVAILABLE", 503)
 }
 

@@ -10,7 +10,8 @@ export const Timestamp = Schema.Number.annotations({ description: "Unix seconds"
 export const PageParams = Schema.Struct({
   limit: Schema.optional(
     Schema.NumberFromString.pipe(Schema.int(), Schema.between(1, 100)).annotations({
-      description: "items per page, 1 to 100 (default 50)"
+      description: "items per page, 1 to 100 (default 50)",
+      jsonSchema: { type: "integer", minimum: 1, maximum: 100, description: "items per page, 1 to 100 (default 50)" }
     })
   ),
   after: Schema.optional(Schema.String.annotations({ description: "the `next` cursor of the previous page" }))

@@ -67,7 +67,10 @@ export class ReadyFrame extends Schema.Class<ReadyFrame>("ReadyFrame")({
   toolsHash: Schema.optional(Schema.String)
 }) {}
 
-/** `event: reconnect`: the runtime closes the stream on purpose (a drain, or the agent moved); reconnect at once. Fields: not shown. */
+/**
+ * `event: reconnect`: the runtime closes the stream on purpose (a drain, or
+ * the agent moved); reconnect at once. Fields: not shown.
+ */
 export const ReconnectFrame = JsonObject.annotations({ identifier: "ReconnectFrame" })
 export type ReconnectFrame = typeof ReconnectFrame.Type
 

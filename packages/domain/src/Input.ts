@@ -65,7 +65,8 @@ export type InputDetail = typeof InputDetail.Type
 
 export class Responders extends Schema.Class<Responders>("Responders")({
   audience: Schema.Array(Schema.String).annotations({
-    description: "who may answer besides the definition's approvers; by default the sender or actor who started the turn"
+    description:
+      "who may answer besides the definition's approvers; by default the sender or actor who started the turn"
   })
 }) {}
 

@@ -30,6 +30,7 @@ export const ApiKey = Schema.String.pipe(
   Schema.maxLength(4096, { message: () => "must be at most 4096 characters" }),
   Schema.pattern(/^\S*$/, { message: () => "must not contain whitespace" })
 ).annotations({ description: "1 to 4096 characters without whitespace" })
+export type ApiKey = typeof ApiKey.Type
 
 /**
  * The API a custom provider's server speaks:
@@ -92,7 +93,9 @@ export class CustomModel extends Schema.Class<CustomModel>("CustomModel")({
     description: "tokens; compaction keeps requests within it"
   }),
   maxOutputTokens: Schema.optional(
-    Schema.Int.pipe(Schema.positive()).annotations({ description: "default 8,192, or half of a smaller context window" })
+    Schema.Int.pipe(Schema.positive()).annotations({
+      description: "default 8,192, or half of a smaller context window"
+    })
   ),
   input: Schema.optional(Schema.Array(ModelInputKind).annotations({ description: "default [text]" })),
   reasoning: Schema.optional(Schema.Boolean.annotations({ description: "whether thinkingLevel applies" })),
@@ -129,7 +132,9 @@ export class CustomProviderInput extends Schema.Class<CustomProviderInput>("Cust
     Schema.NullOr(ApiKey).annotations({ description: "omitted keeps the stored key; null removes it" })
   ),
   headers: Schema.optional(
-    Schema.NullOr(StringMap).annotations({ description: "sent on each call, sealed like the key; omitted keeps, null removes" })
+    Schema.NullOr(StringMap).annotations({
+      description: "sent on each call, sealed like the key; omitted keeps, null removes"
+    })
   ),
   auth: Schema.optional(
     CustomProviderAuth.annotations({
@@ -153,7 +158,9 @@ export class CustomProviderInput extends Schema.Class<CustomProviderInput>("Cust
 /** Body of PUT /v1/key-scopes/{scope}/providers/{provider} (and of the tenant's own key). */
 export class KeyInput extends Schema.Class<KeyInput>("KeyInput")({
   apiKey: ApiKey,
-  verify: Schema.optional(Schema.Boolean.annotations({ description: "false stores without checking with the provider" }))
+  verify: Schema.optional(
+    Schema.Boolean.annotations({ description: "false stores without checking with the provider" })
+  )
 }) {}
 
 export const KeyVerificationStatus = Schema.Literal("valid", "unverified", "invalid")
@@ -190,7 +197,8 @@ export class KeyScopeEntryInput extends Schema.Class<KeyScopeEntryInput>("KeySco
   Schema.Struct({
     apiKey: Schema.optional(
       ApiKey.annotations({
-        description: "for the bedrock-type provider a bearer-style API key; leave out for a gateway at baseUrl that holds the key"
+        description:
+          "for the bedrock-type provider a bearer-style API key; leave out for a gateway at baseUrl that holds the key"
       })
     ),
     baseUrl: Schema.optional(HttpsUrl.annotations({ description: "HTTPS endpoint replacing the provider's API root" })),
@@ -254,9 +262,10 @@ export const ModelHeaders = StringMap.pipe(
       }
     }
     return jsonBytes(headers) <= 8 * KiB || "at most 8 KB of headers (as JSON)"
-  })
+  }, { jsonSchema: { maxProperties: 20 } })
 ).annotations({
   identifier: "ModelHeaders",
-  description: "non-secret headers sent on each model call; at most 20 headers and 8 KB; no credentials or transport headers"
+  description:
+    "non-secret headers sent on each model call; at most 20 headers and 8 KB; no credentials or transport headers"
 })
 export type ModelHeaders = typeof ModelHeaders.Type

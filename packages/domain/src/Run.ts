@@ -36,6 +36,12 @@ export const PromptMetadata = StringMap.pipe(
       if (metadata[key].length > 512) return { path: [key], message: "values must be at most 512 characters" }
     }
     return true
+  }, {
+    jsonSchema: {
+      maxProperties: 16,
+      propertyNames: { minLength: 1, maxLength: 64 },
+      additionalProperties: { type: "string", maxLength: 512 }
+    }
   })
 ).annotations({
   identifier: "PromptMetadata",
@@ -68,7 +74,10 @@ export const PromptFiles = Schema.Array(PromptFile).pipe(
     for (const file of files) if ("data" in file) bytes += base64DecodedBytes(file.data)
     return bytes <= maxInlineFileBytes || "inline file data must be at most 4 MiB in total"
   })
-).annotations({ description: "at most 20; each {path} or {data, name?, contentType?}; inline data at most 4 MiB in total" })
+).annotations({
+  description: "at most 20; each {path} or {data, name?, contentType?}; inline data at most 4 MiB in total"
+})
+export type PromptFiles = typeof PromptFiles.Type
 
 /** queue: runs as the next turn; steer: the running turn takes it after its current step. */
 export const WhileRunning = Schema.Literal("queue", "steer")
@@ -84,7 +93,9 @@ export class PromptInput extends Schema.Class<PromptInput>("PromptInput")({
     })
   ),
   allowDisconnected: Schema.optional(
-    Schema.Boolean.annotations({ description: "run though the agent's tools need an application and none is connected" })
+    Schema.Boolean.annotations({
+      description: "run though the agent's tools need an application and none is connected"
+    })
   ),
   whileRunning: Schema.optional(WhileRunning.annotations({ description: "queue (default) or steer" })),
   spendLimit: Schema.optional(SpendLimitInput),

@@ -20,6 +20,7 @@ export class Schedule extends Schema.Class<Schedule>("Schedule")({
 export const IsoTime = Schema.String.pipe(
   Schema.filter((time) => !Number.isNaN(Date.parse(time)) || "must be an ISO time string or epoch milliseconds")
 ).annotations({ description: "ISO 8601 time" })
+export type IsoTime = typeof IsoTime.Type
 
 /**
  * Exactly one of text (a prompt to deliver) or code (run in the sandbox with

@@ -41,7 +41,9 @@ export class HistoryPage extends Schema.Class<HistoryPage>("HistoryPage")({
   next: Schema.NullOr(Schema.Number).annotations({ description: "pass as `before` for the older page" }),
   total: Schema.Number.annotations({ description: "messages including the running turn's" }),
   split: Schema.optional(
-    Schema.Boolean.annotations({ description: "true when one turn alone exceeded a page, so the page starts inside it" })
+    Schema.Boolean.annotations({
+      description: "true when one turn alone exceeded a page, so the page starts inside it"
+    })
   )
 }) {}
 
@@ -77,7 +79,9 @@ export class BrowserTokenInput extends Schema.Class<BrowserTokenInput>("BrowserT
       description: "usage.cost hides a response's provider cost in messages, snapshots, history"
     })
   ),
-  subject: Schema.optional(Schema.String.pipe(Schema.maxLength(200, { message: () => "must be at most 200 characters" })))
+  subject: Schema.optional(
+    Schema.String.pipe(Schema.maxLength(200, { message: () => "must be at most 200 characters" }))
+  )
 }) {}
 
 export const defaultBrowserTokenTtlSeconds = 900

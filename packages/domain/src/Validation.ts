@@ -49,6 +49,7 @@ export const HttpsUrl = Schema.String.pipe(
     return new URL(url).protocol === "https:" || "must be an https URL"
   })
 ).annotations({ description: "absolute https URL", jsonSchema: { type: "string", format: "uri" } })
+export type HttpsUrl = typeof HttpsUrl.Type
 
 /** An absolute `http:` or `https:` URL. */
 export const HttpUrl = Schema.String.pipe(
@@ -58,3 +59,4 @@ export const HttpUrl = Schema.String.pipe(
     return protocol === "https:" || protocol === "http:" || "must be an http or https URL"
   })
 ).annotations({ description: "absolute http(s) URL", jsonSchema: { type: "string", format: "uri" } })
+export type HttpUrl = typeof HttpUrl.Type

@@ -38,11 +38,13 @@ export type WebhookEventType = typeof WebhookEventType.Type
 export const WebhookId = Schema.String.pipe(Schema.pattern(/^we_[A-Za-z0-9]+$/)).annotations({
   description: "webhook endpoint id (we_...)"
 })
+export type WebhookId = typeof WebhookId.Type
 
 /** A signing secret (whsec_...); strip the prefix before verifying with a Standard Webhooks library. */
 export const WebhookSigningSecret = Schema.String.pipe(Schema.pattern(/^whsec_/)).annotations({
   description: "signing secret (whsec_...), shown only once"
 })
+export type WebhookSigningSecret = typeof WebhookSigningSecret.Type
 
 export const maxWebhookEndpoints = 16
 
@@ -104,6 +106,7 @@ export class UsageWebhookCreated extends Schema.Class<UsageWebhookCreated>("Usag
 export const WebhookEventId = Schema.String.pipe(Schema.pattern(/^evt_/)).annotations({
   description: "event id (evt_...), the same each time the event is sent; dedupe by it"
 })
+export type WebhookEventId = typeof WebhookEventId.Type
 
 /** The methods a run reported by webhooks starts with. */
 export const RunMethod = Schema.Literal("prompt", "continue", "resume", "execute")

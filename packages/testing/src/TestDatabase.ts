@@ -22,3 +22,15 @@ export const make = Effect.promise(async () => {
   url.pathname = `/${name}`
   return url.href
 })
+
+/** Runs one statement on a test database, for tests that change it behind the server's back. */
+export const query = (url: string, text: string) =>
+  Effect.promise(async () => {
+    const client = new Pg.Client({ connectionString: url })
+    await client.connect()
+    try {
+      return (await client.query(text)).rows
+    } finally {
+      await client.end()
+    }
+  })

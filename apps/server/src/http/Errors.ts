@@ -10,9 +10,10 @@ import {
   HttpApiError,
   type HttpApp,
   HttpServerError,
-  HttpServerRequest
+  HttpServerRequest,
+  HttpServerResponse
 } from "@effect/platform"
-import { Cause, Effect, Option } from "effect"
+import { Cause, Effect, Option, Schema } from "effect"
 import { ServerConfig } from "../ServerConfig.ts"
 
 const describe = (error: HttpApiError.HttpApiDecodeError) =>
@@ -48,6 +49,15 @@ const toApiError = (
   return Option.none()
 }
 
+/** 429 and 503 tell the client when to come back. */
+const withRetryAfter = (error: ApiError.RateLimited | ApiError.Unavailable) => {
+  const wire = error instanceof ApiError.RateLimited ? ApiError.RateLimited.Wire : ApiError.Unavailable.Wire
+  return HttpServerResponse.json(Schema.encodeSync(wire as Schema.Schema<typeof error, unknown>)(error), {
+    status: error instanceof ApiError.RateLimited ? 429 : 503,
+    headers: { "retry-after": String(Math.max(1, Math.ceil(error.retryAfter ?? 1))) }
+  }).pipe(Effect.orDie)
+}
+
 export const layer = HttpApiBuilder.middleware(
   Api.Api,
   Effect.map(ServerConfig, (config) => (app: HttpApp.Default) =>
@@ -60,8 +70,14 @@ export const layer = HttpApiBuilder.middleware(
       return yield* app
     }).pipe(
       HttpServerRequest.withMaxBodySize(Option.some(config.maxBodyBytes)),
-      Effect.catchAllCause((cause): Effect.Effect<never, ApiError.InvalidRequest | ApiError.NotFound | ApiError.TooLarge | ApiError.Internal> => {
+      Effect.catchAllCause((cause): Effect.Effect<
+        HttpServerResponse.HttpServerResponse,
+        ApiError.InvalidRequest | ApiError.NotFound | ApiError.TooLarge | ApiError.Internal
+      > => {
         const failure = Cause.squash(cause)
+        if (failure instanceof ApiError.RateLimited || failure instanceof ApiError.Unavailable) {
+          return withRetryAfter(failure)
+        }
         // Handlers' own API errors and interruptions go on as they are.
         if (Cause.isInterruptedOnly(cause) || ApiError.isApiError(failure)) {
           return Effect.failCause(cause as Cause.Cause<never>)

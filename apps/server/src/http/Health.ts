@@ -12,5 +12,5 @@ export const layer = HttpApiBuilder.group(Api.Api, "health", (handlers) =>
         Effect.flatMap(readiness.get, (state) =>
           state === "ready"
             ? Effect.succeed({ status: "ready" as const })
-            : Effect.fail(new ApiError.Unavailable({ error: `node is ${state}` }))))
+            : Effect.fail(new ApiError.Unavailable({ error: `node is ${state}`, retryAfter: 1 }))))
   }))

@@ -1,0 +1,179 @@
+/**
+ * Every error this part of the API can give, with its exact body, and the
+ * spec's limits that apply here.
+ */
+import { Http, TestDatabase, TestNode } from "@agent-runtime/testing"
+import { expect, layer } from "@effect/vitest"
+import { Context, Effect, Layer } from "effect"
+import * as Http_ from "node:http"
+
+class Node extends Context.Tag("Node")<Node, TestNode.TestNode & { readonly databaseUrl: string }>() {}
+
+const maxBodyBytes = 65536
+
+const NodeLive = Layer.scoped(
+  Node,
+  Effect.gen(function*() {
+    const databaseUrl = yield* TestDatabase.make
+    const node = yield* TestNode.start({ databaseUrl, env: { MAX_BODY_BYTES: String(maxBodyBytes) } })
+    return { ...node, databaseUrl }
+  })
+)
+
+const setup = Effect.gen(function*() {
+  const node = yield* Node
+  const api = Http.client(node.rest)
+  const tenant = yield* api.post("/v1/admin/tenants", { token: node.operatorToken, json: { name: "acme" } })
+  return { node, api, key: tenant.body.token as string }
+})
+
+layer(NodeLive)("errors", (it) => {
+  it.effect("schema failures name the field and why, and change nothing", () =>
+    Effect.gen(function*() {
+      const { api, key } = yield* setup
+      const before = (yield* api.get("/v1/tokens", { token: key })).body.data.length
+      expect(yield* api.post("/v1/tokens", { token: key, json: {} })).toMatchObject({
+        status: 400,
+        body: { error: "invalid request: name: is missing", code: "INVALID_REQUEST" }
+      })
+      expect(yield* api.post("/v1/tokens", { token: key, json: { name: 7 } })).toMatchObject({
+        status: 400,
+        body: { error: "invalid request: name: Expected string, actual 7", code: "INVALID_REQUEST" }
+      })
+      const tooLong = yield* api.post("/v1/tokens", { token: key, json: { name: "x".repeat(81) } })
+      expect(tooLong.status).toBe(400)
+      expect(tooLong.body.code).toBe("INVALID_REQUEST")
+      expect(tooLong.body.error).toMatch(/^invalid request: name: Expected a string at most 80 character\(s\) long/)
+      expect(Object.keys(tooLong.body).sort()).toEqual(["code", "error"])
+      expect((yield* api.get("/v1/tokens", { token: key })).body.data.length).toBe(before)
+    }))
+
+  it.effect("token names take 1 to 80 characters", () =>
+    Effect.gen(function*() {
+      const { api, key } = yield* setup
+      expect((yield* api.post("/v1/tokens", { token: key, json: { name: "x".repeat(80) } })).status).toBe(201)
+      expect((yield* api.post("/v1/tokens", { token: key, json: { name: "x" } })).status).toBe(201)
+      expect((yield* api.post("/v1/tokens", { token: key, json: { name: "" } })).body).toEqual({
+        error: "invalid request: name: Expected a string at least 1 character(s) long, actual \"\"",
+        code: "INVALID_REQUEST"
+      })
+    }))
+
+  it.effect("bad JSON is INVALID_REQUEST", () =>
+    Effect.gen(function*() {
+      const { api, key } = yield* setup
+      const response = yield* api.post("/v1/tokens", {
+        token: key,
+        body: "{\"name\":",
+        headers: { "content-type": "application/json" }
+      })
+      expect(response).toMatchObject({
+        status: 400,
+        body: { error: "request body is not valid JSON", code: "INVALID_REQUEST" }
+      })
+    }))
+
+  it.effect("query parameters are checked", () =>
+    Effect.gen(function*() {
+      const { api, key } = yield* setup
+      for (const limit of ["0", "101", "abc", "1.5"]) {
+        const response = yield* api.get(`/v1/tokens?limit=${limit}`, { token: key })
+        expect(response.status).toBe(400)
+        expect(response.body.code).toBe("INVALID_REQUEST")
+        expect(response.body.error).toMatch(/^invalid request: limit: /)
+      }
+      expect((yield* api.get("/v1/tokens?limit=100", { token: key })).status).toBe(200)
+    }))
+
+  it.effect("pages follow the next cursor", () =>
+    Effect.gen(function*() {
+      const { api, key } = yield* setup
+      for (const name of ["a", "b", "c", "d"]) yield* api.post("/v1/tokens", { token: key, json: { name } })
+      const seen: Array<string> = []
+      let after = ""
+      for (let i = 0; i < 10; i++) {
+        const page = yield* api.get(`/v1/tokens?limit=2${after}`, { token: key })
+        expect(page.body.data.length).toBeLessThanOrEqual(2)
+        seen.push(...page.body.data.map((token: { id: string }) => token.id))
+        if (page.body.next === null) break
+        after = `&after=${page.body.next}`
+      }
+      expect(seen.length).toBe(5)
+      expect(new Set(seen).size).toBe(5)
+      expect([...seen].sort()).toEqual(seen)
+    }))
+
+  it.effect("unknown routes and resources are NOT_FOUND", () =>
+    Effect.gen(function*() {
+      const { api, key, node } = yield* setup
+      expect(yield* api.get("/v1/nowhere", { token: key })).toMatchObject({
+        status: 404,
+        body: { error: "no route GET /v1/nowhere", code: "NOT_FOUND" }
+      })
+      expect(yield* api.delete("/v1/tokens/tok_0000", { token: key })).toMatchObject({
+        status: 404,
+        body: { error: "no token tok_0000", code: "NOT_FOUND" }
+      })
+      expect(yield* api.get("/v1/admin/tenants/tn_0000", { token: node.operatorToken })).toMatchObject({
+        status: 404,
+        body: { error: "no tenant tn_0000", code: "NOT_FOUND" }
+      })
+    }))
+
+  it.effect("bodies over the limit are TOO_LARGE, declared or streamed", () =>
+    Effect.gen(function*() {
+      const { api, key, node } = yield* setup
+      const big = JSON.stringify({ name: "x".repeat(maxBodyBytes) })
+      expect(yield* api.post("/v1/tokens", { token: key, body: big, headers: { "content-type": "application/json" } }))
+        .toMatchObject({ status: 413, body: { error: `request body over ${maxBodyBytes} bytes`, code: "TOO_LARGE" } })
+      // Without a Content-Length the limit applies while reading; the answer may come before the upload ends.
+      const streamed = yield* Effect.async<{ status: number; body: unknown }>((resume) => {
+        const request = Http_.request(`${node.rest}/v1/tokens`, {
+          method: "POST",
+          headers: { authorization: `Bearer ${key}`, "content-type": "application/json" }
+        }, (response) => {
+          let text = ""
+          response.on("data", (chunk) => text += chunk)
+          response.on("end", () => resume(Effect.succeed({ status: response.statusCode!, body: JSON.parse(text) })))
+        })
+        request.on("error", () => undefined)
+        request.write(big)
+        request.end()
+      })
+      expect(streamed).toEqual({ status: 413, body: { error: "request body too large", code: "TOO_LARGE" } })
+    }))
+
+  it.effect("a storage failure is INTERNAL with no detail leaked", () =>
+    Effect.gen(function*() {
+      const { api, key, node } = yield* setup
+      yield* TestDatabase.query(node.databaseUrl, "ALTER TABLE api_tokens RENAME COLUMN name TO label")
+      const response = yield* api.get("/v1/tokens", { token: key }).pipe(
+        Effect.ensuring(TestDatabase.query(node.databaseUrl, "ALTER TABLE api_tokens RENAME COLUMN label TO name"))
+      )
+      expect(response).toMatchObject({ status: 500, body: { error: "internal error", code: "INTERNAL" } })
+      expect(node.output()).toMatch(/level=ERROR .*message="request failed"/)
+    }))
+})
+
+layer(Layer.scoped(
+  Node,
+  Effect.gen(function*() {
+    const databaseUrl = yield* TestDatabase.make
+    const node = yield* TestNode.start({ databaseUrl, env: { DRAIN_GRACE_SECONDS: "3" } })
+    return { ...node, databaseUrl }
+  })
+))("draining", (it) => {
+  it.effect("readyz is UNAVAILABLE with Retry-After while the node drains", () =>
+    Effect.gen(function*() {
+      const node = yield* Node
+      const api = Http.client(node.rest)
+      expect(yield* api.get("/readyz")).toMatchObject({ status: 200, body: { status: "ready" } })
+      node.process.kill("SIGTERM")
+      yield* Effect.sleep("500 millis")
+      const draining = yield* api.get("/readyz")
+      expect(draining).toMatchObject({ status: 503, body: { error: "node is draining", code: "UNAVAILABLE" } })
+      expect(draining.headers.get("retry-after")).toBe("1")
+      expect(yield* api.get("/healthz")).toMatchObject({ status: 200, body: { status: "ok" } })
+      expect(yield* node.stop()).toBe(0)
+    }))
+})
