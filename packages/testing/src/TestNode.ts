@@ -26,8 +26,14 @@ export interface TestNode {
   readonly process: ChildProcess.ChildProcess
   /** Everything the process printed so far. */
   readonly output: () => string
-  /** Sends a signal and waits for the exit code. */
-  readonly stop: (signal?: NodeJS.Signals) => Effect.Effect<number | null>
+  /** Sends a signal and waits for the process to end. */
+  readonly stop: (signal?: NodeJS.Signals) => Effect.Effect<Exit>
+}
+
+/** How the process ended: its exit code, or the signal that ended it. */
+export interface Exit {
+  readonly code: number | null
+  readonly signal: NodeJS.Signals | null
 }
 
 const readyLine = /agent-runtime ready rest=(\S+) gateway=(\S+)/
@@ -52,7 +58,7 @@ export const start = (options: Options): Effect.Effect<TestNode, Error, Scope.Sc
     })
     let output = ""
     const ready = yield* Deferred.make<Option.Option<RegExpMatchArray>>()
-    const exited = yield* Deferred.make<number | null>()
+    const exited = yield* Deferred.make<Exit>()
     const onData = (chunk: Buffer) => {
       output += chunk.toString()
       const match = output.match(readyLine)
@@ -60,8 +66,8 @@ export const start = (options: Options): Effect.Effect<TestNode, Error, Scope.Sc
     }
     child.stdout!.on("data", onData)
     child.stderr!.on("data", onData)
-    child.on("exit", (code) => {
-      Deferred.unsafeDone(exited, Effect.succeed(code))
+    child.on("exit", (code, signal) => {
+      Deferred.unsafeDone(exited, Effect.succeed({ code, signal }))
       Deferred.unsafeDone(ready, Effect.succeed(Option.none()))
     })
     const stop = (signal: NodeJS.Signals = "SIGTERM") =>
