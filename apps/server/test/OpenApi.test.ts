@@ -1,0 +1,73 @@
+/**
+ * The OpenAPI document is generated from the same definition the server
+ * runs: it validates as OpenAPI 3.1 and lists every mounted route.
+ */
+import { Http, TestDatabase, TestNode } from "@agent-runtime/testing"
+import { expect, layer } from "@effect/vitest"
+import { Validator } from "@seriousme/openapi-schema-validator"
+import { Context, Effect, Layer } from "effect"
+
+class Node extends Context.Tag("Node")<Node, TestNode.TestNode>() {}
+
+const NodeLive = Layer.scoped(Node, Effect.flatMap(TestDatabase.make, (databaseUrl) => TestNode.start({ databaseUrl })))
+
+const routes = [
+  ["get", "/healthz"],
+  ["get", "/readyz"],
+  ["get", "/v1/me"],
+  ["post", "/v1/tokens"],
+  ["get", "/v1/tokens"],
+  ["delete", "/v1/tokens/{id}"],
+  ["post", "/v1/admin/tenants"],
+  ["get", "/v1/admin/tenants"],
+  ["get", "/v1/admin/tenants/{id}"]
+] as const
+
+layer(NodeLive, { excludeTestServices: true })("openapi", (it) => {
+  it.effect("validates and lists every route with its schemas", () =>
+    Effect.gen(function*() {
+      const node = yield* Node
+      const response = yield* Http.client(node.rest).get("/v1/openapi.json")
+      expect(response.status).toBe(200)
+      const spec = response.body
+      expect(spec.openapi).toMatch(/^3\.1\./)
+      expect(spec.info).toMatchObject({ title: "Agent Runtime", version: "1.0.0" })
+      const result = yield* Effect.promise(() => new Validator().validate(spec))
+      expect(result.errors ?? []).toEqual([])
+      expect(result.valid).toBe(true)
+
+      const listed = Object.entries(spec.paths).flatMap(([path, item]) =>
+        Object.keys(item as object).map((method) => `${method} ${path}`)
+      )
+      expect(listed.sort()).toEqual(routes.map(([method, path]) => `${method} ${path}`).sort())
+
+      for (const [method, path] of routes) {
+        const operation = spec.paths[path][method]
+        expect(operation.responses["200"] ?? operation.responses["201"]).toBeDefined()
+        // Every error answer is the spec's {error, code} body.
+        for (const [status, answer] of Object.entries<any>(operation.responses)) {
+          if (Number(status) < 400) continue
+          const ref: string = answer.content["application/json"].schema.$ref
+          const schema = spec.components.schemas[ref.split("/").pop()!]
+          expect(schema.required).toEqual(["error", "code"])
+          expect(Object.keys(schema.properties)).toEqual(["error", "code"])
+        }
+      }
+      expect(spec.paths["/v1/tokens"].post.requestBody.content["application/json"].schema.$ref)
+        .toBe("#/components/schemas/TokenInput")
+      expect(spec.components.schemas.TokenInput.properties.name).toMatchObject({ minLength: 1, maxLength: 80 })
+      expect(spec.paths["/v1/me"].get.security).toEqual([{ bearer: [] }])
+      expect(spec.paths["/v1/admin/tenants"].get.security).toEqual([{ operator: [] }])
+      expect(JSON.stringify(spec)).not.toContain("HttpApiDecodeError")
+    }))
+
+  it.effect("the docs page renders the document", () =>
+    Effect.gen(function*() {
+      const node = yield* Node
+      const page = yield* Http.client(node.rest).get("/docs")
+      expect(page.status).toBe(200)
+      expect(page.headers.get("content-type")).toContain("text/html")
+      expect(page.text).toContain("Agent Runtime")
+      expect(page.text).toContain("/v1/admin/tenants")
+    }))
+})
