@@ -5,7 +5,7 @@
  */
 import { Schema } from "effect"
 import { StringMap, Timestamp } from "./Common.ts"
-import { HttpsUrl, jsonBytes, KiB } from "./Validation.ts"
+import { HttpUrl, jsonBytes, KiB } from "./Validation.ts"
 
 /** model: LLM provider; search: web search API used by web_search; fetch: page renderer used by web_fetch. */
 export const ProviderKind = Schema.Literal("model", "search", "fetch")
@@ -125,7 +125,7 @@ export class Provider extends Schema.Class<Provider>("Provider")({
 /** Body of PUT /v1/providers/{name} and PUT /v1/key-scopes/{scope}/model-providers/{name}. */
 export class CustomProviderInput extends Schema.Class<CustomProviderInput>("CustomProviderInput")({
   type: CustomProviderType,
-  baseUrl: HttpsUrl.annotations({
+  baseUrl: HttpUrl.annotations({
     description: "API root, public and https; with /v1 for the openai types, without for anthropic-messages"
   }),
   apiKey: Schema.optional(
@@ -201,7 +201,7 @@ export class KeyScopeEntryInput extends Schema.Class<KeyScopeEntryInput>("KeySco
           "for the bedrock-type provider a bearer-style API key; leave out for a gateway at baseUrl that holds the key"
       })
     ),
-    baseUrl: Schema.optional(HttpsUrl.annotations({ description: "HTTPS endpoint replacing the provider's API root" })),
+    baseUrl: Schema.optional(HttpUrl.annotations({ description: "HTTPS endpoint replacing the provider's API root" })),
     headers: Schema.optional(StringMap.annotations({ description: "sent on each call, sealed" })),
     region: Schema.optional(
       Schema.String.annotations({ description: "bedrock-type only; read from the base URL when left out" })

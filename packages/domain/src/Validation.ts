@@ -1,6 +1,6 @@
 /**
  * Checks shared by the schemas of several modules: sizes of JSON values in
- * bytes, https URLs, JSON objects. Sizes in the spec's "KB"/"MB" are read as
+ * bytes, URLs, JSON objects. Sizes in the spec's "KB"/"MB" are read as
  * 1024-byte multiples, the same as its "KiB"/"MiB".
  */
 import { Schema } from "effect"
@@ -42,16 +42,11 @@ export const base64DecodedBytes = (data: string): number => {
 export const JsonObject = Schema.Record({ key: Schema.String, value: Schema.Unknown })
 export type JsonObject = typeof JsonObject.Type
 
-/** An absolute `https:` URL. Whether its host is public is checked by the server when the URL is used. */
-export const HttpsUrl = Schema.String.pipe(
-  Schema.filter((url) => {
-    if (!URL.canParse(url)) return "must be an absolute URL"
-    return new URL(url).protocol === "https:" || "must be an https URL"
-  })
-).annotations({ description: "absolute https URL", jsonSchema: { type: "string", format: "uri" } })
-export type HttpsUrl = typeof HttpsUrl.Type
-
-/** An absolute `http:` or `https:` URL. */
+/**
+ * An absolute `http:` or `https:` URL. Whether it may be used (public and
+ * https unless ALLOW_PRIVATE_URLS) is the egress check's to say, at save and
+ * at every call.
+ */
 export const HttpUrl = Schema.String.pipe(
   Schema.filter((url) => {
     if (!URL.canParse(url)) return "must be an absolute URL"

@@ -7,7 +7,7 @@ import { Schema } from "effect"
 import { StringMap, Timestamp } from "./Common.ts"
 import { InputKind, ResolvedInputState } from "./Input.ts"
 import { StoppedReason } from "./Run.ts"
-import { HttpsUrl, JsonObject } from "./Validation.ts"
+import { HttpUrl, JsonObject } from "./Validation.ts"
 
 export const RunEventType = Schema.Literal(
   "run.started",
@@ -61,7 +61,7 @@ export class WebhookEndpoint extends Schema.Class<WebhookEndpoint>("WebhookEndpo
 /** Body of POST /v1/webhooks; no other fields are allowed. */
 export class WebhookEndpointInput extends Schema.Class<WebhookEndpointInput>("WebhookEndpointInput")(
   Schema.Struct({
-    url: HttpsUrl,
+    url: HttpUrl,
     events: Schema.Array(WebhookEventType),
     description: Schema.optional(description.annotations({ description: "at most 500 characters" }))
   }).annotations({ parseOptions: { onExcessProperty: "error" } })
@@ -70,7 +70,7 @@ export class WebhookEndpointInput extends Schema.Class<WebhookEndpointInput>("We
 /** Body of PATCH /v1/webhooks/{webhookId}: the input's fields, all optional; no other fields are allowed. */
 export class WebhookEndpointUpdate extends Schema.Class<WebhookEndpointUpdate>("WebhookEndpointUpdate")(
   Schema.Struct({
-    url: Schema.optional(HttpsUrl),
+    url: Schema.optional(HttpUrl),
     events: Schema.optional(Schema.Array(WebhookEventType)),
     description: Schema.optional(description.annotations({ description: "at most 500 characters" }))
   }).annotations({ parseOptions: { onExcessProperty: "error" } })
@@ -88,7 +88,7 @@ export class WebhookSecret extends Schema.Class<WebhookSecret>("WebhookSecret")(
 
 /** The per-tenant usage webhook: receives each model response's usage. */
 export class UsageWebhookInput extends Schema.Class<UsageWebhookInput>("UsageWebhookInput")({
-  url: HttpsUrl
+  url: HttpUrl
 }) {}
 
 export class UsageWebhook extends Schema.Class<UsageWebhook>("UsageWebhook")({

@@ -288,7 +288,9 @@ describe("CustomProviderInput", () => {
 
   it("checks the type, the base URL and the models' fields", () => {
     expect(refuses(CustomProviderInput, { ...provider, type: "openai" })).toContain("type")
-    expect(refuses(CustomProviderInput, { ...provider, baseUrl: "http://llm.example.com/v1" })).toContain("https")
+    // Whether http or a private address may be used is the egress check's rule (ALLOW_PRIVATE_URLS); the schema wants a URL.
+    expect(refuses(CustomProviderInput, { ...provider, baseUrl: "ftp://llm.example.com/v1" })).toContain("baseUrl")
+    expect(refuses(CustomProviderInput, { ...provider, baseUrl: "llm.example.com/v1" })).toContain("baseUrl")
     expect(refuses(CustomProviderInput, { ...provider, models: [{ id: "m", contextWindow: 1.5 }] })).toContain(
       "contextWindow"
     )
@@ -372,7 +374,7 @@ describe("WebhookEndpointInput", () => {
     expect(refuses(WebhookEndpointInput, { ...endpoint, secret: "whsec_x" })).toContain("secret")
     expect(refuses(WebhookEndpointInput, { ...endpoint, description: "d".repeat(501) })).toContain("description")
     expect(refuses(WebhookEndpointInput, { ...endpoint, events: ["run.created"] })).toContain("events")
-    expect(refuses(WebhookEndpointInput, { ...endpoint, url: "http://app.example.com/hooks" })).toContain("url")
+    expect(refuses(WebhookEndpointInput, { ...endpoint, url: "ftp://app.example.com/hooks" })).toContain("url")
     expect(refuses(WebhookEndpointInput, { events: endpoint.events })).toContain("url")
   })
 
