@@ -5,5 +5,7 @@ export default defineWorkspace([
   { test: { name: "domain", root: "./packages/domain" } },
   { test: { name: "store", root: "./packages/store", testTimeout: 30_000 } },
   { test: { name: "accounts", root: "./packages/accounts" } },
+  { test: { name: "testing", root: "./packages/testing" } },
+  { test: { name: "egress", root: "./packages/egress" } },
   { test: { name: "server", root: "./apps/server", testTimeout: 60_000, hookTimeout: 60_000 } }
 ])

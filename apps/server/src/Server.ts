@@ -4,7 +4,9 @@
  */
 import { Operator, Tenants, Tokens } from "@agent-runtime/accounts"
 import { Api } from "@agent-runtime/domain"
-import { Database } from "@agent-runtime/store"
+import { Egress, Resolver } from "@agent-runtime/egress"
+import { Catalog, Credentials, CustomProviders, Keys, KeyScopes, Listing, ModelClient, UsageLog } from "@agent-runtime/models"
+import { Database, SealedSecret } from "@agent-runtime/store"
 import { HttpApiBuilder, HttpApiScalar, HttpMiddleware, HttpServer } from "@effect/platform"
 import { NodeHttpServer } from "@effect/platform-node"
 import { Context, Effect, Layer } from "effect"
@@ -15,6 +17,7 @@ import * as Authentication from "./http/Authentication.ts"
 import * as Errors from "./http/Errors.ts"
 import * as Health from "./http/Health.ts"
 import * as Me from "./http/Me.ts"
+import * as Models from "./http/Models.ts"
 import * as Tokens_ from "./http/Tokens.ts"
 import * as Readiness from "./Readiness.ts"
 import * as ServerConfig from "./ServerConfig.ts"
@@ -36,7 +39,16 @@ const listen = (port: (config: ServerConfig.ServerConfig) => number) =>
   )
 
 const layerApi = HttpApiBuilder.api(Api.Api).pipe(
-  Layer.provide([Health.layer, Me.layer, Tokens_.layer, Admin.layer]),
+  Layer.provide([
+    Health.layer,
+    Me.layer,
+    Tokens_.layer,
+    Models.layerModels,
+    Models.layerProviders,
+    Models.layerKeys,
+    Models.layerKeyScopes,
+    Admin.layer
+  ]),
   Layer.provide([Authentication.layer, Authentication.layerOperator])
 )
 
@@ -56,8 +68,22 @@ const layerGateway = Layer.effect(GatewayAddress, baseUrl).pipe(
   Layer.provide(listen((config) => config.gatewayPort))
 )
 
+/** The model layer: catalog, keys, key scopes, custom providers, calls and their usage. */
+const layerModels = ModelClient.ModelClient.Default.pipe(
+  Layer.provideMerge(Listing.Listing.Default),
+  Layer.provideMerge(Credentials.Credentials.Default),
+  Layer.provideMerge(Layer.mergeAll(Keys.Keys.Default, KeyScopes.KeyScopes.Default, CustomProviders.CustomProviders.Default)),
+  Layer.provideMerge(Layer.mergeAll(Catalog.Catalog.Default, UsageLog.UsageLog.Default)),
+  Layer.provideMerge(Layer.mergeAll(Egress.layerConfig.pipe(Layer.provide(Resolver.layer)), SealedSecret.layerConfig))
+)
+
 /** Everything a node needs but its configuration, logger and database. */
-const layerServices = Layer.mergeAll(Tenants.Tenants.Default, Tokens.Tokens.Default, Operator.layerConfig)
+const layerServices = Layer.mergeAll(
+  Tenants.Tenants.Default,
+  Tokens.Tokens.Default,
+  Operator.layerConfig,
+  layerModels
+)
 
 export const layer = Readiness.layerServing.pipe(
   Layer.provideMerge(Layer.mergeAll(layerRest, layerGateway)),

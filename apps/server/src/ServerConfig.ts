@@ -13,8 +13,6 @@ export interface ServerConfig {
   readonly maxBodyBytes: number
   /** How long a stopping node reports draining on /readyz while it still serves. */
   readonly drainGraceSeconds: number
-  /** Runtime default models, most preferred first. */
-  readonly defaultModels: ReadonlyArray<string>
 }
 
 export const ServerConfig = Context.GenericTag<ServerConfig>("@agent-runtime/server/ServerConfig")
@@ -33,10 +31,7 @@ export const config: Config.Config<ServerConfig> = Config.all({
   publicUrl: Config.option(Config.url("PUBLIC_URL").pipe(Config.map((url) => url.href.replace(/\/$/, "")))),
   dataDir: Config.string("DATA_DIR").pipe(Config.withDefault("./.data")),
   drainGraceSeconds: Config.number("DRAIN_GRACE_SECONDS").pipe(Config.withDefault(0)),
-  maxBodyBytes: Config.integer("MAX_BODY_BYTES").pipe(Config.withDefault(24 * 1024 * 1024)),
-  defaultModels: Config.array(Config.string(), "DEFAULT_MODELS").pipe(
-    Config.withDefault(["anthropic/claude-sonnet-4-5", "openai/gpt-5.1", "google/gemini-2.5-pro"])
-  )
+  maxBodyBytes: Config.integer("MAX_BODY_BYTES").pipe(Config.withDefault(24 * 1024 * 1024))
 })
 
 export const layer = Layer.effect(ServerConfig, config)

@@ -20,7 +20,24 @@ const routes = [
   ["delete", "/v1/tokens/{id}"],
   ["post", "/v1/admin/tenants"],
   ["get", "/v1/admin/tenants"],
-  ["get", "/v1/admin/tenants/{id}"]
+  ["get", "/v1/admin/tenants/{id}"],
+  ["put", "/v1/admin/platform-keys/{provider}"],
+  ["delete", "/v1/admin/platform-keys/{provider}"],
+  ["get", "/v1/models"],
+  ["get", "/v1/providers"],
+  ["get", "/v1/providers/{name}"],
+  ["put", "/v1/providers/{name}"],
+  ["delete", "/v1/providers/{name}"],
+  ["put", "/v1/keys/{provider}"],
+  ["delete", "/v1/keys/{provider}"],
+  ["get", "/v1/key-scopes"],
+  ["get", "/v1/key-scopes/{scope}"],
+  ["delete", "/v1/key-scopes/{scope}"],
+  ["put", "/v1/key-scopes/{scope}/providers/{provider}"],
+  ["delete", "/v1/key-scopes/{scope}/providers/{provider}"],
+  ["put", "/v1/key-scopes/{scope}/model-providers/{name}"],
+  ["get", "/v1/key-scopes/{scope}/model-providers/{name}"],
+  ["delete", "/v1/key-scopes/{scope}/model-providers/{name}"]
 ] as const
 
 layer(NodeLive, { excludeTestServices: true })("openapi", (it) => {

@@ -8,10 +8,36 @@ import * as ApiError from "./ApiError.ts"
 import { Authentication, OperatorAuthentication } from "./Auth.ts"
 import { created, Deleted, Page, PageParams } from "./Common.ts"
 import { Me } from "./Me.ts"
+import { Model } from "./Model.ts"
+import {
+  CustomProviderInput,
+  KeyInput,
+  KeyScope,
+  KeyScopeEntry,
+  KeyScopeEntryInput,
+  KeySet,
+  Provider
+} from "./Provider.ts"
 import { Tenant, TenantCreated, TenantInput } from "./Tenant.ts"
 import { Token, TokenCreated, TokenInput } from "./Token.ts"
 
 const idParam = HttpApiSchema.param("id", Schema.String)
+const providerParam = HttpApiSchema.param("provider", Schema.String)
+const nameParam = HttpApiSchema.param(
+  "name",
+  Schema.String.pipe(Schema.pattern(/^[A-Za-z0-9_-]{1,80}$/)).annotations({
+    description: "1 to 80 characters of A-Z a-z 0-9 _ -"
+  })
+)
+const scopeParam = HttpApiSchema.param(
+  "scope",
+  Schema.String.pipe(Schema.pattern(/^[A-Za-z0-9_-]{1,80}$/)).annotations({
+    description: "1 to 80 characters of A-Z a-z 0-9 _ -"
+  })
+)
+
+/** Unpaged lists keep the list wrapper, with `next` always null. */
+const List = Page
 
 export class HealthGroup extends HttpApiGroup.make("health", { topLevel: true })
   .add(
@@ -57,6 +83,117 @@ export class TokensGroup extends HttpApiGroup.make("tokens")
   .annotate(OpenApi.Title, "Tokens")
 {}
 
+export class ModelsGroup extends HttpApiGroup.make("models")
+  .add(
+    HttpApiEndpoint.get("list", "/v1/models")
+      .addSuccess(List(Model))
+      .annotate(
+        OpenApi.Description,
+        "Every model an agent may name: the catalog and the tenant's own providers; `available` when a key is at hand."
+      )
+  )
+  .middleware(Authentication)
+  .annotate(OpenApi.Title, "Models")
+{}
+
+export class ProvidersGroup extends HttpApiGroup.make("providers")
+  .add(
+    HttpApiEndpoint.get("list", "/v1/providers")
+      .addSuccess(List(Provider))
+      .annotate(OpenApi.Description, "Built-in and custom providers with the status of their keys; never a secret.")
+  )
+  .add(
+    HttpApiEndpoint.get("get")`/v1/providers/${nameParam}`
+      .addSuccess(Provider)
+      .addError(ApiError.NotFound.Wire)
+  )
+  .add(
+    HttpApiEndpoint.put("put")`/v1/providers/${nameParam}`
+      .setPayload(CustomProviderInput)
+      .addSuccess(Provider)
+      .annotate(
+        OpenApi.Description,
+        "Creates or replaces a custom provider. apiKey and headers: omitted keeps what is stored, null removes it."
+      )
+  )
+  .add(
+    HttpApiEndpoint.del("delete")`/v1/providers/${nameParam}`
+      .addSuccess(Deleted)
+      .addError(ApiError.NotFound.Wire)
+  )
+  .middleware(Authentication)
+  .annotate(OpenApi.Title, "Providers")
+{}
+
+export class KeysGroup extends HttpApiGroup.make("keys")
+  .add(
+    HttpApiEndpoint.put("put")`/v1/keys/${providerParam}`
+      .setPayload(KeyInput)
+      .addSuccess(KeySet)
+      .addError(ApiError.NotFound.Wire)
+      .annotate(
+        OpenApi.Description,
+        "Sets the tenant's key for a built-in provider (source tenant; admin when the operator sets it). " +
+          "With verify (the default) the key is checked with the provider first; an invalid key is not stored."
+      )
+  )
+  .add(
+    HttpApiEndpoint.del("delete")`/v1/keys/${providerParam}`
+      .addSuccess(Deleted)
+      .addError(ApiError.NotFound.Wire)
+  )
+  .middleware(Authentication)
+  .annotate(OpenApi.Title, "Keys")
+{}
+
+export class KeyScopesGroup extends HttpApiGroup.make("keyScopes")
+  .add(HttpApiEndpoint.get("list", "/v1/key-scopes").addSuccess(List(KeyScope)))
+  .add(
+    HttpApiEndpoint.get("get")`/v1/key-scopes/${scopeParam}`
+      .addSuccess(KeyScope)
+      .addError(ApiError.NotFound.Wire)
+  )
+  .add(
+    HttpApiEndpoint.del("delete")`/v1/key-scopes/${scopeParam}`
+      .addSuccess(Deleted)
+      .addError(ApiError.NotFound.Wire)
+      .annotate(OpenApi.Description, "Removes the scope's entries and its own providers.")
+  )
+  .add(
+    HttpApiEndpoint.put("putEntry")`/v1/key-scopes/${scopeParam}/providers/${providerParam}`
+      .setPayload(Schema.Union(KeyScopeEntryInput, KeyInput))
+      .addSuccess(Schema.Union(KeyScopeEntry, KeySet))
+      .addError(ApiError.NotFound.Wire)
+      .annotate(
+        OpenApi.Description,
+        "Sets the scope's entry for a built-in provider. A KeyScopeEntryInput answers the entry; " +
+          "a KeyInput (apiKey with verify) checks the key first and answers a KeySet."
+      )
+  )
+  .add(
+    HttpApiEndpoint.del("deleteEntry")`/v1/key-scopes/${scopeParam}/providers/${providerParam}`
+      .addSuccess(Deleted)
+      .addError(ApiError.NotFound.Wire)
+  )
+  .add(
+    HttpApiEndpoint.put("putProvider")`/v1/key-scopes/${scopeParam}/model-providers/${nameParam}`
+      .setPayload(CustomProviderInput)
+      .addSuccess(Provider)
+  )
+  .add(
+    HttpApiEndpoint.get("getProvider")`/v1/key-scopes/${scopeParam}/model-providers/${nameParam}`
+      .addSuccess(Provider)
+      .addError(ApiError.NotFound.Wire)
+  )
+  .add(
+    HttpApiEndpoint.del("deleteProvider")`/v1/key-scopes/${scopeParam}/model-providers/${nameParam}`
+      .addSuccess(Deleted)
+      .addError(ApiError.NotFound.Wire)
+  )
+  .middleware(Authentication)
+  .annotate(OpenApi.Title, "Key scopes")
+{}
+
 export class AdminGroup extends HttpApiGroup.make("admin")
   .add(
     HttpApiEndpoint.post("createTenant", "/v1/admin/tenants")
@@ -72,6 +209,18 @@ export class AdminGroup extends HttpApiGroup.make("admin")
   .add(
     HttpApiEndpoint.get("getTenant")`/v1/admin/tenants/${idParam}`
       .addSuccess(Tenant)
+      .addError(ApiError.NotFound.Wire)
+  )
+  .add(
+    HttpApiEndpoint.put("putPlatformKey")`/v1/admin/platform-keys/${providerParam}`
+      .setPayload(KeyInput)
+      .addSuccess(KeySet)
+      .addError(ApiError.NotFound.Wire)
+      .annotate(OpenApi.Description, "A platform key: used by every tenant without its own key (source platform).")
+  )
+  .add(
+    HttpApiEndpoint.del("deletePlatformKey")`/v1/admin/platform-keys/${providerParam}`
+      .addSuccess(Deleted)
       .addError(ApiError.NotFound.Wire)
   )
   .middleware(OperatorAuthentication)
@@ -105,6 +254,10 @@ export class Api extends HttpApi.make("agent-runtime")
   .add(HealthGroup)
   .add(MeGroup)
   .add(TokensGroup)
+  .add(ModelsGroup)
+  .add(ProvidersGroup)
+  .add(KeysGroup)
+  .add(KeyScopesGroup)
   .add(AdminGroup)
   // Any route can meet these: unreadable or invalid input, unknown routes, oversized bodies, defects.
   .addError(ApiError.InvalidRequest.Wire)

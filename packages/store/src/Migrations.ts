@@ -58,7 +58,7 @@ const models = Effect.gen(function*() {
       last4 text,
       base_url text,
       sealed_headers text,
-      header_names text[] NOT NULL DEFAULT '{}',
+      header_names jsonb NOT NULL DEFAULT '[]',
       region text,
       set_at timestamptz NOT NULL DEFAULT now(),
       PRIMARY KEY (tenant_id, scope, provider)
@@ -75,7 +75,7 @@ const models = Effect.gen(function*() {
       sealed_key text,
       last4 text,
       sealed_headers text,
-      header_names text[] NOT NULL DEFAULT '{}',
+      header_names jsonb NOT NULL DEFAULT '[]',
       models jsonb NOT NULL,
       set_at timestamptz NOT NULL DEFAULT now(),
       PRIMARY KEY (tenant_id, scope, name)

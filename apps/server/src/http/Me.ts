@@ -1,13 +1,13 @@
 import { Tenants } from "@agent-runtime/accounts"
+import { Listing } from "@agent-runtime/models"
 import { Api, Auth, Me } from "@agent-runtime/domain"
 import { HttpApiBuilder } from "@effect/platform"
 import { Effect } from "effect"
-import { ServerConfig } from "../ServerConfig.ts"
 
 export const layer = HttpApiBuilder.group(Api.Api, "me", (handlers) =>
   Effect.gen(function*() {
     const tenants = yield* Tenants.Tenants
-    const config = yield* ServerConfig
+    const listing = yield* Listing.Listing
     return handlers.handle("get", () =>
       Effect.gen(function*() {
         const principal = yield* Auth.CurrentPrincipal
@@ -18,8 +18,7 @@ export const layer = HttpApiBuilder.group(Api.Api, "me", (handlers) =>
           ...(tenant.login === undefined ? {} : { login: tenant.login }),
           name: tenant.name,
           canStoreKeys: true,
-          // Until the model layer knows the tenant's keys: the runtime's first default.
-          defaultModel: config.defaultModels[0] ?? ""
+          defaultModel: yield* listing.defaultModel(tenant.id)
         })
       }).pipe(Effect.orDie))
   }))

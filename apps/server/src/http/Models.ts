@@ -1,0 +1,72 @@
+import { Api, Auth } from "@agent-runtime/domain"
+import { CustomProviders, Keys, KeyScopes, Listing } from "@agent-runtime/models"
+import { HttpApiBuilder } from "@effect/platform"
+import { Effect } from "effect"
+
+const list = <A>(data: ReadonlyArray<A>) => ({ data, next: null })
+
+export const layerModels = HttpApiBuilder.group(Api.Api, "models", (handlers) =>
+  Effect.gen(function*() {
+    const listing = yield* Listing.Listing
+    return handlers.handle("list", () =>
+      Effect.flatMap(Auth.CurrentPrincipal, (principal) => Effect.map(listing.models(principal.tenantId), list)))
+  }))
+
+export const layerProviders = HttpApiBuilder.group(Api.Api, "providers", (handlers) =>
+  Effect.gen(function*() {
+    const listing = yield* Listing.Listing
+    const custom = yield* CustomProviders.CustomProviders
+    return handlers
+      .handle("list", () =>
+        Effect.flatMap(Auth.CurrentPrincipal, (principal) => Effect.map(listing.providers(principal.tenantId), list)))
+      .handle("get", ({ path }) =>
+        Effect.flatMap(Auth.CurrentPrincipal, (principal) => listing.provider(principal.tenantId, path.name)))
+      .handle("put", ({ path, payload }) =>
+        Effect.flatMap(Auth.CurrentPrincipal, (principal) =>
+          Effect.map(custom.put(principal.tenantId, "", path.name, payload), custom.toProvider)))
+      .handle("delete", ({ path }) =>
+        Effect.flatMap(Auth.CurrentPrincipal, (principal) => custom.remove(principal.tenantId, "", path.name)))
+  }))
+
+export const layerKeys = HttpApiBuilder.group(Api.Api, "keys", (handlers) =>
+  Effect.gen(function*() {
+    const keys = yield* Keys.Keys
+    return handlers
+      .handle("put", ({ path, payload }) =>
+        Effect.flatMap(Auth.CurrentPrincipal, (principal) =>
+          keys.setTenantKey(
+            principal.tenantId,
+            path.provider,
+            payload,
+            principal.via === "operator" ? "admin" : "tenant"
+          )))
+      .handle("delete", ({ path }) =>
+        Effect.flatMap(Auth.CurrentPrincipal, (principal) => keys.deleteTenantKey(principal.tenantId, path.provider)))
+  }))
+
+export const layerKeyScopes = HttpApiBuilder.group(Api.Api, "keyScopes", (handlers) =>
+  Effect.gen(function*() {
+    const scopes = yield* KeyScopes.KeyScopes
+    const custom = yield* CustomProviders.CustomProviders
+    return handlers
+      .handle("list", () =>
+        Effect.flatMap(Auth.CurrentPrincipal, (principal) => Effect.map(scopes.list(principal.tenantId), list)))
+      .handle("get", ({ path }) =>
+        Effect.flatMap(Auth.CurrentPrincipal, (principal) => scopes.get(principal.tenantId, path.scope)))
+      .handle("delete", ({ path }) =>
+        Effect.flatMap(Auth.CurrentPrincipal, (principal) => scopes.remove(principal.tenantId, path.scope)))
+      .handle("putEntry", ({ path, payload }) =>
+        Effect.flatMap(Auth.CurrentPrincipal, (principal) =>
+          scopes.put(principal.tenantId, path.scope, path.provider, payload)))
+      .handle("deleteEntry", ({ path }) =>
+        Effect.flatMap(Auth.CurrentPrincipal, (principal) =>
+          scopes.removeEntry(principal.tenantId, path.scope, path.provider)))
+      .handle("putProvider", ({ path, payload }) =>
+        Effect.flatMap(Auth.CurrentPrincipal, (principal) =>
+          Effect.map(custom.put(principal.tenantId, path.scope, path.name, payload), custom.toProvider)))
+      .handle("getProvider", ({ path }) =>
+        Effect.flatMap(Auth.CurrentPrincipal, (principal) =>
+          Effect.map(custom.get(principal.tenantId, path.scope, path.name), custom.toProvider)))
+      .handle("deleteProvider", ({ path }) =>
+        Effect.flatMap(Auth.CurrentPrincipal, (principal) => custom.remove(principal.tenantId, path.scope, path.name)))
+  }))

@@ -1,0 +1,169 @@
+/**
+ * Providers a tenant (scope "") or one of its key scopes runs itself: any
+ * server speaking one of the three protocols at a base URL. Agents name
+ * their models `<provider>/<id>`.
+ */
+import { ApiError, Provider } from "@agent-runtime/domain"
+import { Egress } from "@agent-runtime/egress"
+import { SealedSecret } from "@agent-runtime/store"
+import { SqlClient } from "@effect/sql"
+import { Effect, Option, Redacted, Schema } from "effect"
+import { Catalog } from "./Catalog.ts"
+import * as Secrets from "./internal/secrets.ts"
+
+export interface Stored {
+  readonly name: string
+  readonly scope: string
+  readonly provider: Provider.CustomProvider
+  readonly apiKey: Option.Option<Redacted.Redacted<string>>
+  readonly headers: Record<string, string>
+  readonly last4: Option.Option<string>
+  readonly setAt: number
+}
+
+interface Row {
+  readonly name: string
+  readonly scope: string
+  readonly type: Provider.CustomProviderType
+  readonly baseUrl: string
+  readonly auth: Provider.CustomProviderAuth
+  readonly sealedKey: string | null
+  readonly last4: string | null
+  readonly sealedHeaders: string | null
+  readonly headerNames: ReadonlyArray<string>
+  readonly models: unknown
+  readonly setAt: number
+}
+
+const decodeModels = Schema.decodeUnknownSync(Schema.Array(Provider.CustomModel))
+
+/** The model's output limit: as given, else 8,192 or half of a smaller context window. */
+export const maxOutputTokens = (model: Provider.CustomModel) =>
+  model.maxOutputTokens ?? Math.min(Provider.defaultMaxOutputTokens, Math.floor(model.contextWindow / 2))
+
+export class CustomProviders extends Effect.Service<CustomProviders>()("@agent-runtime/models/CustomProviders", {
+  effect: Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const sealer = yield* SealedSecret.Sealer
+    const egress = yield* Egress.Egress
+    const catalog = yield* Catalog
+
+    const columns = sql`name, scope, type, base_url, auth, sealed_key, last4, sealed_headers, header_names, models,
+      floor(extract(epoch from set_at))::float8 AS set_at`
+
+    const open = (tenantId: string, row: Row) =>
+      Effect.gen(function*() {
+        const apiKey = row.sealedKey === null
+          ? Option.none()
+          : Option.some(yield* sealer.open(row.sealedKey, Secrets.context.customKey(tenantId, row.scope, row.name)))
+        const headers = row.sealedHeaders === null
+          ? {}
+          : JSON.parse(
+            Redacted.value(
+              yield* sealer.open(row.sealedHeaders, Secrets.context.customHeaders(tenantId, row.scope, row.name))
+            )
+          ) as Record<string, string>
+        const stored: Stored = {
+          name: row.name,
+          scope: row.scope,
+          provider: new Provider.CustomProvider({
+            type: row.type,
+            baseUrl: row.baseUrl,
+            auth: row.auth,
+            headers: row.headerNames,
+            models: decodeModels(row.models)
+          }),
+          apiKey,
+          headers,
+          last4: Option.fromNullable(row.last4),
+          setAt: row.setAt
+        }
+        return stored
+      }).pipe(Effect.orDie)
+
+    const list = (tenantId: string, scope: string) =>
+      sql<Row>`SELECT ${columns} FROM custom_providers WHERE tenant_id = ${tenantId} AND scope = ${scope} ORDER BY name`
+        .pipe(Effect.orDie, Effect.flatMap(Effect.forEach((row) => open(tenantId, row))))
+
+    const find = (tenantId: string, scope: string, name: string) =>
+      sql<Row>`SELECT ${columns} FROM custom_providers
+        WHERE tenant_id = ${tenantId} AND scope = ${scope} AND name = ${name}`.pipe(
+        Effect.orDie,
+        Effect.flatMap((rows) =>
+          rows.length === 0 ? Effect.succeed(Option.none()) : Effect.map(open(tenantId, rows[0]!), Option.some)
+        )
+      )
+
+    const get = (tenantId: string, scope: string, name: string) =>
+      Effect.flatMap(find(tenantId, scope, name), Option.match({
+        onNone: () => Effect.fail(new ApiError.NotFound({ error: `no custom provider ${name}` })),
+        onSome: Effect.succeed
+      }))
+
+    /** Saves the provider; `apiKey`/`headers` omitted keep what is stored, null removes it. */
+    const put = (tenantId: string, scope: string, name: string, input: Provider.CustomProviderInput) =>
+      Effect.gen(function*() {
+        if (Option.isSome(catalog.provider(name))) {
+          return yield* new ApiError.InvalidRequest({ error: `invalid request: name: ${name} is a built-in provider` })
+        }
+        yield* egress.check(input.baseUrl).pipe(
+          Effect.mapError((error) => new ApiError.InvalidRequest({ error: `invalid request: baseUrl: ${error.message}` }))
+        )
+        const existing = yield* find(tenantId, scope, name)
+        const keep = <A>(given: A | null | undefined, stored: Option.Option<A>) =>
+          given === undefined ? Option.getOrUndefined(stored) : given ?? undefined
+        const apiKey = keep(input.apiKey, Option.flatMap(existing, (stored) => Option.map(stored.apiKey, Redacted.value)))
+        const headers = keep(input.headers, Option.map(existing, (stored) => stored.headers))
+        const row = {
+          tenantId,
+          scope,
+          name,
+          type: input.type,
+          baseUrl: input.baseUrl.replace(/\/$/, ""),
+          auth: input.type === "anthropic-messages" ? input.auth ?? "x-api-key" : "bearer",
+          sealedKey: apiKey === undefined ? null : sealer.seal(apiKey, Secrets.context.customKey(tenantId, scope, name)),
+          last4: apiKey === undefined ? null : Secrets.last4(apiKey),
+          sealedHeaders: headers === undefined || Object.keys(headers).length === 0
+            ? null
+            : sealer.seal(JSON.stringify(headers), Secrets.context.customHeaders(tenantId, scope, name)),
+          headerNames: JSON.stringify(headers === undefined ? [] : Secrets.headerNames(headers)),
+          models: JSON.stringify(Schema.encodeSync(Schema.Array(Provider.CustomModel))(input.models))
+        }
+        yield* sql`
+          INSERT INTO custom_providers ${sql.insert(row)}
+          ON CONFLICT (tenant_id, scope, name) DO UPDATE SET
+            type = excluded.type, base_url = excluded.base_url, auth = excluded.auth, sealed_key = excluded.sealed_key,
+            last4 = excluded.last4, sealed_headers = excluded.sealed_headers, header_names = excluded.header_names,
+            models = excluded.models, set_at = now()`.pipe(Effect.orDie)
+        return yield* get(tenantId, scope, name)
+      })
+
+    const remove = (tenantId: string, scope: string, name: string) =>
+      sql`DELETE FROM custom_providers WHERE tenant_id = ${tenantId} AND scope = ${scope} AND name = ${name}
+        RETURNING name`.pipe(
+        Effect.orDie,
+        Effect.flatMap((rows) =>
+          rows.length === 0
+            ? Effect.fail(new ApiError.NotFound({ error: `no custom provider ${name}` }))
+            : Effect.succeed({ id: name, deleted: true as const })
+        )
+      )
+
+    /** The API record of a stored provider: header names and last4, never values. */
+    const toProvider = (stored: Stored) =>
+      new Provider.Provider({
+        id: stored.name,
+        kind: "model",
+        models: stored.provider.models.length,
+        apiKey: true,
+        key: Option.match(stored.last4, {
+          onNone: () => null,
+          onSome: (last4) =>
+            new Provider.KeyStatus({ provider: stored.name, source: "tenant", last4, setAt: stored.setAt })
+        }),
+        custom: stored.provider
+      })
+
+    return { list, find, get, put, remove, toProvider } as const
+  })
+}) {}

@@ -1,0 +1,136 @@
+/**
+ * Keys for built-in providers: the tenant's own (source tenant), those the
+ * operator set for a tenant (source admin), and platform keys paid by the
+ * platform. Sealed at rest; only `last4` ever leaves.
+ */
+import { ApiError, Provider } from "@agent-runtime/domain"
+import { SealedSecret } from "@agent-runtime/store"
+import { SqlClient } from "@effect/sql"
+import { Effect, Option, Redacted } from "effect"
+import { Catalog } from "./Catalog.ts"
+import * as Secrets from "./internal/secrets.ts"
+import * as Verify from "./internal/verify.ts"
+
+export interface StoredKey {
+  readonly apiKey: Redacted.Redacted<string>
+  readonly source: Provider.KeySource
+}
+
+interface KeyRow {
+  readonly provider: string
+  readonly source: Provider.KeySource
+  readonly sealedKey: string
+  readonly last4: string
+  readonly setAt: number
+}
+
+export class Keys extends Effect.Service<Keys>()("@agent-runtime/models/Keys", {
+  effect: Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const sealer = yield* SealedSecret.Sealer
+    const catalog = yield* Catalog
+
+    const builtin = (provider: string) =>
+      Option.match(catalog.provider(provider), {
+        onNone: () => Effect.fail(new ApiError.NotFound({ error: `no provider ${provider}` })),
+        onSome: Effect.succeed
+      })
+
+    /** Checks the key with the provider when asked to, before storing it. */
+    const check = (provider: string, input: Provider.KeyInput) =>
+      Effect.gen(function*() {
+        const known = yield* builtin(provider)
+        if (input.verify === false) return new Provider.KeyVerification({ status: "unverified", detail: "not checked" })
+        const model = known.models[0]!
+        return yield* Verify.verify({ api: model.api, baseUrl: model.baseUrl, apiKey: Redacted.make(input.apiKey) })
+      })
+
+    const setTenantKey = (tenantId: string, provider: string, input: Provider.KeyInput, source: "tenant" | "admin") =>
+      Effect.gen(function*() {
+        const verification = yield* check(provider, input)
+        if (verification.status === "invalid") {
+          return new Provider.KeySet({ provider, last4: Secrets.last4(input.apiKey), verification })
+        }
+        const row = {
+          tenantId,
+          provider,
+          source,
+          sealedKey: sealer.seal(input.apiKey, Secrets.context.tenantKey(tenantId, provider)),
+          last4: Secrets.last4(input.apiKey)
+        }
+        yield* sql`
+          INSERT INTO tenant_keys ${sql.insert(row)}
+          ON CONFLICT (tenant_id, provider) DO UPDATE SET
+            source = excluded.source, sealed_key = excluded.sealed_key, last4 = excluded.last4, set_at = now()`
+        return new Provider.KeySet({ provider, last4: row.last4, verification })
+      }).pipe(Effect.catchTag("SqlError", Effect.die))
+
+    const deleteTenantKey = (tenantId: string, provider: string) =>
+      sql`DELETE FROM tenant_keys WHERE tenant_id = ${tenantId} AND provider = ${provider} RETURNING provider`.pipe(
+        Effect.orDie,
+        Effect.flatMap((rows) =>
+          rows.length === 0
+            ? Effect.fail(new ApiError.NotFound({ error: `no key for ${provider}` }))
+            : Effect.succeed({ id: provider, deleted: true as const })
+        )
+      )
+
+    const setPlatformKey = (provider: string, input: Provider.KeyInput) =>
+      Effect.gen(function*() {
+        const verification = yield* check(provider, input)
+        if (verification.status === "invalid") {
+          return new Provider.KeySet({ provider, last4: Secrets.last4(input.apiKey), verification })
+        }
+        const row = {
+          provider,
+          sealedKey: sealer.seal(input.apiKey, Secrets.context.platformKey(provider)),
+          last4: Secrets.last4(input.apiKey)
+        }
+        yield* sql`
+          INSERT INTO platform_keys ${sql.insert(row)}
+          ON CONFLICT (provider) DO UPDATE SET sealed_key = excluded.sealed_key, last4 = excluded.last4, set_at = now()`
+        return new Provider.KeySet({ provider, last4: row.last4, verification })
+      }).pipe(Effect.catchTag("SqlError", Effect.die))
+
+    const deletePlatformKey = (provider: string) =>
+      sql`DELETE FROM platform_keys WHERE provider = ${provider} RETURNING provider`.pipe(
+        Effect.orDie,
+        Effect.flatMap((rows) =>
+          rows.length === 0
+            ? Effect.fail(new ApiError.NotFound({ error: `no platform key for ${provider}` }))
+            : Effect.succeed({ id: provider, deleted: true as const })
+        )
+      )
+
+    /** The key a tenant's calls to `provider` use: its own or the operator's, else the platform's. */
+    const statuses = (tenantId: string) =>
+      sql<KeyRow>`
+        SELECT provider, source, sealed_key, last4, floor(extract(epoch from set_at))::float8 AS set_at
+        FROM tenant_keys WHERE tenant_id = ${tenantId}
+        UNION ALL
+        SELECT provider, 'platform', sealed_key, last4, floor(extract(epoch from set_at))::float8
+        FROM platform_keys WHERE provider NOT IN (SELECT provider FROM tenant_keys WHERE tenant_id = ${tenantId})`.pipe(
+        Effect.orDie
+      )
+
+    const status = (row: KeyRow) =>
+      new Provider.KeyStatus({ provider: row.provider, source: row.source, last4: row.last4, setAt: row.setAt })
+
+    const statusMap = (tenantId: string) =>
+      Effect.map(statuses(tenantId), (rows) => new Map(rows.map((row) => [row.provider, status(row)])))
+
+    const find = (tenantId: string, provider: string): Effect.Effect<Option.Option<StoredKey>> =>
+      Effect.gen(function*() {
+        const rows = yield* statuses(tenantId)
+        const row = rows.find((row) => row.provider === provider)
+        if (row === undefined) return Option.none()
+        const context = row.source === "platform"
+          ? Secrets.context.platformKey(provider)
+          : Secrets.context.tenantKey(tenantId, provider)
+        const apiKey = yield* Effect.orDie(sealer.open(row.sealedKey, context))
+        return Option.some({ apiKey, source: row.source })
+      })
+
+    return { setTenantKey, deleteTenantKey, setPlatformKey, deletePlatformKey, statusMap, find } as const
+  })
+}) {}

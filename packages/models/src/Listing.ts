@@ -1,0 +1,90 @@
+/**
+ * What a tenant sees of the model layer: the models it may name, the
+ * providers with their key status, and its default model.
+ */
+import { ApiError, Model, Provider } from "@agent-runtime/domain"
+import { Config, Effect, Option } from "effect"
+import { Catalog, type CatalogModel } from "./Catalog.ts"
+import { toCatalogModel } from "./Credentials.ts"
+import { CustomProviders } from "./CustomProviders.ts"
+import { Keys } from "./Keys.ts"
+
+/** Web search providers the web_search builtin can use; keys are set like model keys. */
+const searchProviders = ["brave", "exa", "parallel"]
+
+const toModel = (model: CatalogModel, available: boolean) =>
+  new Model.Model({
+    id: `${model.provider}/${model.id}`,
+    provider: model.provider,
+    modelId: model.id,
+    name: model.name,
+    api: model.api,
+    reasoning: model.reasoning,
+    input: model.input,
+    contextWindow: model.contextWindow,
+    maxTokens: model.maxTokens,
+    cost: new Model.ModelCost(model.cost),
+    available
+  })
+
+export class Listing extends Effect.Service<Listing>()("@agent-runtime/models/Listing", {
+  effect: Effect.gen(function*() {
+    const catalog = yield* Catalog
+    const keys = yield* Keys
+    const custom = yield* CustomProviders
+    const defaults = yield* Config.array(Config.string(), "DEFAULT_MODELS").pipe(
+      Config.withDefault(["anthropic/claude-sonnet-4-5", "openai/gpt-5.1", "google/gemini-2.5-pro"])
+    )
+
+    const models = (tenantId: string) =>
+      Effect.gen(function*() {
+        const statuses = yield* keys.statusMap(tenantId)
+        const own = yield* custom.list(tenantId, "")
+        return [
+          ...catalog.providers.flatMap((provider) =>
+            provider.models.map((model) => toModel(model, statuses.has(provider.id)))
+          ),
+          ...own.flatMap((stored) =>
+            stored.provider.models.map((model) =>
+              toModel(toCatalogModel(stored, model), true)
+            )
+          )
+        ]
+      })
+
+    const providers = (tenantId: string) =>
+      Effect.gen(function*() {
+        const statuses = yield* keys.statusMap(tenantId)
+        const own = yield* custom.list(tenantId, "")
+        return [
+          ...catalog.providers.map((provider) =>
+            new Provider.Provider({
+              id: provider.id,
+              kind: "model",
+              models: provider.models.length,
+              apiKey: true,
+              key: statuses.get(provider.id) ?? null
+            })
+          ),
+          ...searchProviders.map((id) =>
+            new Provider.Provider({ id, kind: "search", models: 0, apiKey: true, key: statuses.get(id) ?? null })
+          ),
+          ...own.map(custom.toProvider)
+        ]
+      })
+
+    const provider = (tenantId: string, id: string) =>
+      Effect.flatMap(providers(tenantId), (all) =>
+        Option.match(Option.fromNullable(all.find((provider) => provider.id === id)), {
+          onNone: () => Effect.fail(new ApiError.NotFound({ error: `no provider ${id}` })),
+          onSome: Effect.succeed
+        }))
+
+    /** The first runtime default whose provider the tenant has a key for (else the first default). */
+    const defaultModel = (tenantId: string) =>
+      Effect.map(keys.statusMap(tenantId), (statuses) =>
+        defaults.find((id) => statuses.has(id.split("/")[0]!)) ?? defaults[0] ?? "")
+
+    return { models, providers, provider, defaultModel } as const
+  })
+}) {}

@@ -1,0 +1,261 @@
+/**
+ * One model call as a `Stream` of typed events. Interrupting the stream
+ * aborts the request. Transient failures (rate limit, overload, 5xx, broken
+ * connection) are retried with backoff that honours Retry-After, and each
+ * retry is announced in the stream (`auto_retry_start`/`auto_retry_end`) so
+ * a consumer can take back what the failed attempt had streamed. Every
+ * finished response has its usage and cost recorded.
+ */
+import { Egress, EgressError } from "@agent-runtime/egress"
+import { Duration, Effect, Option, Redacted, Stream } from "effect"
+import { Credentials, type Target } from "./Credentials.ts"
+import * as Pi from "./internal/pi.ts"
+import {
+  ContextOverflow,
+  isTransient,
+  ModelEndpointRefused,
+  type ModelError,
+  ModelKeyInvalid,
+  ModelNetworkError,
+  ModelOverloaded,
+  ModelRateLimited,
+  ModelRequestRefused
+} from "./ModelError.ts"
+import { UsageLog } from "./UsageLog.ts"
+
+export type AssistantMessage = Pi.AssistantMessage
+export type Context = Pi.Context
+export type Message = Pi.Message
+export type ThinkingLevel = Pi.ThinkingLevel
+export type Tool = Pi.Tool
+
+export type ModelEvent =
+  | Exclude<Pi.AssistantMessageEvent, { readonly type: "error" }>
+  | {
+    readonly type: "auto_retry_start"
+    readonly attempt: number
+    readonly maxAttempts: number
+    readonly delayMs: number
+    readonly errorMessage: string
+  }
+  | { readonly type: "auto_retry_end"; readonly success: boolean; readonly attempt: number }
+
+export interface Call {
+  readonly tenantId: string
+  readonly keyScope: Option.Option<string>
+  /** `provider/model-id`. */
+  readonly model: string
+  readonly context: Pi.Context
+  readonly reasoning?: Pi.ThinkingLevel | undefined
+  readonly maxTokens?: number | undefined
+  readonly temperature?: number | undefined
+  /** Non-secret headers, sent after the key scope's or custom provider's own. */
+  readonly modelHeaders?: Record<string, string> | undefined
+  readonly usage: {
+    readonly kind: "response" | "compaction"
+    readonly agentId?: string | undefined
+    readonly requestId?: string | undefined
+  }
+}
+
+export interface RetryPolicy {
+  readonly maxAttempts: number
+  readonly baseDelay: Duration.Duration
+  readonly maxDelay: Duration.Duration
+  /** A provider asking for a longer wait than this fails the call instead. */
+  readonly maxRetryAfter: Duration.Duration
+}
+
+export const defaultRetryPolicy: RetryPolicy = {
+  maxAttempts: 4,
+  baseDelay: Duration.seconds(1),
+  maxDelay: Duration.seconds(30),
+  maxRetryAfter: Duration.seconds(60)
+}
+
+interface LastResponse {
+  readonly status: number
+  readonly retryAfter: number | undefined
+}
+
+const parseRetryAfter = (header: string | null): number | undefined => {
+  if (header === null) return undefined
+  const seconds = Number(header)
+  if (Number.isFinite(seconds)) return Math.max(0, seconds)
+  const date = Date.parse(header)
+  return Number.isNaN(date) ? undefined : Math.max(0, (date - Date.now()) / 1000)
+}
+
+/** Provider messages can quote the key ("Incorrect API key provided: sk-...abcd"); never pass it on. */
+const redact = (text: string, secrets: ReadonlyArray<string>) => {
+  let out = text
+  for (const secret of secrets) if (secret.length > 0) out = out.split(secret).join("[redacted]")
+  return out.replace(/(api key provided: )\S+/gi, "$1[redacted]").slice(0, 500)
+}
+
+const classify = (
+  target: Target,
+  message: Pi.AssistantMessage,
+  last: LastResponse | undefined,
+  refused: EgressError.EgressError | undefined
+): ModelError => {
+  const provider = target.provider
+  const detail = redact(message.errorMessage ?? "model call failed", Option.toArray(Option.map(target.apiKey, Redacted.value)))
+  if (refused !== undefined) return new ModelEndpointRefused({ provider, detail: refused.message })
+  if (last === undefined || last.status < 400) return new ModelNetworkError({ provider, detail })
+  const retryAfter = last.retryAfter === undefined ? {} : { retryAfter: last.retryAfter }
+  if (last.status === 401 || last.status === 403) return new ModelKeyInvalid({ provider, status: last.status, detail })
+  if (last.status === 429) return new ModelRateLimited({ provider, detail, ...retryAfter })
+  if (last.status >= 500) return new ModelOverloaded({ provider, status: last.status, detail, ...retryAfter })
+  if (Pi.isContextOverflow(message, target.model.contextWindow)) return new ContextOverflow({ provider, detail })
+  return new ModelRequestRefused({ provider, status: last.status, detail })
+}
+
+export class ModelClient extends Effect.Service<ModelClient>()("@agent-runtime/models/ModelClient", {
+  effect: Effect.gen(function*() {
+    const egress = yield* Egress.Egress
+    const credentials = yield* Credentials
+    const usage = yield* UsageLog
+
+    const headersFor = (target: Target, modelHeaders: Record<string, string> | undefined) => {
+      const headers: Record<string, string | null> = { ...target.headers, ...modelHeaders }
+      if (Option.isNone(target.apiKey)) {
+        // A gateway at the base URL holds the key: send no auth header at all.
+        headers.authorization = null
+        headers["x-api-key"] = null
+      } else if (target.bearer) {
+        headers.authorization = `Bearer ${Redacted.value(target.apiKey.value)}`
+        headers["x-api-key"] = null
+      }
+      return headers
+    }
+
+    const apiKeyFor = (target: Target) =>
+      Option.isNone(target.apiKey) ? "unused" : target.bearer ? undefined : Redacted.value(target.apiKey.value)
+
+    /** One request to the provider; its failure is classified, not retried. */
+    const attempt = (target: Target, call: Call, attemptNumber: number): Stream.Stream<ModelEvent, ModelError> =>
+      Stream.unwrapScoped(Effect.gen(function*() {
+        const controller = new AbortController()
+        yield* Effect.addFinalizer(() => Effect.sync(() => controller.abort()))
+        let last: LastResponse | undefined
+        let refused: EgressError.EgressError | undefined
+        const fetch: typeof globalThis.fetch = (input, init) =>
+          egress.fetchFunction(input, init).then(
+            (response) => {
+              last = { status: response.status, retryAfter: parseRetryAfter(response.headers.get("retry-after")) }
+              return response
+            },
+            (error) => {
+              if (error instanceof EgressError.EgressError) refused = error
+              throw error
+            }
+          )
+        const apiKey = apiKeyFor(target)
+        const events = Pi.streamSimple(target.model, call.context, {
+          ...(apiKey === undefined ? {} : { apiKey }),
+          headers: headersFor(target, call.modelHeaders),
+          fetch,
+          signal: controller.signal,
+          maxRetries: 0,
+          ...(call.reasoning === undefined ? {} : { reasoning: call.reasoning }),
+          ...(call.maxTokens === undefined ? {} : { maxTokens: call.maxTokens }),
+          ...(call.temperature === undefined ? {} : { temperature: call.temperature })
+        })
+        return Stream.fromAsyncIterable(
+          events,
+          (error) => new ModelNetworkError({ provider: target.provider, detail: String(error) })
+        ).pipe(
+          Stream.mapEffect((event): Effect.Effect<ReadonlyArray<ModelEvent>, ModelError> => {
+            if (event.type === "error") return Effect.fail(classify(target, event.error, last, refused))
+            if (event.type !== "done") return Effect.succeed([event])
+            return Effect.as(
+              record(target, call, event.message),
+              attemptNumber > 1 ? [{ type: "auto_retry_end", success: true, attempt: attemptNumber }, event] : [event]
+            )
+          }),
+          Stream.flattenIterables
+        )
+      }))
+
+    const record = (target: Target, call: Call, message: Pi.AssistantMessage) =>
+      usage.record({
+        tenantId: call.tenantId,
+        agentId: call.usage.agentId,
+        requestId: call.usage.requestId,
+        keyScope: Option.getOrUndefined(target.keyScope),
+        keySource: target.source,
+        provider: target.provider,
+        model: target.model.id,
+        kind: call.usage.kind,
+        input: message.usage.input,
+        output: message.usage.output,
+        cacheRead: message.usage.cacheRead,
+        cacheWrite: message.usage.cacheWrite,
+        reasoning: message.usage.reasoning,
+        costUsd: message.usage.cost.total,
+        costSource: "catalog"
+      })
+
+    const delayOf = (policy: RetryPolicy, error: ModelError, attemptNumber: number): Option.Option<Duration.Duration> => {
+      const backoff = Duration.min(
+        Duration.times(policy.baseDelay, 2 ** (attemptNumber - 1)),
+        policy.maxDelay
+      )
+      const asked = "retryAfter" in error && error.retryAfter !== undefined
+        ? Option.some(Duration.seconds(error.retryAfter))
+        : Option.none()
+      if (Option.isSome(asked) && Duration.greaterThan(asked.value, policy.maxRetryAfter)) return Option.none()
+      return Option.some(Option.getOrElse(asked, () => backoff))
+    }
+
+    const withRetries = (
+      target: Target,
+      call: Call,
+      policy: RetryPolicy,
+      attemptNumber: number
+    ): Stream.Stream<ModelEvent, ModelError> =>
+      attempt(target, call, attemptNumber).pipe(
+        Stream.catchAll((error) => {
+          const delay = isTransient(error) && attemptNumber < policy.maxAttempts
+            ? delayOf(policy, error, attemptNumber)
+            : Option.none()
+          if (Option.isNone(delay)) {
+            const end: Stream.Stream<ModelEvent> = attemptNumber > 1
+              ? Stream.make<[ModelEvent]>({ type: "auto_retry_end", success: false, attempt: attemptNumber })
+              : Stream.empty
+            return Stream.concat(end, Stream.fail(error))
+          }
+          return Stream.make<[ModelEvent]>({
+            type: "auto_retry_start",
+            attempt: attemptNumber,
+            maxAttempts: policy.maxAttempts,
+            delayMs: Duration.toMillis(delay.value),
+            errorMessage: error.message
+          }).pipe(
+            Stream.concat(Stream.fromEffect(Effect.sleep(delay.value)).pipe(Stream.drain)),
+            Stream.concat(withRetries(target, call, policy, attemptNumber + 1))
+          )
+        })
+      )
+
+    /** Streams one model response for `call`, retrying transient failures. */
+    const stream = (call: Call, policy: RetryPolicy = defaultRetryPolicy): Stream.Stream<ModelEvent, ModelError> =>
+      Stream.unwrap(
+        Effect.map(
+          credentials.resolve({ tenantId: call.tenantId, keyScope: call.keyScope, model: call.model }),
+          (target) => withRetries(target, call, policy, 1)
+        )
+      )
+
+    /** The finished message of a call, its events run to the end. */
+    const complete = (call: Call, policy?: RetryPolicy) =>
+      stream(call, policy).pipe(
+        Stream.runFold(Option.none<Pi.AssistantMessage>(), (result, event) =>
+          event.type === "done" ? Option.some(event.message) : result),
+        Effect.map(Option.getOrThrow)
+      )
+
+    return { stream, complete } as const
+  })
+}) {}
