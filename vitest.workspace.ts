@@ -7,5 +7,6 @@ export default defineWorkspace([
   { test: { name: "accounts", root: "./packages/accounts" } },
   { test: { name: "testing", root: "./packages/testing" } },
   { test: { name: "egress", root: "./packages/egress" } },
+  { test: { name: "models", root: "./packages/models", testTimeout: 30_000 } },
   { test: { name: "server", root: "./apps/server", testTimeout: 60_000, hookTimeout: 60_000 } }
 ])

@@ -120,7 +120,7 @@ export interface FakeUpstream {
 export const defaultModels: ReadonlyArray<string> = [
   "gpt-4o-mini",
   "gpt-5-mini",
-  "claude-sonnet-4-5",
+  "claude-sonnet-4-6",
   "claude-haiku-4-5"
 ]
 
@@ -152,11 +152,7 @@ export const start = (options: Options = {}): Effect.Effect<FakeUpstream, never,
         port,
         script: (step, scriptOptions) => enqueue(state, step, scriptOptions?.model),
         requests: () => state.recorded.slice(-state.maxRecorded),
-        reset: () => {
-          state.anyModel.length = 0
-          state.byModel.clear()
-          state.recorded.length = 0
-        }
+        reset: () => reset(state)
       }
     }
   )
@@ -199,6 +195,12 @@ const take = (state: State, model: string): Step | undefined => {
   const queue = state.byModel.get(model)
   if (queue !== undefined && queue.length > 0) return queue.shift()
   return state.anyModel.shift()
+}
+
+const reset = (state: State) => {
+  state.anyModel.length = 0
+  state.byModel.clear()
+  state.recorded.length = 0
 }
 
 const record = (state: State, request: RecordedRequest) => {
@@ -332,9 +334,7 @@ const admin = (
   }
   if (method === "GET" && path === "/_fake/requests") return sendJson(res, 200, state.recorded.slice(-state.maxRecorded))
   if (method === "POST" && path === "/_fake/reset") {
-    state.anyModel.length = 0
-    state.byModel.clear()
-    state.recorded.length = 0
+    reset(state)
     return sendJson(res, 200, { reset: true })
   }
   return sendJson(res, 404, { error: `no admin route ${method} ${path}` })
@@ -503,7 +503,7 @@ const makeReply = (step: Step, model: string, bodyLength: number): Reply => {
 }
 
 /** Splits text into word deltas (leading space kept) that join back to it exactly. */
-export const words = (text: string): Array<string> => {
+const words = (text: string): Array<string> => {
   const out: Array<string> = text.match(/\s*\S+/g) ?? []
   const length = out.reduce((sum, word) => sum + word.length, 0)
   if (length < text.length) {
@@ -601,7 +601,8 @@ const chatChunks = (reply: Reply, includeUsage: boolean): Array<Frame> => {
       }\n\n`,
       delta: delta_
     })
-  chunk({ role: "assistant", content: "", refusal: null }, false)
+  // As OpenAI: content "" opens a text reply, null one made only of tool calls.
+  chunk({ role: "assistant", content: reply.text === "" && reply.toolCalls.length > 0 ? null : "", refusal: null }, false)
   for (const piece of words(reply.thinking)) chunk({ reasoning_content: piece }, true)
   for (const piece of words(reply.text)) chunk({ content: piece }, true)
   reply.toolCalls.forEach((call, index) => {

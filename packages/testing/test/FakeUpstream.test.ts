@@ -354,12 +354,12 @@ describe("Anthropic messages", () => {
       const upstream = yield* FakeUpstream.start()
       upstream.script({ text: "Hello there world", usage: { input: 11, output: 3, cacheRead: 100, cacheWrite: 50 } })
       const message = yield* call(() =>
-        anthropic(upstream).messages.create({ model: "claude-sonnet-4-5", max_tokens: 64, messages: user })
+        anthropic(upstream).messages.create({ model: "claude-sonnet-4-6", max_tokens: 64, messages: user })
       )
       expect(message).toMatchObject({
         type: "message",
         role: "assistant",
-        model: "claude-sonnet-4-5",
+        model: "claude-sonnet-4-6",
         content: [{ type: "text", text: "Hello there world" }],
         stop_reason: "end_turn",
         stop_sequence: null,
@@ -367,8 +367,9 @@ describe("Anthropic messages", () => {
       })
       const [request] = upstream.requests()
       expect(request).toMatchObject({ path: "/v1/messages", protocol: "anthropic-messages" })
-      expect(request!.headers["x-api-key"]).toBe("sk-ant-test")
-      expect(request!.headers["anthropic-version"]).toBeDefined()
+      // SDK 1.x sends the API key as a bearer token, no longer as x-api-key.
+      expect(request!.headers.authorization).toBe("Bearer sk-ant-test")
+      expect(request!.headers["anthropic-version"]).toMatch(/^\d{4}-\d{2}-\d{2}$/)
     }))
 
   it.scopedLive("a streamed text reply in word deltas, with usage from message_start and message_delta", () =>
@@ -376,7 +377,7 @@ describe("Anthropic messages", () => {
       const upstream = yield* FakeUpstream.start()
       upstream.script({ text: "Hello there world", usage: { input: 11, output: 3, cacheRead: 5 } })
       const { deltas, types, message } = yield* call(async () => {
-        const stream = anthropic(upstream).messages.stream({ model: "claude-sonnet-4-5", max_tokens: 64, messages: user })
+        const stream = anthropic(upstream).messages.stream({ model: "claude-sonnet-4-6", max_tokens: 64, messages: user })
         const deltas: Array<string> = []
         const types: Array<string> = []
         stream.on("text", (delta) => deltas.push(delta))
@@ -405,7 +406,7 @@ describe("Anthropic messages", () => {
       upstream.script({ text: "Let me check.", toolCalls: twoCalls })
       const { fragments, message } = yield* call(async () => {
         const stream = anthropic(upstream).messages.stream({
-          model: "claude-sonnet-4-5",
+          model: "claude-sonnet-4-6",
           max_tokens: 256,
           messages: user,
           tools: anthropicTools
@@ -414,7 +415,8 @@ describe("Anthropic messages", () => {
         stream.on("inputJson", (partial) => {
           if (partial !== "") fragments++
         })
-        return { fragments, message: await stream.finalMessage() }
+        const message = await stream.finalMessage()
+        return { fragments, message }
       })
       expect(message.stop_reason).toBe("tool_use")
       expect(message.content[0]).toEqual({ type: "text", text: "Let me check." })
@@ -426,7 +428,7 @@ describe("Anthropic messages", () => {
 
       upstream.script({ toolCalls: [{ name: "get_time", arguments: { zone: "UTC" } }] })
       const plain = yield* call(() =>
-        anthropic(upstream).messages.create({ model: "claude-sonnet-4-5", max_tokens: 256, messages: user })
+        anthropic(upstream).messages.create({ model: "claude-sonnet-4-6", max_tokens: 256, messages: user })
       )
       expect(plain.content).toEqual([
         { type: "tool_use", id: expect.stringMatching(/^toolu_/), name: "get_time", input: { zone: "UTC" } }
@@ -439,7 +441,7 @@ describe("Anthropic messages", () => {
       const thinking = "The user greets me; greet back"
       upstream.script([{ thinking, text: "Hi!" }, { thinking, text: "Hi!" }])
       const request = {
-        model: "claude-sonnet-4-5",
+        model: "claude-sonnet-4-6",
         max_tokens: 2048,
         thinking: { type: "enabled" as const, budget_tokens: 1024 },
         messages: user
@@ -468,7 +470,7 @@ describe("Anthropic messages", () => {
       const upstream = yield* FakeUpstream.start()
       upstream.script({ text: "cut short", stopReason: "length" })
       const message = yield* call(() =>
-        anthropic(upstream).messages.stream({ model: "claude-sonnet-4-5", max_tokens: 2, messages: user }).finalMessage()
+        anthropic(upstream).messages.stream({ model: "claude-sonnet-4-6", max_tokens: 2, messages: user }).finalMessage()
       )
       expect(message.stop_reason).toBe("max_tokens")
     }))
@@ -477,7 +479,7 @@ describe("Anthropic messages", () => {
     Effect.gen(function*() {
       const upstream = yield* FakeUpstream.start()
       const count = yield* call(() =>
-        anthropic(upstream).messages.countTokens({ model: "claude-sonnet-4-5", messages: user })
+        anthropic(upstream).messages.countTokens({ model: "claude-sonnet-4-6", messages: user })
       )
       const body = JSON.stringify(upstream.requests()[0]!.body)
       expect(count).toEqual({ input_tokens: Math.ceil(body.length / 4) })
@@ -490,7 +492,7 @@ describe("Anthropic messages", () => {
       upstream.script([{ error: { status: 429, retryAfter: 1 } }, { text: "after the wait" }])
       const { ms, value } = yield* timed(call(() =>
         anthropic(upstream, { maxRetries: 1 }).messages.stream({
-          model: "claude-sonnet-4-5",
+          model: "claude-sonnet-4-6",
           max_tokens: 64,
           messages: user
         }).finalMessage()
@@ -504,7 +506,7 @@ describe("Anthropic messages", () => {
     Effect.gen(function*() {
       const upstream = yield* FakeUpstream.start()
       upstream.script([{ error: { status: 401 } }, { error: { status: 529 } }])
-      const request = { model: "claude-sonnet-4-5", max_tokens: 64, messages: user }
+      const request = { model: "claude-sonnet-4-6", max_tokens: 64, messages: user }
       const unauthorized = yield* failure(() => anthropic(upstream, { maxRetries: 1 }).messages.create(request))
       expect(unauthorized).toBeInstanceOf(Anthropic.AuthenticationError)
       expect(unauthorized).toMatchObject({
@@ -574,14 +576,14 @@ describe("fake upstream", () => {
 
   it.scopedLive("lists models in either SDK's shape", () =>
     Effect.gen(function*() {
-      const upstream = yield* FakeUpstream.start({ models: ["gpt-4o-mini", "claude-sonnet-4-5"] })
+      const upstream = yield* FakeUpstream.start({ models: ["gpt-4o-mini", "claude-sonnet-4-6"] })
       const openAiModels = yield* call(async () => collect(await openai(upstream).models.list()))
       expect(openAiModels.map((model) => [model.id, model.object])).toEqual([
         ["gpt-4o-mini", "model"],
-        ["claude-sonnet-4-5", "model"]
+        ["claude-sonnet-4-6", "model"]
       ])
       const claudeModels = yield* call(async () => collect(await anthropic(upstream).models.list()))
-      expect(claudeModels.map((model) => model.id)).toEqual(["gpt-4o-mini", "claude-sonnet-4-5"])
+      expect(claudeModels.map((model) => model.id)).toEqual(["gpt-4o-mini", "claude-sonnet-4-6"])
     }))
 
   it.scopedLive("refuses what a real upstream refuses, in the protocol's error body", () =>
@@ -623,7 +625,10 @@ describe("fake upstream", () => {
           const match = output.match(/^fake-upstream listening (http:\/\/127\.0\.0\.1:\d+)\n/)
           if (match) resume(Effect.succeed(match[1]!))
         })
-      }).pipe(Effect.timeout("20 seconds"))
+      }).pipe(
+        Effect.raceFirst(Effect.flatMap(Deferred.await(exited), (code) => Effect.die(`script exited with ${code}`))),
+        Effect.timeout("20 seconds")
+      )
       const admin = (path: string, body?: unknown) =>
         call(async () => {
           const response = await fetch(url + path, {
