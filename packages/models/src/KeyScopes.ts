@@ -10,6 +10,7 @@ import { SqlClient } from "@effect/sql"
 import { Effect, Option, Redacted } from "effect"
 import { Catalog } from "./Catalog.ts"
 import * as Secrets from "./internal/secrets.ts"
+import { Keys } from "./Keys.ts"
 
 export interface StoredEntry {
   readonly provider: string
@@ -42,11 +43,13 @@ const toEntry = (row: Row) =>
   })
 
 export class KeyScopes extends Effect.Service<KeyScopes>()("@agent-runtime/models/KeyScopes", {
+  dependencies: [Keys.Default],
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const sealer = yield* SealedSecret.Sealer
     const egress = yield* Egress.Egress
     const catalog = yield* Catalog
+    const keys = yield* Keys
 
     const columns = sql`scope, provider, sealed_key, last4, base_url, sealed_headers, header_names, region,
       floor(extract(epoch from set_at))::float8 AS set_at`
@@ -113,6 +116,16 @@ export class KeyScopes extends Effect.Service<KeyScopes>()("@agent-runtime/model
         return toEntry(saved!)
       })
 
+    /** Sets the scope's key for a provider the KeyInput way: checked with the provider first unless verify is false. */
+    const putKey = (tenantId: string, scope: string, provider: string, input: Provider.KeyInput) =>
+      Effect.gen(function*() {
+        const verification = yield* keys.check(provider, input)
+        if (verification.status !== "invalid") {
+          yield* put(tenantId, scope, provider, new Provider.KeyScopeEntryInput({ apiKey: input.apiKey }))
+        }
+        return new Provider.KeySet({ provider, last4: Secrets.last4(input.apiKey), verification })
+      })
+
     const removeEntry = (tenantId: string, scope: string, provider: string) =>
       sql`DELETE FROM key_scope_entries WHERE tenant_id = ${tenantId} AND scope = ${scope} AND provider = ${provider}
         RETURNING provider`.pipe(
@@ -157,6 +170,6 @@ export class KeyScopes extends Effect.Service<KeyScopes>()("@agent-runtime/model
         })
       }).pipe(Effect.orDie)
 
-    return { list, get, put, removeEntry, remove, find } as const
+    return { list, get, put, putKey, removeEntry, remove, find } as const
   })
 }) {}

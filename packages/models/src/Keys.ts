@@ -4,6 +4,7 @@
  * platform. Sealed at rest; only `last4` ever leaves.
  */
 import { ApiError, Provider } from "@agent-runtime/domain"
+import { Egress } from "@agent-runtime/egress"
 import { SealedSecret } from "@agent-runtime/store"
 import { SqlClient } from "@effect/sql"
 import { Effect, Option, Redacted } from "effect"
@@ -29,6 +30,7 @@ export class Keys extends Effect.Service<Keys>()("@agent-runtime/models/Keys", {
     const sql = yield* SqlClient.SqlClient
     const sealer = yield* SealedSecret.Sealer
     const catalog = yield* Catalog
+    const egress = yield* Egress.Egress
 
     const builtin = (provider: string) =>
       Option.match(catalog.provider(provider), {
@@ -42,7 +44,7 @@ export class Keys extends Effect.Service<Keys>()("@agent-runtime/models/Keys", {
         const known = yield* builtin(provider)
         if (input.verify === false) return new Provider.KeyVerification({ status: "unverified", detail: "not checked" })
         const model = known.models[0]!
-        return yield* Verify.verify({ api: model.api, baseUrl: model.baseUrl, apiKey: Redacted.make(input.apiKey) })
+        return yield* Verify.verify(egress, { api: model.api, baseUrl: model.baseUrl, apiKey: Redacted.make(input.apiKey) })
       })
 
     const setTenantKey = (tenantId: string, provider: string, input: Provider.KeyInput, source: "tenant" | "admin") =>
@@ -131,6 +133,6 @@ export class Keys extends Effect.Service<Keys>()("@agent-runtime/models/Keys", {
         return Option.some({ apiKey, source: row.source })
       })
 
-    return { setTenantKey, deleteTenantKey, setPlatformKey, deletePlatformKey, statusMap, find } as const
+    return { check, setTenantKey, deleteTenantKey, setPlatformKey, deletePlatformKey, statusMap, find } as const
   })
 }) {}

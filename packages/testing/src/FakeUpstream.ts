@@ -117,6 +117,9 @@ export interface FakeUpstream {
   readonly reset: () => void
 }
 
+/** Any key starting with this is refused with 401 on every route. */
+export const refusedKeyPrefix = "sk-invalid"
+
 export const defaultModels: ReadonlyArray<string> = [
   "gpt-4o-mini",
   "gpt-5-mini",
@@ -265,6 +268,9 @@ const respond = async (state: State, req: Http.IncomingMessage, res: Http.Server
     sendError(res, anthropic, { status, message }, param)
 
   if (protocol === "unknown") return fail(404, `Invalid URL (${method} ${path})`)
+  // Keys made to be refused, so key verification and refused-key paths can be tested end to end.
+  const presented = headers["x-api-key"] ?? headers.authorization?.replace(/^Bearer /i, "") ?? ""
+  if (presented.startsWith(refusedKeyPrefix)) return fail(401, "Incorrect API key provided.")
   if (protocol === "models") {
     if (method !== "GET") return fail(404, `Invalid URL (${method} ${path})`)
     return models(state, path, headers["anthropic-version"] !== undefined, res)

@@ -1,4 +1,4 @@
-import { Api, Auth } from "@agent-runtime/domain"
+import { Api, ApiError, Auth, Provider } from "@agent-runtime/domain"
 import { CustomProviders, Keys, KeyScopes, Listing } from "@agent-runtime/models"
 import { HttpApiBuilder } from "@effect/platform"
 import { Effect } from "effect"
@@ -56,8 +56,13 @@ export const layerKeyScopes = HttpApiBuilder.group(Api.Api, "keyScopes", (handle
       .handle("delete", ({ path }) =>
         Effect.flatMap(Auth.CurrentPrincipal, (principal) => scopes.remove(principal.tenantId, path.scope)))
       .handle("putEntry", ({ path, payload }) =>
-        Effect.flatMap(Auth.CurrentPrincipal, (principal) =>
-          scopes.put(principal.tenantId, path.scope, path.provider, payload)))
+        Effect.flatMap(
+          Auth.CurrentPrincipal,
+          (principal): Effect.Effect<Provider.KeyScopeEntry | Provider.KeySet, ApiError.InvalidRequest | ApiError.NotFound> =>
+            payload instanceof Provider.KeyInput
+              ? scopes.putKey(principal.tenantId, path.scope, path.provider, payload)
+              : scopes.put(principal.tenantId, path.scope, path.provider, payload)
+        ))
       .handle("deleteEntry", ({ path }) =>
         Effect.flatMap(Auth.CurrentPrincipal, (principal) =>
           scopes.removeEntry(principal.tenantId, path.scope, path.provider)))

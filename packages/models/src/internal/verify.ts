@@ -36,11 +36,10 @@ const request = (target: Target): { url: string; headers: Record<string, string>
   }
 }
 
-export const verify = (target: Target) =>
-  Effect.gen(function*() {
-    const egress = yield* Egress.Egress
+export const verify = (egress: Egress.Service, target: Target) =>
+  Effect.suspend(() => {
     const { headers, url } = request(target)
-    return yield* egress.fetch(url, { headers: { ...target.headers, ...headers } }).pipe(
+    return egress.fetch(url, { headers: { ...target.headers, ...headers } }).pipe(
       Effect.map((response): Provider.KeyVerification => {
         void response.body?.cancel()
         if (response.ok) return new Provider.KeyVerification({ status: "valid" })
