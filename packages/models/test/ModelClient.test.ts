@@ -216,6 +216,64 @@ describe.each(types)("%s", (type) => {
     }), { timeout: 30_000 })
 })
 
+describe("failures and interruption", () => {
+  it.scopedLive("a stream cut mid-way and a 529 are retried; a 400 is not", () =>
+    Effect.gen(function*() {
+      const upstream = yield* FakeUpstream.start()
+      const databaseUrl = yield* TestDatabase.make
+      yield* Effect.gen(function*() {
+        yield* withTenant
+        yield* saveProvider(upstream.url, "anthropic-messages")
+        upstream.script([
+          { text: "this answer breaks off in the middle", cutAfterEvents: 4 },
+          { error: { status: 529, message: "Overloaded" } },
+          { text: "whole answer" }
+        ])
+        const events = Either.getOrThrow(yield* collect(call({ reasoning: undefined })))
+        const retries = events.filter((event) => event.type === "auto_retry_start")
+        expect(retries.map((event) => event.type === "auto_retry_start" && event.errorMessage)).toEqual([
+          expect.stringContaining("unreachable"),
+          expect.stringContaining("overloaded")
+        ])
+        const done = events.at(-1)!
+        expect(done.type === "done" && done.message.content).toEqual([
+          expect.objectContaining({ type: "text", text: "whole answer" })
+        ])
+        // Only the finished response is paid for.
+        const sql = yield* SqlClient.SqlClient
+        const rows = yield* sql`SELECT id FROM usage_records`
+        expect(rows.length).toBe(1)
+
+        upstream.script({ error: { status: 400, message: "messages: bad" } })
+        const refused = Either.flip(yield* collect(call({ reasoning: undefined }))).pipe(Either.getOrThrow)
+        expect(refused).toMatchObject({ _tag: "ModelRequestRefused", status: 400 })
+      }).pipe(Effect.provide(layerFor(databaseUrl, { allowPrivate: true })))
+    }), { timeout: 30_000 })
+
+  it.scopedLive("interrupting the stream aborts the request at once", () =>
+    Effect.gen(function*() {
+      const upstream = yield* FakeUpstream.start()
+      const databaseUrl = yield* TestDatabase.make
+      yield* Effect.gen(function*() {
+        yield* withTenant
+        yield* saveProvider(upstream.url, "openai-completions")
+        // Twenty words at 300 ms each: six seconds if read to the end.
+        upstream.script({ text: Array.from({ length: 20 }, (_, i) => `w${i}`).join(" "), tokenDelayMs: 300 })
+        const client = yield* ModelClient.ModelClient
+        const started = Date.now()
+        const firstDeltas = yield* client.stream(call({ reasoning: undefined }), fast).pipe(
+          Stream.filter((event) => event.type === "text_delta"),
+          Stream.take(2),
+          Stream.runCollect
+        )
+        expect(Chunk.size(firstDeltas)).toBe(2)
+        expect(Date.now() - started).toBeLessThan(3000)
+        const sql = yield* SqlClient.SqlClient
+        expect((yield* sql`SELECT id FROM usage_records`).length).toBe(0)
+      }).pipe(Effect.provide(layerFor(databaseUrl, { allowPrivate: true })))
+    }), { timeout: 30_000 })
+})
+
 describe("keys and endpoints", () => {
   it.scopedLive("a key scope's gateway entry replaces the base URL and sends no auth header", () =>
     Effect.gen(function*() {
