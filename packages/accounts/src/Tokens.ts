@@ -2,7 +2,7 @@
  * The tenant's API keys. A key is shown once when made; only its SHA-256
  * hash is kept, which is enough for 256-bit random secrets.
  */
-import { ApiError, Common, Token } from "@agent-runtime/domain"
+import { Common, Token } from "@agent-runtime/domain"
 import { Ids } from "@agent-runtime/store"
 import { SqlClient } from "@effect/sql"
 import { Effect, Option, Schema } from "effect"
@@ -70,11 +70,7 @@ export class Tokens extends Effect.Service<Tokens>()("@agent-runtime/accounts/To
         WHERE id = ${id} AND tenant_id = ${tenantId} AND revoked_at IS NULL
         RETURNING id`.pipe(
         Effect.orDie,
-        Effect.flatMap((rows) =>
-          rows.length === 0
-            ? Effect.fail(new ApiError.NotFound({ error: `no token ${id}` }))
-            : Effect.succeed({ id, deleted: true as const })
-        )
+        Effect.flatMap(Common.deleted(id, `no token ${id}`))
       )
 
     /** The tenant and key a presented secret belongs to, if it is a live key. */

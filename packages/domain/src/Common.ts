@@ -1,7 +1,8 @@
 /**
  * Small shapes shared by many resources: times, pages of lists, bounded strings.
  */
-import { Schema } from "effect"
+import { Effect, Schema } from "effect"
+import { NotFound } from "./ApiError.ts"
 
 /** Unix seconds. */
 export const Timestamp = Schema.Number.annotations({ description: "Unix seconds" })
@@ -37,6 +38,15 @@ export const StringMap = Schema.Record({ key: Schema.String, value: Schema.Strin
 export const Deleted = Schema.Struct({ id: Schema.String, deleted: Schema.Literal(true) }).annotations({
   identifier: "Deleted"
 })
+
+/**
+ * The answer of a delete, from the rows its `DELETE ... RETURNING` removed:
+ * none removed means there was nothing by that id.
+ */
+export const deleted = (id: string, missing: string) => (rows: ReadonlyArray<unknown>) =>
+  rows.length === 0
+    ? Effect.fail(new NotFound({ error: missing }))
+    : Effect.succeed({ id, deleted: true as const })
 
 /** Success status of endpoints that create a resource. */
 export const created = { status: 201 } as const

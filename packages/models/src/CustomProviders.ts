@@ -3,7 +3,7 @@
  * server speaking one of the three protocols at a base URL. Agents name
  * their models `<provider>/<id>`.
  */
-import { ApiError, Provider } from "@agent-runtime/domain"
+import { ApiError, Common, Provider } from "@agent-runtime/domain"
 import { Egress } from "@agent-runtime/egress"
 import { SealedSecret } from "@agent-runtime/store"
 import { SqlClient } from "@effect/sql"
@@ -142,11 +142,7 @@ export class CustomProviders extends Effect.Service<CustomProviders>()("@agent-r
       sql`DELETE FROM custom_providers WHERE tenant_id = ${tenantId} AND scope = ${scope} AND name = ${name}
         RETURNING name`.pipe(
         Effect.orDie,
-        Effect.flatMap((rows) =>
-          rows.length === 0
-            ? Effect.fail(new ApiError.NotFound({ error: `no custom provider ${name}` }))
-            : Effect.succeed({ id: name, deleted: true as const })
-        )
+        Effect.flatMap(Common.deleted(name, `no custom provider ${name}`))
       )
 
     /** The API record of a stored provider: header names and last4, never values. */

@@ -3,7 +3,7 @@
  * the provider's API root, sealed headers, a region) that an agent's model
  * calls use before the tenant's own keys.
  */
-import { ApiError, Provider } from "@agent-runtime/domain"
+import { ApiError, Common, Provider } from "@agent-runtime/domain"
 import { Egress } from "@agent-runtime/egress"
 import { SealedSecret } from "@agent-runtime/store"
 import { SqlClient } from "@effect/sql"
@@ -130,11 +130,7 @@ export class KeyScopes extends Effect.Service<KeyScopes>()("@agent-runtime/model
       sql`DELETE FROM key_scope_entries WHERE tenant_id = ${tenantId} AND scope = ${scope} AND provider = ${provider}
         RETURNING provider`.pipe(
         Effect.orDie,
-        Effect.flatMap((deleted) =>
-          deleted.length === 0
-            ? Effect.fail(new ApiError.NotFound({ error: `no entry for ${provider} in key scope ${scope}` }))
-            : Effect.succeed({ id: provider, deleted: true as const })
-        )
+        Effect.flatMap(Common.deleted(provider, `no entry for ${provider} in key scope ${scope}`))
       )
 
     /** Removes the scope: its entries and its own providers. */
@@ -144,10 +140,7 @@ export class KeyScopes extends Effect.Service<KeyScopes>()("@agent-runtime/model
           RETURNING provider`
         const providers = yield* sql`DELETE FROM custom_providers WHERE tenant_id = ${tenantId} AND scope = ${scope}
           RETURNING name`
-        if (entries.length + providers.length === 0) {
-          return yield* new ApiError.NotFound({ error: `no key scope ${scope}` })
-        }
-        return { id: scope, deleted: true as const }
+        return yield* Common.deleted(scope, `no key scope ${scope}`)([...entries, ...providers])
       }).pipe(sql.withTransaction, Effect.catchTag("SqlError", Effect.die))
 
     /** The entry a call through `scope` uses for `provider`, secrets opened. */

@@ -3,7 +3,7 @@
  * operator set for a tenant (source admin), and platform keys paid by the
  * platform. Sealed at rest; only `last4` ever leaves.
  */
-import { ApiError, Provider } from "@agent-runtime/domain"
+import { ApiError, Common, Provider } from "@agent-runtime/domain"
 import { Egress } from "@agent-runtime/egress"
 import { SealedSecret } from "@agent-runtime/store"
 import { SqlClient } from "@effect/sql"
@@ -70,11 +70,7 @@ export class Keys extends Effect.Service<Keys>()("@agent-runtime/models/Keys", {
     const deleteTenantKey = (tenantId: string, provider: string) =>
       sql`DELETE FROM tenant_keys WHERE tenant_id = ${tenantId} AND provider = ${provider} RETURNING provider`.pipe(
         Effect.orDie,
-        Effect.flatMap((rows) =>
-          rows.length === 0
-            ? Effect.fail(new ApiError.NotFound({ error: `no key for ${provider}` }))
-            : Effect.succeed({ id: provider, deleted: true as const })
-        )
+        Effect.flatMap(Common.deleted(provider, `no key for ${provider}`))
       )
 
     const setPlatformKey = (provider: string, input: Provider.KeyInput) =>
@@ -97,11 +93,7 @@ export class Keys extends Effect.Service<Keys>()("@agent-runtime/models/Keys", {
     const deletePlatformKey = (provider: string) =>
       sql`DELETE FROM platform_keys WHERE provider = ${provider} RETURNING provider`.pipe(
         Effect.orDie,
-        Effect.flatMap((rows) =>
-          rows.length === 0
-            ? Effect.fail(new ApiError.NotFound({ error: `no platform key for ${provider}` }))
-            : Effect.succeed({ id: provider, deleted: true as const })
-        )
+        Effect.flatMap(Common.deleted(provider, `no platform key for ${provider}`))
       )
 
     /** The key a tenant's calls to `provider` use: its own or the operator's, else the platform's. */

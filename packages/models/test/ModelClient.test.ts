@@ -40,6 +40,19 @@ const layerFor = (databaseUrl: string, egress: { allowPrivate: boolean; resolver
 const withTenant = Effect.flatMap(SqlClient.SqlClient, (sql) =>
   sql`INSERT INTO tenants (id, name) VALUES (${tenantId}, 'models') ON CONFLICT DO NOTHING`)
 
+type Services = Layer.Layer.Success<ReturnType<typeof layerFor>>
+
+/** Runs `body` with a fake upstream, a fresh database holding the test tenant, and the model layer on it. */
+const scenario = <A, E>(
+  body: (upstream: FakeUpstream.FakeUpstream) => Effect.Effect<A, E, Services>,
+  egress: { allowPrivate: boolean; resolver?: Layer.Layer<Resolver.Resolver> } = { allowPrivate: true }
+) =>
+  Effect.gen(function*() {
+    const upstream = yield* FakeUpstream.start()
+    const databaseUrl = yield* TestDatabase.make
+    return yield* Effect.zipRight(withTenant, body(upstream)).pipe(Effect.provide(layerFor(databaseUrl, egress)))
+  })
+
 const baseUrlOf = (url: string, type: Provider.CustomProviderType) =>
   type === "anthropic-messages" ? url : `${url}/v1`
 
@@ -103,248 +116,220 @@ const types: ReadonlyArray<Provider.CustomProviderType> = ["openai-completions",
 
 describe.each(types)("%s", (type) => {
   it.scopedLive("streams text, thinking and two parallel tool calls, and records usage and cost", () =>
-    Effect.gen(function*() {
-      const upstream = yield* FakeUpstream.start()
-      const databaseUrl = yield* TestDatabase.make
-      yield* Effect.gen(function*() {
-        yield* withTenant
-        yield* saveProvider(upstream.url, type)
-        upstream.script({
-          thinking: "The user wants two facts.",
-          text: "Let me look both up.",
-          toolCalls: [
-            { name: "get_weather", arguments: { city: "Paris" } },
-            { name: "get_time", arguments: { tz: "Europe/Paris" } }
-          ],
-          usage: { input: 1200, output: 300, reasoning: 40 }
-        })
-        const result = yield* collect(call())
-        expect(Either.isRight(result)).toBe(true)
-        const events = Either.getOrThrow(result)
-        const types_ = new Set(events.map((event) => event.type))
-        for (const expected of ["start", "thinking_delta", "text_delta", "toolcall_delta", "toolcall_end", "done"]) {
-          expect(types_).toContain(expected)
-        }
-        const done = events.find((event) => event.type === "done")!
-        if (done.type !== "done") throw new Error("no done event")
-        const message = done.message
-        expect(message.stopReason).toBe("toolUse")
-        const thinking = message.content.filter((part) => part.type === "thinking")
-        expect(thinking.map((part) => part.type === "thinking" && part.thinking).join("")).toBe("The user wants two facts.")
-        const text = message.content.filter((part) => part.type === "text")
-        expect(text.map((part) => part.type === "text" && part.text).join("")).toBe("Let me look both up.")
-        const calls = message.content.flatMap((part) => part.type === "toolCall" ? [part] : [])
-        expect(calls.map((part) => [part.name, part.arguments])).toEqual([
-          ["get_weather", { city: "Paris" }],
-          ["get_time", { tz: "Europe/Paris" }]
-        ])
-        expect(new Set(calls.map((part) => part.id)).size).toBe(2)
-        expect(message.usage.output).toBe(300)
-        expect(message.usage.input).toBeGreaterThan(0)
+    scenario((upstream) =>
+      Effect.gen(function*() {
+      yield* saveProvider(upstream.url, type)
+      upstream.script({
+        thinking: "The user wants two facts.",
+        text: "Let me look both up.",
+        toolCalls: [
+          { name: "get_weather", arguments: { city: "Paris" } },
+          { name: "get_time", arguments: { tz: "Europe/Paris" } }
+        ],
+        usage: { input: 1200, output: 300, reasoning: 40 }
+      })
+      const result = yield* collect(call())
+      expect(Either.isRight(result)).toBe(true)
+      const events = Either.getOrThrow(result)
+      const types_ = new Set(events.map((event) => event.type))
+      for (const expected of ["start", "thinking_delta", "text_delta", "toolcall_delta", "toolcall_end", "done"]) {
+        expect(types_).toContain(expected)
+      }
+      const done = events.find((event) => event.type === "done")!
+      if (done.type !== "done") throw new Error("no done event")
+      const message = done.message
+      expect(message.stopReason).toBe("toolUse")
+      const thinking = message.content.filter((part) => part.type === "thinking")
+      expect(thinking.map((part) => part.type === "thinking" && part.thinking).join("")).toBe("The user wants two facts.")
+      const text = message.content.filter((part) => part.type === "text")
+      expect(text.map((part) => part.type === "text" && part.text).join("")).toBe("Let me look both up.")
+      const calls = message.content.flatMap((part) => part.type === "toolCall" ? [part] : [])
+      expect(calls.map((part) => [part.name, part.arguments])).toEqual([
+        ["get_weather", { city: "Paris" }],
+        ["get_time", { tz: "Europe/Paris" }]
+      ])
+      expect(new Set(calls.map((part) => part.id)).size).toBe(2)
+      expect(message.usage.output).toBe(300)
+      expect(message.usage.input).toBeGreaterThan(0)
 
-        // The request carried the key, the tools and a reasoning control.
-        const [request] = upstream.requests().filter((recorded) => recorded.protocol !== "models")
-        const auth = type === "anthropic-messages" ? request!.headers["x-api-key"] : request!.headers.authorization
-        expect(auth).toBe(type === "anthropic-messages" ? apiKey : `Bearer ${apiKey}`)
-        expect(JSON.stringify(request!.body)).toContain("get_weather")
+      // The request carried the key, the tools and a reasoning control.
+      const [request] = upstream.requests().filter((recorded) => recorded.protocol !== "models")
+      const auth = type === "anthropic-messages" ? request!.headers["x-api-key"] : request!.headers.authorization
+      expect(auth).toBe(type === "anthropic-messages" ? apiKey : `Bearer ${apiKey}`)
+      expect(JSON.stringify(request!.body)).toContain("get_weather")
 
-        const sql = yield* SqlClient.SqlClient
-        const [row] = yield* sql<{
-          provider: string
-          model: string
-          kind: string
-          input: string
-          output: string
-          reasoning: string | null
-          costUsd: number
-          keySource: string
-          agentId: string
-          requestId: string
-        }>`SELECT * FROM usage_records WHERE tenant_id = ${tenantId}`
-        expect(row).toMatchObject({
-          provider: "fake",
-          model: "m1",
-          kind: "response",
-          keySource: "tenant",
-          agentId: "client_test",
-          requestId: "req_1"
-        })
-        expect(Number(row!.output)).toBe(300)
-        expect(Number(row!.input)).toBe(message.usage.input)
-        const expectedCost = (message.usage.input * 3 + message.usage.output * 15 + message.usage.cacheRead * 0) / 1e6
-        expect(row!.costUsd).toBeCloseTo(expectedCost, 9)
-      }).pipe(Effect.provide(layerFor(databaseUrl, { allowPrivate: true })))
-    }), { timeout: 30_000 })
+      const sql = yield* SqlClient.SqlClient
+      const [row] = yield* sql<{
+        provider: string
+        model: string
+        kind: string
+        input: string
+        output: string
+        reasoning: string | null
+        costUsd: number
+        keySource: string
+        agentId: string
+        requestId: string
+      }>`SELECT * FROM usage_records WHERE tenant_id = ${tenantId}`
+      expect(row).toMatchObject({
+        provider: "fake",
+        model: "m1",
+        kind: "response",
+        keySource: "tenant",
+        agentId: "client_test",
+        requestId: "req_1"
+      })
+      expect(Number(row!.output)).toBe(300)
+      expect(Number(row!.input)).toBe(message.usage.input)
+      const expectedCost = (message.usage.input * 3 + message.usage.output * 15 + message.usage.cacheRead * 0) / 1e6
+      expect(row!.costUsd).toBeCloseTo(expectedCost, 9)
+      })), { timeout: 30_000 })
 
   it.scopedLive("retries a 429 after its Retry-After and announces the retry", () =>
-    Effect.gen(function*() {
-      const upstream = yield* FakeUpstream.start()
-      const databaseUrl = yield* TestDatabase.make
-      yield* Effect.gen(function*() {
-        yield* withTenant
-        yield* saveProvider(upstream.url, type)
-        upstream.script([{ error: { status: 429, retryAfter: 1, message: "slow down" } }, { text: "second time lucky" }])
-        const started = Date.now()
-        const events = Either.getOrThrow(yield* collect(call({ context: { messages: [{ role: "user", content: "hi", timestamp: 0 }] } })))
-        const elapsed = Date.now() - started
-        const retry = events.find((event) => event.type === "auto_retry_start")
-        expect(retry).toMatchObject({ type: "auto_retry_start", attempt: 1, delayMs: 1000 })
-        expect(events.find((event) => event.type === "auto_retry_end")).toMatchObject({ success: true, attempt: 2 })
-        expect(elapsed).toBeGreaterThanOrEqual(1000)
-        const done = events.at(-1)!
-        expect(done.type).toBe("done")
-        expect(upstream.requests().filter((recorded) => recorded.protocol !== "models").length).toBe(2)
-      }).pipe(Effect.provide(layerFor(databaseUrl, { allowPrivate: true })))
-    }), { timeout: 30_000 })
+    scenario((upstream) =>
+      Effect.gen(function*() {
+      yield* saveProvider(upstream.url, type)
+      upstream.script([{ error: { status: 429, retryAfter: 1, message: "slow down" } }, { text: "second time lucky" }])
+      const started = Date.now()
+      const events = Either.getOrThrow(yield* collect(call({ context: { messages: [{ role: "user", content: "hi", timestamp: 0 }] } })))
+      const elapsed = Date.now() - started
+      const retry = events.find((event) => event.type === "auto_retry_start")
+      expect(retry).toMatchObject({ type: "auto_retry_start", attempt: 1, delayMs: 1000 })
+      expect(events.find((event) => event.type === "auto_retry_end")).toMatchObject({ success: true, attempt: 2 })
+      expect(elapsed).toBeGreaterThanOrEqual(1000)
+      const done = events.at(-1)!
+      expect(done.type).toBe("done")
+      expect(upstream.requests().filter((recorded) => recorded.protocol !== "models").length).toBe(2)
+      })), { timeout: 30_000 })
 
   it.scopedLive("reports a 401 as a refused key, without retrying or quoting the key", () =>
-    Effect.gen(function*() {
-      const upstream = yield* FakeUpstream.start()
-      const databaseUrl = yield* TestDatabase.make
-      yield* Effect.gen(function*() {
-        yield* withTenant
-        yield* saveProvider(upstream.url, type)
-        upstream.script({ error: { status: 401, message: `Incorrect API key provided: ${apiKey}` } })
-        const result = yield* collect(call())
-        expect(Either.isLeft(result)).toBe(true)
-        const error = Either.flip(result).pipe(Either.getOrThrow)
-        expect(error._tag).toBe("ModelKeyInvalid")
-        expect(error).toMatchObject({ provider: "fake", status: 401 })
-        expect(error.message).not.toContain(apiKey)
-        expect(upstream.requests().filter((recorded) => recorded.protocol !== "models").length).toBe(1)
-      }).pipe(Effect.provide(layerFor(databaseUrl, { allowPrivate: true })))
-    }), { timeout: 30_000 })
+    scenario((upstream) =>
+      Effect.gen(function*() {
+      yield* saveProvider(upstream.url, type)
+      upstream.script({ error: { status: 401, message: `Incorrect API key provided: ${apiKey}` } })
+      const result = yield* collect(call())
+      expect(Either.isLeft(result)).toBe(true)
+      const error = Either.flip(result).pipe(Either.getOrThrow)
+      expect(error._tag).toBe("ModelKeyInvalid")
+      expect(error).toMatchObject({ provider: "fake", status: 401 })
+      expect(error.message).not.toContain(apiKey)
+      expect(upstream.requests().filter((recorded) => recorded.protocol !== "models").length).toBe(1)
+      })), { timeout: 30_000 })
 })
 
 describe("failures and interruption", () => {
   it.scopedLive("a stream cut mid-way and a 529 are retried; a 400 is not", () =>
-    Effect.gen(function*() {
-      const upstream = yield* FakeUpstream.start()
-      const databaseUrl = yield* TestDatabase.make
-      yield* Effect.gen(function*() {
-        yield* withTenant
-        yield* saveProvider(upstream.url, "anthropic-messages")
-        upstream.script([
-          { text: "this answer breaks off in the middle", cutAfterEvents: 4 },
-          { error: { status: 529, message: "Overloaded" } },
-          { text: "whole answer" }
-        ])
-        const events = Either.getOrThrow(yield* collect(call({ reasoning: undefined })))
-        const retries = events.filter((event) => event.type === "auto_retry_start")
-        expect(retries.map((event) => event.type === "auto_retry_start" && event.errorMessage)).toEqual([
-          expect.stringContaining("unreachable"),
-          expect.stringContaining("overloaded")
-        ])
-        const done = events.at(-1)!
-        expect(done.type === "done" && done.message.content).toEqual([
-          expect.objectContaining({ type: "text", text: "whole answer" })
-        ])
-        // Only the finished response is paid for.
-        const sql = yield* SqlClient.SqlClient
-        const rows = yield* sql`SELECT id FROM usage_records`
-        expect(rows.length).toBe(1)
+    scenario((upstream) =>
+      Effect.gen(function*() {
+      yield* saveProvider(upstream.url, "anthropic-messages")
+      upstream.script([
+        { text: "this answer breaks off in the middle", cutAfterEvents: 4 },
+        { error: { status: 529, message: "Overloaded" } },
+        { text: "whole answer" }
+      ])
+      const events = Either.getOrThrow(yield* collect(call({ reasoning: undefined })))
+      const retries = events.filter((event) => event.type === "auto_retry_start")
+      expect(retries.map((event) => event.type === "auto_retry_start" && event.errorMessage)).toEqual([
+        expect.stringContaining("unreachable"),
+        expect.stringContaining("overloaded")
+      ])
+      const done = events.at(-1)!
+      expect(done.type === "done" && done.message.content).toEqual([
+        expect.objectContaining({ type: "text", text: "whole answer" })
+      ])
+      // Only the finished response is paid for.
+      const sql = yield* SqlClient.SqlClient
+      const rows = yield* sql`SELECT id FROM usage_records`
+      expect(rows.length).toBe(1)
 
-        upstream.script({ error: { status: 400, message: "messages: bad" } })
-        const refused = Either.flip(yield* collect(call({ reasoning: undefined }))).pipe(Either.getOrThrow)
-        expect(refused).toMatchObject({ _tag: "ModelRequestRefused", status: 400 })
-      }).pipe(Effect.provide(layerFor(databaseUrl, { allowPrivate: true })))
-    }), { timeout: 30_000 })
+      upstream.script({ error: { status: 400, message: "messages: bad" } })
+      const refused = Either.flip(yield* collect(call({ reasoning: undefined }))).pipe(Either.getOrThrow)
+      expect(refused).toMatchObject({ _tag: "ModelRequestRefused", status: 400 })
+      })), { timeout: 30_000 })
 
   it.scopedLive("interrupting the stream aborts the request at once", () =>
-    Effect.gen(function*() {
-      const upstream = yield* FakeUpstream.start()
-      const databaseUrl = yield* TestDatabase.make
-      yield* Effect.gen(function*() {
-        yield* withTenant
-        yield* saveProvider(upstream.url, "openai-completions")
-        // Twenty words at 300 ms each: six seconds if read to the end.
-        upstream.script({ text: Array.from({ length: 20 }, (_, i) => `w${i}`).join(" "), tokenDelayMs: 300 })
-        const client = yield* ModelClient.ModelClient
-        const started = Date.now()
-        const firstDeltas = yield* client.stream(call({ reasoning: undefined }), fast).pipe(
-          Stream.filter((event) => event.type === "text_delta"),
-          Stream.take(2),
-          Stream.runCollect
-        )
-        expect(Chunk.size(firstDeltas)).toBe(2)
-        expect(Date.now() - started).toBeLessThan(3000)
-        const sql = yield* SqlClient.SqlClient
-        expect((yield* sql`SELECT id FROM usage_records`).length).toBe(0)
-      }).pipe(Effect.provide(layerFor(databaseUrl, { allowPrivate: true })))
-    }), { timeout: 30_000 })
+    scenario((upstream) =>
+      Effect.gen(function*() {
+      yield* saveProvider(upstream.url, "openai-completions")
+      // Twenty words at 300 ms each: six seconds if read to the end.
+      upstream.script({ text: Array.from({ length: 20 }, (_, i) => `w${i}`).join(" "), tokenDelayMs: 300 })
+      const client = yield* ModelClient.ModelClient
+      const started = Date.now()
+      const firstDeltas = yield* client.stream(call({ reasoning: undefined }), fast).pipe(
+        Stream.filter((event) => event.type === "text_delta"),
+        Stream.take(2),
+        Stream.runCollect
+      )
+      expect(Chunk.size(firstDeltas)).toBe(2)
+      expect(Date.now() - started).toBeLessThan(3000)
+      const sql = yield* SqlClient.SqlClient
+      expect((yield* sql`SELECT id FROM usage_records`).length).toBe(0)
+      })), { timeout: 30_000 })
 })
 
 describe("keys and endpoints", () => {
   it.scopedLive("a key scope's gateway entry replaces the base URL and sends no auth header", () =>
-    Effect.gen(function*() {
-      const upstream = yield* FakeUpstream.start()
-      const databaseUrl = yield* TestDatabase.make
-      yield* Effect.gen(function*() {
-        yield* withTenant
-        const scopes = yield* KeyScopes.KeyScopes
-        yield* scopes.put(
-          tenantId,
-          "gw",
-          "anthropic",
-          new Provider.KeyScopeEntryInput({ baseUrl: upstream.url, headers: { "x-gateway-team": "blue" } })
-        )
-        const result = yield* collect(call({
-          model: "anthropic/claude-sonnet-4-5",
-          keyScope: Option.some("gw"),
-          modelHeaders: { "x-trace-tag": "t1" },
-          reasoning: undefined
-        }))
-        expect(Either.isRight(result)).toBe(true)
-        const [request] = upstream.requests()
-        expect(request!.protocol).toBe("anthropic-messages")
-        expect(request!.headers["x-api-key"]).toBeUndefined()
-        expect(request!.headers.authorization).toBeUndefined()
-        expect(request!.headers["x-gateway-team"]).toBe("blue")
-        expect(request!.headers["x-trace-tag"]).toBe("t1")
-        const sql = yield* SqlClient.SqlClient
-        const [row] = yield* sql<{ keySource: string; keyScope: string }>`SELECT key_source, key_scope FROM usage_records`
-        expect(row).toEqual({ keySource: "scope", keyScope: "gw" })
-      }).pipe(Effect.provide(layerFor(databaseUrl, { allowPrivate: true })))
-    }), { timeout: 30_000 })
+    scenario((upstream) =>
+      Effect.gen(function*() {
+      const scopes = yield* KeyScopes.KeyScopes
+      yield* scopes.put(
+        tenantId,
+        "gw",
+        "anthropic",
+        new Provider.KeyScopeEntryInput({ baseUrl: upstream.url, headers: { "x-gateway-team": "blue" } })
+      )
+      const result = yield* collect(call({
+        model: "anthropic/claude-sonnet-4-5",
+        keyScope: Option.some("gw"),
+        modelHeaders: { "x-trace-tag": "t1" },
+        reasoning: undefined
+      }))
+      expect(Either.isRight(result)).toBe(true)
+      const [request] = upstream.requests()
+      expect(request!.protocol).toBe("anthropic-messages")
+      expect(request!.headers["x-api-key"]).toBeUndefined()
+      expect(request!.headers.authorization).toBeUndefined()
+      expect(request!.headers["x-gateway-team"]).toBe("blue")
+      expect(request!.headers["x-trace-tag"]).toBe("t1")
+      const sql = yield* SqlClient.SqlClient
+      const [row] = yield* sql<{ keySource: string; keyScope: string }>`SELECT key_source, key_scope FROM usage_records`
+      expect(row).toEqual({ keySource: "scope", keyScope: "gw" })
+      })), { timeout: 30_000 })
 
   it.scopedLive("a built-in model without any key fails as missing, before any request", () =>
-    Effect.gen(function*() {
-      const databaseUrl = yield* TestDatabase.make
-      yield* Effect.gen(function*() {
-        yield* withTenant
+    scenario(() =>
+      Effect.gen(function*() {
         const result = yield* collect(call({ model: "openai/gpt-5.1" }))
         expect(Either.flip(result).pipe(Either.getOrThrow)).toMatchObject({ _tag: "ModelKeyMissing", provider: "openai" })
         const unknown = yield* collect(call({ model: "nowhere/none" }))
         expect(Either.flip(unknown).pipe(Either.getOrThrow)).toMatchObject({ _tag: "UnknownModel" })
-      }).pipe(Effect.provide(layerFor(databaseUrl, { allowPrivate: true })))
-    }), { timeout: 30_000 })
+      })), { timeout: 30_000 })
 
   it.scopedLive("an endpoint that resolves public when saved and to loopback when called is refused at call time", () =>
-    Effect.gen(function*() {
-      const databaseUrl = yield* TestDatabase.make
+    Effect.suspend(() => {
       let lookups = 0
       // DNS rebinding: the first answer is public, every later one loopback.
       const resolver = Resolver.layerTest({
         "llm.rebind.example": () => (lookups++ === 0 ? ["93.184.216.34"] : ["127.0.0.1"])
       })
-      yield* Effect.gen(function*() {
-        yield* withTenant
-        const providers = yield* CustomProviders.CustomProviders
-        yield* providers.put(
-          tenantId,
-          "",
-          "fake",
-          new Provider.CustomProviderInput({
-            type: "openai-completions",
-            baseUrl: "https://llm.rebind.example/v1",
-            apiKey,
-            models: [new Provider.CustomModel({ id: "m1", contextWindow: 8000 })]
-          })
-        )
-        const result = yield* collect(call({ reasoning: undefined }))
-        const error = Either.flip(result).pipe(Either.getOrThrow)
-        expect(error._tag).toBe("ModelEndpointRefused")
-        expect(error.message).toContain("private_address")
-      }).pipe(Effect.provide(layerFor(databaseUrl, { allowPrivate: false, resolver })))
+      return scenario(() =>
+        Effect.gen(function*() {
+          const providers = yield* CustomProviders.CustomProviders
+          yield* providers.put(
+            tenantId,
+            "",
+            "fake",
+            new Provider.CustomProviderInput({
+              type: "openai-completions",
+              baseUrl: "https://llm.rebind.example/v1",
+              apiKey,
+              models: [new Provider.CustomModel({ id: "m1", contextWindow: 8000 })]
+            })
+          )
+          const result = yield* collect(call({ reasoning: undefined }))
+          const error = Either.flip(result).pipe(Either.getOrThrow)
+          expect(error._tag).toBe("ModelEndpointRefused")
+          expect(error.message).toContain("private_address")
+        }), { allowPrivate: false, resolver })
     }), { timeout: 30_000 })
 })
