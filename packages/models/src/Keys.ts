@@ -7,6 +7,7 @@ import { ApiError, Common, Provider } from "@agent-runtime/domain"
 import { Egress } from "@agent-runtime/egress"
 import { SealedSecret } from "@agent-runtime/store"
 import { SqlClient } from "@effect/sql"
+import type { SqlError } from "@effect/sql/SqlError"
 import { Effect, Option, Redacted } from "effect"
 import { Catalog } from "./Catalog.ts"
 import * as Secrets from "./internal/secrets.ts"
@@ -47,25 +48,27 @@ export class Keys extends Effect.Service<Keys>()("@agent-runtime/models/Keys", {
         return yield* Verify.verify(egress, { api: model.api, baseUrl: model.baseUrl, apiKey: Redacted.make(input.apiKey) })
       })
 
-    const setTenantKey = (tenantId: string, provider: string, input: Provider.KeyInput, source: "tenant" | "admin") =>
+    /** Checks the key, then stores it with `save` unless the provider refused it (a refused key is not kept). */
+    const checkThenSave = (
+      provider: string,
+      input: Provider.KeyInput,
+      save: (last4: string) => Effect.Effect<unknown, SqlError>
+    ) =>
       Effect.gen(function*() {
         const verification = yield* check(provider, input)
-        if (verification.status === "invalid") {
-          return new Provider.KeySet({ provider, last4: Secrets.last4(input.apiKey), verification })
-        }
-        const row = {
-          tenantId,
-          provider,
-          source,
-          sealedKey: sealer.seal(input.apiKey, Secrets.context.tenantKey(tenantId, provider)),
-          last4: Secrets.last4(input.apiKey)
-        }
-        yield* sql`
-          INSERT INTO tenant_keys ${sql.insert(row)}
+        const last4 = Secrets.last4(input.apiKey)
+        if (verification.status !== "invalid") yield* Effect.orDie(save(last4))
+        return new Provider.KeySet({ provider, last4, verification })
+      })
+
+    const setTenantKey = (tenantId: string, provider: string, input: Provider.KeyInput, source: "tenant" | "admin") =>
+      checkThenSave(provider, input, (last4) => {
+        const sealedKey = sealer.seal(input.apiKey, Secrets.context.tenantKey(tenantId, provider))
+        return sql`
+          INSERT INTO tenant_keys ${sql.insert({ tenantId, provider, source, sealedKey, last4 })}
           ON CONFLICT (tenant_id, provider) DO UPDATE SET
             source = excluded.source, sealed_key = excluded.sealed_key, last4 = excluded.last4, set_at = now()`
-        return new Provider.KeySet({ provider, last4: row.last4, verification })
-      }).pipe(Effect.catchTag("SqlError", Effect.die))
+      })
 
     const deleteTenantKey = (tenantId: string, provider: string) =>
       sql`DELETE FROM tenant_keys WHERE tenant_id = ${tenantId} AND provider = ${provider} RETURNING provider`.pipe(
@@ -74,21 +77,12 @@ export class Keys extends Effect.Service<Keys>()("@agent-runtime/models/Keys", {
       )
 
     const setPlatformKey = (provider: string, input: Provider.KeyInput) =>
-      Effect.gen(function*() {
-        const verification = yield* check(provider, input)
-        if (verification.status === "invalid") {
-          return new Provider.KeySet({ provider, last4: Secrets.last4(input.apiKey), verification })
-        }
-        const row = {
-          provider,
-          sealedKey: sealer.seal(input.apiKey, Secrets.context.platformKey(provider)),
-          last4: Secrets.last4(input.apiKey)
-        }
-        yield* sql`
-          INSERT INTO platform_keys ${sql.insert(row)}
+      checkThenSave(provider, input, (last4) => {
+        const sealedKey = sealer.seal(input.apiKey, Secrets.context.platformKey(provider))
+        return sql`
+          INSERT INTO platform_keys ${sql.insert({ provider, sealedKey, last4 })}
           ON CONFLICT (provider) DO UPDATE SET sealed_key = excluded.sealed_key, last4 = excluded.last4, set_at = now()`
-        return new Provider.KeySet({ provider, last4: row.last4, verification })
-      }).pipe(Effect.catchTag("SqlError", Effect.die))
+      })
 
     const deletePlatformKey = (provider: string) =>
       sql`DELETE FROM platform_keys WHERE provider = ${provider} RETURNING provider`.pipe(
