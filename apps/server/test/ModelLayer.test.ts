@@ -118,6 +118,10 @@ layer(WorldLive, { excludeTestServices: true })("model layer over REST", (it) =>
         key: { provider: "acme", source: "tenant", last4: "3333" }
       })
       expect(providers.find((provider: any) => provider.id === "exa")).toMatchObject({ kind: "search", key: null })
+      expect(providers.find((provider: any) => provider.id === "browserless")).toMatchObject({ kind: "fetch" })
+      const search = yield* api.put("/v1/keys/exa", { token: acme.token, json: { apiKey: "exa-key-1515" } })
+      expect(search.body).toEqual({ provider: "exa", last4: "1515", verification: { status: "unverified", detail: "not checked" } })
+      expect((yield* api.get("/v1/providers/exa", { token: acme.token })).body.key).toMatchObject({ source: "tenant", last4: "1515" })
     }))
 
   it.effect("keys are verified with the provider, and only good ones are kept", () =>

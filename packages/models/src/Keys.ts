@@ -13,6 +13,18 @@ import { Catalog } from "./Catalog.ts"
 import * as Secrets from "./internal/secrets.ts"
 import * as Verify from "./internal/verify.ts"
 
+/**
+ * Web search APIs for web_search, and the page renderer web_fetch uses for
+ * script-only pages. Their keys are set like model keys; there is no cheap
+ * check for them, so they are stored unverified.
+ */
+export const toolProviders: ReadonlyArray<{ readonly id: string; readonly kind: Provider.ProviderKind }> = [
+  { id: "brave", kind: "search" },
+  { id: "exa", kind: "search" },
+  { id: "parallel", kind: "search" },
+  { id: "browserless", kind: "fetch" }
+]
+
 export interface StoredKey {
   readonly apiKey: Redacted.Redacted<string>
   readonly source: Provider.KeySource
@@ -42,6 +54,9 @@ export class Keys extends Effect.Service<Keys>()("@agent-runtime/models/Keys", {
     /** Checks the key with the provider when asked to, before storing it. */
     const check = (provider: string, input: Provider.KeyInput) =>
       Effect.gen(function*() {
+        if (toolProviders.some((tool) => tool.id === provider)) {
+          return new Provider.KeyVerification({ status: "unverified", detail: "not checked" })
+        }
         const known = yield* builtin(provider)
         if (input.verify === false) return new Provider.KeyVerification({ status: "unverified", detail: "not checked" })
         const model = known.models[0]!

@@ -7,10 +7,8 @@ import { Config, Effect, Option } from "effect"
 import { Catalog, type CatalogModel } from "./Catalog.ts"
 import { toCatalogModel } from "./Credentials.ts"
 import { CustomProviders } from "./CustomProviders.ts"
-import { Keys } from "./Keys.ts"
+import { Keys, toolProviders } from "./Keys.ts"
 
-/** Web search providers the web_search builtin can use; keys are set like model keys. */
-const searchProviders = ["brave", "exa", "parallel"]
 
 const toModel = (model: CatalogModel, available: boolean) =>
   new Model.Model({
@@ -66,8 +64,8 @@ export class Listing extends Effect.Service<Listing>()("@agent-runtime/models/Li
               key: statuses.get(provider.id) ?? null
             })
           ),
-          ...searchProviders.map((id) =>
-            new Provider.Provider({ id, kind: "search", models: 0, apiKey: true, key: statuses.get(id) ?? null })
+          ...toolProviders.map(({ id, kind }) =>
+            new Provider.Provider({ id, kind, models: 0, apiKey: true, key: statuses.get(id) ?? null })
           ),
           ...own.map(custom.toProvider)
         ]
