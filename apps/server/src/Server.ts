@@ -8,11 +8,14 @@ import { Egress, Resolver } from "@agent-runtime/egress"
 import { Catalog, Credentials, CustomProviders, Keys, KeyScopes, Listing, ModelClient, UsageLog } from "@agent-runtime/models"
 import { Database, SealedSecret } from "@agent-runtime/store"
 import { HttpApiBuilder, HttpApiScalar, HttpMiddleware, HttpServer } from "@effect/platform"
-import { NodeHttpServer } from "@effect/platform-node"
-import { Context, Effect, Layer } from "effect"
+import { Agents, AgentRuntime, AgentStore } from "@agent-runtime/agent"
+import { RunnerAddress } from "@effect/cluster"
+import { NodeClusterHttp, NodeHttpServer } from "@effect/platform-node"
+import { Context, Duration, Effect, Layer, Option, Schedule } from "effect"
 import { createServer } from "node:http"
 import * as Gateway from "./Gateway.ts"
 import * as Admin from "./http/Admin.ts"
+import * as AgentsHttp from "./http/Agents.ts"
 import * as Authentication from "./http/Authentication.ts"
 import * as Errors from "./http/Errors.ts"
 import * as Health from "./http/Health.ts"
@@ -47,6 +50,7 @@ const layerApi = HttpApiBuilder.api(Api.Api).pipe(
     Models.layerProviders,
     Models.layerKeys,
     Models.layerKeyScopes,
+    AgentsHttp.layer,
     Admin.layer
   ]),
   Layer.provide([Authentication.layer, Authentication.layerOperator])
@@ -77,12 +81,45 @@ const layerModels = ModelClient.ModelClient.Default.pipe(
   Layer.provideMerge(Layer.mergeAll(Egress.layerConfig.pipe(Layer.provide(Resolver.layer)), SealedSecret.layerConfig))
 )
 
+/**
+ * The cluster runner: cluster storage on the node's PostgreSQL, the runner's
+ * own HTTP listener at RUNNER_ADDRESS. Built from our settings, not from the
+ * environment, whose HOST and PORT belong to the REST API.
+ */
+const layerCluster = Layer.unwrapEffect(
+  Effect.map(ServerConfig.ServerConfig, (config) =>
+    NodeClusterHttp.layer({
+      transport: "http",
+      storage: "sql",
+      shardingConfig: {
+        runnerAddress: Option.some(RunnerAddress.make(config.runnerAddress.host, config.runnerAddress.port)),
+        runnerListenAddress: Option.some(RunnerAddress.make(config.host, config.runnerAddress.port)),
+        entityMaxIdleTime: Duration.minutes(5)
+      }
+    }))
+)
+
+/** Wakes agents with accepted but unfinished work: at start, then now and then, so nothing accepted is lost. */
+const layerResumer = Layer.scopedDiscard(
+  Effect.flatMap(Agents.Agents, (agents) =>
+    agents.wakeOpenWork.pipe(
+      Effect.catchAllCause((cause) => Effect.logWarning("waking agents failed", cause)),
+      Effect.repeat(Schedule.spaced("10 seconds")),
+      Effect.forkScoped
+    ))
+)
+
+/** The agent runtime: the entity on this runner and the service the API calls. */
+const layerAgents = layerResumer.pipe(
+  Layer.provideMerge(Agents.Agents.Default),
+  Layer.provideMerge(AgentRuntime.layer),
+  Layer.provideMerge(AgentStore.AgentStore.Default),
+  Layer.provide(layerCluster)
+)
+
 /** Everything a node needs but its configuration, logger and database. */
-const layerServices = Layer.mergeAll(
-  Tenants.Tenants.Default,
-  Tokens.Tokens.Default,
-  Operator.layerConfig,
-  layerModels
+const layerServices = layerAgents.pipe(
+  Layer.provideMerge(Layer.mergeAll(Tenants.Tenants.Default, Tokens.Tokens.Default, Operator.layerConfig, layerModels))
 )
 
 export const layer = Readiness.layerServing.pipe(

@@ -1,7 +1,7 @@
 /**
  * The node's settings, read from the environment through Effect `Config`.
  */
-import { Config, Context, Layer, Option } from "effect"
+import { Config, ConfigError, Context, Either, Layer, Option } from "effect"
 
 export interface ServerConfig {
   readonly port: number
@@ -11,6 +11,8 @@ export interface ServerConfig {
   readonly dataDir: string
   /** Largest request body accepted; initialMessages alone may be 16 MB of JSON. */
   readonly maxBodyBytes: number
+  /** host:port other runners reach this node's cluster runner at. */
+  readonly runnerAddress: { readonly host: string; readonly port: number }
   /** How long a stopping node reports draining on /readyz while it still serves. */
   readonly drainGraceSeconds: number
 }
@@ -30,6 +32,16 @@ export const config: Config.Config<ServerConfig> = Config.all({
   host: Config.string("HOST").pipe(Config.withDefault("127.0.0.1")),
   publicUrl: Config.option(Config.url("PUBLIC_URL").pipe(Config.map((url) => url.href.replace(/\/$/, "")))),
   dataDir: Config.string("DATA_DIR").pipe(Config.withDefault("./.data")),
+  runnerAddress: Config.string("RUNNER_ADDRESS").pipe(
+    Config.withDefault("127.0.0.1:8789"),
+    Config.mapOrFail((address) => {
+      const colon = address.lastIndexOf(":")
+      const port = Number(address.slice(colon + 1))
+      return colon > 0 && Number.isInteger(port) && port > 0 && port < 65536
+        ? Either.right({ host: address.slice(0, colon).replace(/^\[|\]$/g, ""), port })
+        : Either.left(ConfigError.InvalidData(["RUNNER_ADDRESS"], "Expected host:port"))
+    })
+  ),
   drainGraceSeconds: Config.number("DRAIN_GRACE_SECONDS").pipe(Config.withDefault(0)),
   maxBodyBytes: Config.integer("MAX_BODY_BYTES").pipe(Config.withDefault(24 * 1024 * 1024))
 })

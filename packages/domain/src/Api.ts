@@ -7,6 +7,7 @@ import { Schema } from "effect"
 import * as ApiError from "./ApiError.ts"
 import { Authentication, OperatorAuthentication } from "./Auth.ts"
 import { created, Deleted, Page, PageParams } from "./Common.ts"
+import { AgentCreated, AgentDetail, AgentInput, AgentKey, AgentSummary } from "./Agent.ts"
 import { Me } from "./Me.ts"
 import { Model } from "./Model.ts"
 import {
@@ -18,6 +19,8 @@ import {
   KeySet,
   Provider
 } from "./Provider.ts"
+import { PromptInput, RequestRecord } from "./Run.ts"
+import { EventPoll, HistoryPage, SessionState } from "./Session.ts"
 import { Tenant, TenantCreated, TenantInput } from "./Tenant.ts"
 import { Token, TokenCreated, TokenInput } from "./Token.ts"
 
@@ -194,6 +197,90 @@ export class KeyScopesGroup extends HttpApiGroup.make("keyScopes")
   .annotate(OpenApi.Title, "Key scopes")
 {}
 
+const agentParam = HttpApiSchema.param("id", Schema.String)
+const requestParam = HttpApiSchema.param("requestId", Schema.String)
+const waitSeconds = Schema.NumberFromString.pipe(Schema.between(0, 25)).annotations({
+  description: "seconds to wait, at most 25",
+  jsonSchema: { type: "number", minimum: 0, maximum: 25 }
+})
+
+export class AgentsGroup extends HttpApiGroup.make("agents")
+  .add(
+    HttpApiEndpoint.post("create", "/v1/agents")
+      .setPayload(AgentInput)
+      .setHeaders(Schema.Struct({
+        "idempotency-key": Schema.optional(AgentKey.annotations({
+          description: "makes a keyed agent; a retry with the same key and body returns the same agent"
+        }))
+      }))
+      .addSuccess(AgentCreated, created)
+      .addError(ApiError.IdempotencyConflict.Wire)
+      .addError(ApiError.IdempotencyInProgress.Wire)
+  )
+  .add(HttpApiEndpoint.get("list", "/v1/agents").setUrlParams(PageParams).addSuccess(Page(AgentSummary)))
+  .add(
+    HttpApiEndpoint.get("get")`/v1/agents/${agentParam}`
+      .addSuccess(AgentDetail)
+      .addError(ApiError.NotFound.Wire)
+      .addError(ApiError.Gone.Wire)
+  )
+  .add(
+    HttpApiEndpoint.del("delete")`/v1/agents/${agentParam}`
+      .addSuccess(Deleted)
+      .addError(ApiError.NotFound.Wire)
+  )
+  .add(
+    HttpApiEndpoint.post("prompt")`/v1/agents/${agentParam}/prompt`
+      .setPayload(PromptInput)
+      .addSuccess(RequestRecord, { status: 202 })
+      .addError(ApiError.NotFound.Wire)
+      .addError(ApiError.Gone.Wire)
+      .addError(ApiError.IdempotencyConflict.Wire)
+      .annotate(OpenApi.Description, "Accepts a prompt and answers its request record at once; poll it for the outcome.")
+  )
+  .add(
+    HttpApiEndpoint.get("request")`/v1/agents/${agentParam}/requests/${requestParam}`
+      .setUrlParams(Schema.Struct({ wait: Schema.optional(waitSeconds) }))
+      .addSuccess(RequestRecord)
+      .addError(ApiError.NotFound.Wire)
+      .addError(ApiError.Gone.Wire)
+  )
+  .add(
+    HttpApiEndpoint.get("state")`/v1/agents/${agentParam}/state`
+      .addSuccess(SessionState)
+      .addError(ApiError.NotFound.Wire)
+      .addError(ApiError.Gone.Wire)
+  )
+  .add(
+    HttpApiEndpoint.get("history")`/v1/agents/${agentParam}/history`
+      .addSuccess(HistoryPage)
+      .addError(ApiError.NotFound.Wire)
+      .addError(ApiError.Gone.Wire)
+  )
+  .add(
+    HttpApiEndpoint.get("events")`/v1/agents/${agentParam}/events`
+      .setUrlParams(Schema.Struct({
+        poll: Schema.optional(Schema.Literal("1", "true")),
+        wait: Schema.optional(waitSeconds),
+        snapshot: Schema.optional(Schema.Literal("1", "true"))
+      }))
+      .setHeaders(Schema.Struct({
+        "last-event-id": Schema.optional(Schema.NumberFromString.annotations({ description: "the last cursor seen" }))
+      }))
+      .addSuccess(EventPoll)
+      .addError(ApiError.NotFound.Wire)
+      .addError(ApiError.Gone.Wire)
+      .addError(ApiError.ReplayGap.Wire)
+      .annotate(
+        OpenApi.Description,
+        "Server-sent events (text/event-stream): `event: ready`, then `id:`/`data:` frames and `: heartbeat` " +
+          "comments about every 5 s. With poll=1 the answer is one JSON EventPoll after at most `wait` seconds."
+      )
+  )
+  .middleware(Authentication)
+  .annotate(OpenApi.Title, "Agents")
+{}
+
 export class AdminGroup extends HttpApiGroup.make("admin")
   .add(
     HttpApiEndpoint.post("createTenant", "/v1/admin/tenants")
@@ -258,6 +345,7 @@ export class Api extends HttpApi.make("agent-runtime")
   .add(ProvidersGroup)
   .add(KeysGroup)
   .add(KeyScopesGroup)
+  .add(AgentsGroup)
   .add(AdminGroup)
   // Any route can meet these: unreadable or invalid input, unknown routes, oversized bodies, defects.
   .addError(ApiError.InvalidRequest.Wire)

@@ -103,9 +103,58 @@ const models = Effect.gen(function*() {
   yield* sql`CREATE INDEX usage_records_tenant ON usage_records (tenant_id, at)`
 })
 
+/** Agents, their requests, their history, and the blocks of event ids they hand out. */
+const agents = Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
+  yield* sql`
+    CREATE TABLE agents (
+      id text PRIMARY KEY,
+      tenant_id text NOT NULL REFERENCES tenants (id) ON DELETE CASCADE,
+      key text,
+      name text NOT NULL,
+      type text,
+      config jsonb NOT NULL,
+      input_fingerprint text NOT NULL,
+      expires_at timestamptz,
+      created_at timestamptz NOT NULL DEFAULT now(),
+      deleted_at timestamptz,
+      -- Event ids are handed out in blocks, so they keep growing across restarts and moves.
+      event_block bigint NOT NULL DEFAULT 0
+    )`
+  yield* sql`CREATE UNIQUE INDEX agents_key ON agents (tenant_id, key) WHERE key IS NOT NULL AND deleted_at IS NULL`
+  yield* sql`CREATE INDEX agents_tenant ON agents (tenant_id, id) WHERE deleted_at IS NULL`
+  yield* sql`
+    CREATE TABLE agent_requests (
+      agent_id text NOT NULL REFERENCES agents (id) ON DELETE CASCADE,
+      id text NOT NULL,
+      seq bigserial,
+      method text NOT NULL,
+      state text NOT NULL CHECK (state IN ('queued', 'running', 'completed')),
+      fingerprint text NOT NULL,
+      input jsonb NOT NULL,
+      began_index integer,
+      outcome jsonb,
+      steered_into text,
+      started_at timestamptz NOT NULL DEFAULT now(),
+      began_at timestamptz,
+      ended_at timestamptz,
+      PRIMARY KEY (agent_id, id)
+    )`
+  yield* sql`CREATE INDEX agent_requests_open ON agent_requests (agent_id, seq) WHERE state <> 'completed'`
+  yield* sql`
+    CREATE TABLE agent_messages (
+      agent_id text NOT NULL REFERENCES agents (id) ON DELETE CASCADE,
+      index integer NOT NULL,
+      request_id text,
+      message jsonb NOT NULL,
+      PRIMARY KEY (agent_id, index)
+    )`
+})
+
 export const migrations = {
   "1_tenants": tenants,
-  "2_models": models
+  "2_models": models,
+  "3_agents": agents
 }
 
 const table = "agent_runtime_migrations"

@@ -21,6 +21,11 @@ export class Sealer extends Context.Tag("@agent-runtime/store/Sealer")<Sealer, {
   /** Seals `plaintext` for the owner described by `context` (e.g. `tenant:tn_1/key:openai`). */
   readonly seal: (plaintext: string, context: string) => string
   readonly open: (sealed: string, context: string) => Effect.Effect<Redacted.Redacted<string>, SealedSecretError>
+  /**
+   * A keyed digest (HMAC-SHA256 under a key derived from the sealing key):
+   * credentials the service can show again (agent tokens) without storing them.
+   */
+  readonly sign: (purpose: string, data: string) => string
   readonly keyId: string
 }>() {}
 
@@ -37,8 +42,18 @@ export const parseKey = (encoded: string): SealingKey => {
 
 export const make = (current: SealingKey, previous: ReadonlyArray<SealingKey> = []) => {
   const keys = new Map([current, ...previous].map((key) => [key.id, key.key]))
+  const signingKeys = new Map<string, Buffer>()
+  const signingKey = (purpose: string) => {
+    let key = signingKeys.get(purpose)
+    if (key === undefined) {
+      key = Buffer.from(Crypto.hkdfSync("sha256", current.key, Buffer.alloc(0), `agent-runtime/${purpose}`, 32))
+      signingKeys.set(purpose, key)
+    }
+    return key
+  }
   return Sealer.of({
     keyId: current.id,
+    sign: (purpose, data) => Crypto.createHmac("sha256", signingKey(purpose)).update(data).digest("base64url"),
     seal: (plaintext, context) => {
       const iv = Crypto.randomBytes(12)
       const cipher = Crypto.createCipheriv("aes-256-gcm", current.key, iv)

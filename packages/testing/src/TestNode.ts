@@ -6,6 +6,7 @@ import { Deferred, Effect, Option, Scope } from "effect"
 import * as ChildProcess from "node:child_process"
 import * as Crypto from "node:crypto"
 import * as Fs from "node:fs/promises"
+import * as Net from "node:net"
 import * as Os from "node:os"
 import * as Path from "node:path"
 import { fileURLToPath } from "node:url"
@@ -38,8 +39,21 @@ export interface Exit {
 
 const readyLine = /agent-runtime ready rest=(\S+) gateway=(\S+)/
 
+/** A port free right now, for a node's cluster runner (which must know its address before it listens). */
+export const freePort = Effect.promise(() =>
+  new Promise<number>((resolve, reject) => {
+    const server = Net.createServer()
+    server.once("error", reject)
+    server.listen(0, "127.0.0.1", () => {
+      const port = (server.address() as Net.AddressInfo).port
+      server.close(() => resolve(port))
+    })
+  })
+)
+
 export const start = (options: Options): Effect.Effect<TestNode, Error, Scope.Scope> =>
   Effect.gen(function*() {
+    const runnerPort = yield* freePort
     const dataDir = yield* Effect.promise(() => Fs.mkdtemp(Path.join(Os.tmpdir(), "agent-runtime-node-")))
     const operatorToken = options.operatorToken ?? `aro_${Crypto.randomBytes(32).toString("base64url")}`
     const child = ChildProcess.spawn(process.execPath, [mainScript], {
@@ -51,6 +65,7 @@ export const start = (options: Options): Effect.Effect<TestNode, Error, Scope.Sc
         DATABASE_URL: options.databaseUrl,
         DATA_DIR: dataDir,
         OPERATOR_TOKEN: operatorToken,
+        RUNNER_ADDRESS: `127.0.0.1:${runnerPort}`,
         LOG_LEVEL: "Info",
         ...options.env
       },

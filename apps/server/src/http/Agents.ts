@@ -1,0 +1,52 @@
+import { Agents, Sse } from "@agent-runtime/agent"
+import { Api, Auth } from "@agent-runtime/domain"
+import { HttpApiBuilder, HttpServerResponse } from "@effect/platform"
+import { Duration, Effect, Option, Stream } from "effect"
+
+/** Version of the event stream's frames, sent in the ready frame. */
+const streamVersion = 1
+
+export const layer = HttpApiBuilder.group(Api.Api, "agents", (handlers) =>
+  Effect.gen(function*() {
+    const agents = yield* Agents.Agents
+    const tenant = Effect.map(Auth.CurrentPrincipal, (principal) => principal.tenantId)
+    return handlers
+      .handle("create", ({ headers, payload }) =>
+        Effect.flatMap(tenant, (tenantId) =>
+          agents.create(tenantId, payload, Option.fromNullable(headers["idempotency-key"]))))
+      .handle("list", ({ urlParams }) => Effect.flatMap(tenant, (tenantId) => agents.list(tenantId, urlParams)))
+      .handle("get", ({ path }) => Effect.flatMap(tenant, (tenantId) => agents.detail(tenantId, path.id)))
+      .handle("delete", ({ path }) => Effect.flatMap(tenant, (tenantId) => agents.remove(tenantId, path.id)))
+      .handle("prompt", ({ path, payload }) =>
+        Effect.flatMap(tenant, (tenantId) => agents.prompt(tenantId, path.id, payload)))
+      .handle("request", ({ path, urlParams }) =>
+        Effect.flatMap(tenant, (tenantId) =>
+          agents.request(tenantId, path.id, path.requestId, Duration.seconds(urlParams.wait ?? 0))))
+      .handle("state", ({ path }) => Effect.flatMap(tenant, (tenantId) => agents.state(tenantId, path.id)))
+      .handle("history", ({ path }) => Effect.flatMap(tenant, (tenantId) => agents.history(tenantId, path.id)))
+      .handle("events", ({ headers, path, urlParams }) =>
+        Effect.gen(function*() {
+          const tenantId = yield* tenant
+          const cursor = Option.fromNullable(headers["last-event-id"])
+          if (urlParams.poll !== undefined) {
+            return yield* agents.poll(
+              tenantId,
+              path.id,
+              Option.getOrElse(cursor, () => 0),
+              Duration.seconds(urlParams.wait ?? 0)
+            )
+          }
+          // A cursor behind the buffer is refused before the stream starts.
+          if (Option.isSome(cursor)) yield* agents.poll(tenantId, path.id, cursor.value, Duration.zero)
+          const entries = yield* agents.watch(tenantId, path.id, cursor)
+          const body = Sse.toStream({
+            ready: { version: streamVersion, agentId: path.id, connection: null },
+            entries: entries.pipe(Stream.map((entry) => ({ id: entry.id, json: JSON.stringify(entry.data) }))),
+            heartbeat: Duration.seconds(5)
+          })
+          return HttpServerResponse.stream(body, {
+            contentType: "text/event-stream",
+            headers: { "cache-control": "no-cache", "x-accel-buffering": "no" }
+          })
+        }))
+  }))

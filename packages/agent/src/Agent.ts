@@ -1,0 +1,61 @@
+/**
+ * The agent actor: one cluster entity per agent id, with typed messages.
+ * Requests that start or change work are persisted messages keyed by their
+ * request id, so a redelivery after a move runs nothing twice; reads are
+ * volatile.
+ */
+import { Input, Run } from "@agent-runtime/domain"
+import { ClusterSchema, Entity } from "@effect/cluster"
+import { Rpc } from "@effect/rpc"
+import { Schema } from "effect"
+
+export const PromptPayload = Schema.Struct({
+  requestId: Schema.String,
+  /** Hash of the request's input: the same request id with another input is a conflict. */
+  fingerprint: Schema.String,
+  text: Schema.String,
+  actor: Schema.optional(Schema.String),
+  from: Schema.optional(Input.Sender),
+  whileRunning: Schema.optional(Run.WhileRunning),
+  metadata: Schema.optional(Run.PromptMetadata)
+})
+export type PromptPayload = typeof PromptPayload.Type
+
+/** One display event as the owner's log holds it. */
+export const LoggedEvent = Schema.Struct({ id: Schema.Number, data: Schema.Unknown })
+
+/** The cursor is behind what the owner's log still holds. */
+export class ReplayGap extends Schema.TaggedError<ReplayGap>()("ReplayGap", {
+  cursor: Schema.Number,
+  oldest: Schema.Number
+}) {}
+
+export const Status = Schema.Struct({
+  cursor: Schema.Number,
+  running: Schema.Boolean,
+  activeRequest: Schema.NullOr(Schema.String),
+  queued: Schema.Array(Schema.String)
+})
+export type Status = typeof Status.Type
+
+export const Agent = Entity.make("Agent", [
+  Rpc.make("Prompt", {
+    payload: PromptPayload.fields,
+    success: Run.RequestRecord,
+    primaryKey: (payload) => payload.requestId
+  }).annotate(ClusterSchema.Persisted, true),
+  /** Loads unfinished work from the journal; sent after restarts so accepted work goes on. */
+  Rpc.make("Wake"),
+  Rpc.make("Status", { success: Status }),
+  Rpc.make("Watch", {
+    payload: { cursor: Schema.optional(Schema.Number) },
+    success: LoggedEvent,
+    error: ReplayGap,
+    stream: true
+  }),
+  Rpc.make("Poll", {
+    payload: { cursor: Schema.Number, waitMillis: Schema.Number },
+    success: Schema.Struct({ cursor: Schema.Number, events: Schema.Array(LoggedEvent) }),
+    error: ReplayGap
+  })
+])

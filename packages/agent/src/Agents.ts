@@ -1,0 +1,277 @@
+/**
+ * What the API asks of agents: create (idempotent by key), read, list,
+ * delete, prompt, request records, events, state and history. Work goes to
+ * the agent's entity; reads of settled data come from the journal.
+ */
+import { Agent as AgentSchemas, ApiError, Common, Run, Session } from "@agent-runtime/domain"
+import { Listing } from "@agent-runtime/models"
+import { Ids, SealedSecret } from "@agent-runtime/store"
+import { Duration, Effect, Option } from "effect"
+import * as Crypto from "node:crypto"
+import { Agent, type PromptPayload } from "./Agent.ts"
+import { toRecord } from "./AgentRuntime.ts"
+import { type AgentConfig, type AgentRow, AgentStore } from "./AgentStore.ts"
+
+export const agentTokenPrefix = "aat_"
+
+/** A stable digest of a request body: the same key or request id with another body is a conflict. */
+export const fingerprint = (value: unknown) =>
+  Crypto.createHash("sha256").update(JSON.stringify(value, Object.keys(value as object).sort())).digest("hex").slice(
+    0,
+    32
+  )
+
+const longPollLimit = Duration.seconds(25)
+
+export class Agents extends Effect.Service<Agents>()("@agent-runtime/agent/Agents", {
+  effect: Effect.gen(function*() {
+    const store = yield* AgentStore
+    const sealer = yield* SealedSecret.Sealer
+    const listing = yield* Listing.Listing
+    const makeClient = yield* Agent.client
+
+    /** Agent tokens are derived, not stored: the credentials route can show them again. */
+    const tokenFor = (agentId: string) => `${agentTokenPrefix}${agentId}.${sealer.sign("agent-token", agentId)}`
+
+    /** The agent a token names, if the token is genuine. */
+    const agentOfToken = (token: string) => {
+      if (!token.startsWith(agentTokenPrefix)) return Option.none<string>()
+      const [agentId, mac] = token.slice(agentTokenPrefix.length).split(".")
+      if (agentId === undefined || mac === undefined) return Option.none<string>()
+      const expected = Buffer.from(sealer.sign("agent-token", agentId))
+      const given = Buffer.from(mac)
+      return expected.length === given.length && Crypto.timingSafeEqual(expected, given)
+        ? Option.some(agentId)
+        : Option.none<string>()
+    }
+
+    const live = (tenantId: string, id: string) =>
+      Effect.gen(function*() {
+        const agent = yield* Effect.orDie(store.find(tenantId, id))
+        if (Option.isNone(agent)) return yield* new ApiError.NotFound({ error: `no agent ${id}` })
+        if (agent.value.expiresAt !== null && agent.value.expiresAt * 1000 <= Date.now()) {
+          return yield* new ApiError.Gone({ error: `agent ${id} expired` })
+        }
+        return agent.value
+      })
+
+    const summary = (agent: AgentRow, running: boolean) =>
+      new AgentSchemas.AgentSummary({
+        id: agent.id,
+        key: agent.key,
+        name: agent.name,
+        type: agent.type ?? "agent",
+        model: agent.config.model,
+        connected: false,
+        running,
+        expiresAt: agent.expiresAt,
+        resume: null
+      })
+
+    const sendPrompt = (agentId: string, input: Run.PromptInput, defaultRequestId: string) => {
+      const requestId = input.requestId ?? defaultRequestId
+      const payload: PromptPayload = {
+        requestId,
+        fingerprint: fingerprint({ ...input, requestId }),
+        text: input.text,
+        ...(input.actor === undefined ? {} : { actor: input.actor }),
+        ...(input.from === undefined ? {} : { from: input.from }),
+        ...(input.whileRunning === undefined ? {} : { whileRunning: input.whileRunning }),
+        ...(input.metadata === undefined ? {} : { metadata: input.metadata })
+      }
+      return Effect.gen(function*() {
+        const record = yield* Effect.orDie(makeClient(agentId).Prompt(payload))
+        if (record.fingerprint !== payload.fingerprint) {
+          return yield* new ApiError.IdempotencyConflict({
+            error: `request id ${requestId} was used for another request`
+          })
+        }
+        return record
+      })
+    }
+
+    const create = (tenantId: string, input: AgentSchemas.AgentInput, idempotencyKey: Option.Option<string>) =>
+      Effect.gen(function*() {
+        const { prompt, ...settings } = input
+        const inputFingerprint = fingerprint(input)
+        const key = Option.getOrNull(idempotencyKey)
+        const existing = key === null ? Option.none() : yield* Effect.orDie(store.findByKey(tenantId, key))
+        let agent: AgentRow
+        if (Option.isSome(existing)) {
+          if (existing.value.inputFingerprint !== inputFingerprint) {
+            return yield* new ApiError.IdempotencyConflict({
+              error: `Idempotency-Key ${key} was used with another body`
+            })
+          }
+          agent = existing.value
+        } else {
+          const config: AgentConfig = {
+            model: settings.model ?? (yield* listing.defaultModel(tenantId)),
+            ...(settings.systemPrompt === undefined ? {} : { systemPrompt: settings.systemPrompt }),
+            ...(settings.systemPromptAppend === undefined ? {} : { systemPromptAppend: settings.systemPromptAppend }),
+            ...(settings.thinkingLevel === undefined ? {} : { thinkingLevel: settings.thinkingLevel }),
+            ...(settings.keyScope === undefined ? {} : { keyScope: settings.keyScope }),
+            ...(settings.modelHeaders === undefined ? {} : { modelHeaders: settings.modelHeaders }),
+            ...(settings.subject === undefined ? {} : { subject: settings.subject })
+          }
+          const id = Ids.make("client")
+          const ttlSeconds = settings.ttlSeconds !== undefined
+            ? settings.ttlSeconds
+            : key === null
+            ? AgentSchemas.defaultTtlSeconds
+            : null
+          const inserted = yield* store.insertAgent({
+            id,
+            tenantId,
+            key,
+            name: settings.name ?? id,
+            type: settings.type ?? null,
+            config,
+            inputFingerprint,
+            ttlSeconds
+          }).pipe(
+            Effect.map(Option.some),
+            // Another request with this key won the race: it is still creating the agent.
+            Effect.catchAll((error) =>
+              String(error.cause ?? error).includes("agents_key")
+                ? Effect.fail(
+                  new ApiError.IdempotencyInProgress({ error: `the first request with Idempotency-Key ${key} still runs` })
+                )
+                : Effect.die(error)
+            )
+          )
+          agent = Option.getOrThrow(inserted)
+        }
+        const first = prompt === undefined
+          ? undefined
+          : yield* sendPrompt(agent.id, prompt, key === null ? Ids.make("req") : "req_initial")
+        return new AgentSchemas.AgentCreated({
+          id: agent.id,
+          token: tokenFor(agent.id),
+          expiresAt: agent.expiresAt,
+          ...(first === undefined ? {} : { prompt: first })
+        })
+      })
+
+    const prompt = (tenantId: string, agentId: string, input: Run.PromptInput) =>
+      Effect.flatMap(live(tenantId, agentId), () => sendPrompt(agentId, input, Ids.make("req")))
+
+    const status = (agentId: string) => Effect.orDie(makeClient(agentId).Status())
+
+    const detail = (tenantId: string, agentId: string) =>
+      Effect.gen(function*() {
+        const agent = yield* live(tenantId, agentId)
+        const state = yield* status(agentId)
+        const requests = yield* Effect.orDie(store.recentRequests(agentId, 20))
+        return new AgentSchemas.AgentDetail({
+          ...summary(agent, state.running),
+          tools: [],
+          toolSources: [],
+          mounts: [],
+          systemPrompt: agent.config.systemPrompt ?? "",
+          ...(agent.config.systemPromptAppend === undefined ? {} : { systemPromptAppend: agent.config.systemPromptAppend }),
+          keyScope: agent.config.keyScope ?? null,
+          modelHeaders: agent.config.modelHeaders ?? null,
+          builtins: [],
+          spendLimit: null,
+          cursor: state.cursor,
+          events: [],
+          requests: requests.map(toRecord),
+          busy: state.running,
+          activeRun: state.activeRequest,
+          queuedRuns: state.queued
+        })
+      })
+
+    const list = (tenantId: string, params: Common.PageParams) =>
+      Effect.gen(function*() {
+        const size = params.limit ?? Common.defaultPageSize
+        const rows = yield* Effect.orDie(store.list(tenantId, params.after, size + 1))
+        const data = rows.slice(0, size).map((agent) => summary(agent, false))
+        return { data, next: rows.length > size ? data[data.length - 1]!.id : null }
+      })
+
+    const remove = (tenantId: string, agentId: string) =>
+      Effect.flatMap(Effect.orDie(store.remove(tenantId, agentId)), Common.deleted(agentId, `no agent ${agentId}`))
+
+    /** The record of a request; with `wait` it answers once the request settles or the wait (at most 25 s) ends. */
+    const request = (tenantId: string, agentId: string, requestId: string, wait: Duration.Duration) =>
+      Effect.gen(function*() {
+        yield* live(tenantId, agentId)
+        const read = Effect.orDie(store.getRequest(agentId, requestId)).pipe(
+          Effect.flatMap(Option.match({
+            onNone: () => Effect.fail(new ApiError.NotFound({ error: `no request ${requestId}` })),
+            onSome: Effect.succeed
+          }))
+        )
+        const deadline = Date.now() + Duration.toMillis(Duration.min(wait, longPollLimit))
+        let row = yield* read
+        while (row.state !== "completed" && Date.now() < deadline) {
+          yield* Effect.sleep("100 millis")
+          row = yield* read
+        }
+        return toRecord(row)
+      })
+
+    const state = (tenantId: string, agentId: string) =>
+      Effect.gen(function*() {
+        yield* live(tenantId, agentId)
+        const current = yield* status(agentId)
+        const requests = yield* Effect.orDie(store.recentRequests(agentId, 10))
+        return new Session.SessionState({ cursor: current.cursor, requests: requests.map(toRecord), resume: null })
+      })
+
+    const history = (tenantId: string, agentId: string) =>
+      Effect.gen(function*() {
+        yield* live(tenantId, agentId)
+        const messages = yield* Effect.orDie(store.messages(agentId))
+        return new Session.HistoryPage({
+          entries: messages.map((row) => new Session.HistoryEntry({ index: row.index, message: row.message as any })),
+          next: null,
+          total: messages.length,
+          split: false
+        })
+      })
+
+    const watch = (tenantId: string, agentId: string, cursor: Option.Option<number>) =>
+      Effect.map(live(tenantId, agentId), () =>
+        makeClient(agentId).Watch({ ...(Option.isSome(cursor) ? { cursor: cursor.value } : {}) }))
+
+    const poll = (tenantId: string, agentId: string, cursor: number, wait: Duration.Duration) =>
+      Effect.flatMap(live(tenantId, agentId), () =>
+        makeClient(agentId).Poll({ cursor, waitMillis: Duration.toMillis(Duration.min(wait, longPollLimit)) }).pipe(
+          Effect.catchTag("ReplayGap", (gap) =>
+            Effect.fail(
+              new ApiError.ReplayGap({
+                error: `cursor ${gap.cursor} is behind the replay buffer (oldest ${gap.oldest}); read state and continue from its cursor`
+              })
+            )),
+          Effect.catchAll((error) => Effect.die(error))
+        ))
+
+    /** Wakes every agent with unfinished work, so accepted requests go on after a restart. */
+    const wakeOpenWork = Effect.gen(function*() {
+      const agents = yield* Effect.orDie(store.agentsWithOpenWork)
+      yield* Effect.forEach(agents, (agentId) => Effect.ignore(makeClient(agentId).Wake()), {
+        concurrency: 16,
+        discard: true
+      })
+    })
+
+    return {
+      create,
+      prompt,
+      detail,
+      list,
+      remove,
+      request,
+      state,
+      history,
+      watch,
+      poll,
+      wakeOpenWork,
+      tokenFor,
+      agentOfToken
+    } as const
+  })
+}) {}

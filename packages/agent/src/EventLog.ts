@@ -1,0 +1,252 @@
+/**
+ * The per-agent display event log: a bounded replay buffer (last 512 events,
+ * at most 2 MiB) and live fan-out to watchers. Events are display only, so a
+ * reader that falls behind is told (ReplayGap, SubscriberLagged) rather than
+ * holding up the agent: `publish` never waits on a reader.
+ */
+import { Buffer } from "node:buffer"
+import { Chunk, Duration, Effect, Either, Option, Queue, Schema, Scope, Stream } from "effect"
+
+/** One published frame; `json` is serialized once so every SSE writer sends the same string. */
+export interface Entry {
+  readonly id: number
+  readonly data: unknown
+  readonly json: string
+}
+
+/** The EventPoll answer. */
+export interface Poll {
+  readonly cursor: number
+  readonly events: ReadonlyArray<{ readonly id: number; readonly data: unknown }>
+}
+
+/** The cursor is behind what the buffer still holds: events after it were evicted or predate this log. */
+export class ReplayGap extends Schema.TaggedError<ReplayGap>()("ReplayGap", {
+  cursor: Schema.Number,
+  /** The oldest id still buffered (the next id when the buffer is empty). */
+  oldest: Schema.Number
+}) {
+  override get message() {
+    return `cursor ${this.cursor} is behind the replay buffer (oldest ${this.oldest})`
+  }
+}
+
+/** A subscriber's own buffer overflowed; its stream ends so the client reconnects from `lastId`. */
+export class SubscriberLagged extends Schema.TaggedError<SubscriberLagged>()("SubscriberLagged", {
+  /** The last id delivered on the stream before it ended. */
+  lastId: Schema.Number
+}) {
+  override get message() {
+    return `subscriber fell behind after event ${this.lastId}`
+  }
+}
+
+export interface EventLog {
+  readonly agentId: string
+  readonly publish: (data: unknown) => Effect.Effect<Entry>
+  /** The latest id, or the start cursor before anything was published. */
+  readonly cursor: Effect.Effect<number>
+  readonly since: (cursor: number) => Effect.Effect<Either.Either<ReadonlyArray<Entry>, ReplayGap>>
+  /** Replays entries after the cursor (none for `Option.none()`), then continues live. */
+  readonly subscribe: (
+    cursor: Option.Option<number>
+  ) => Effect.Effect<Stream.Stream<Entry, SubscriberLagged>, ReplayGap, Scope.Scope>
+  readonly poll: (cursor: number, wait: Duration.DurationInput) => Effect.Effect<Poll, ReplayGap>
+  /** Open subscriptions (watchers and waiting polls). */
+  readonly subscribers: Effect.Effect<number>
+}
+
+export interface Options {
+  readonly agentId: string
+  /** Ids continue after this one; a cursor below it is a gap (events from before a restart or move). */
+  readonly startCursor: number
+  readonly maxEvents?: number
+  readonly maxBytes?: number
+  readonly subscriberBuffer?: number
+}
+
+export const defaultMaxEvents = 512
+export const defaultMaxBytes = 2 * 1024 * 1024
+export const defaultSubscriberBuffer = 1024
+
+/** `null` in a subscriber's queue: the log closed, the stream ends. */
+type Slot = Entry | null
+
+interface Subscriber {
+  readonly queue: Queue.Queue<Slot>
+  /** Last id put in the queue: what the stream will have delivered when it drains. */
+  lastQueued: number
+  lagged: boolean
+  closed: boolean
+}
+
+/**
+ * A log whose subscriptions end when the scope closes. Everything that touches
+ * the buffer or the subscriber set runs in one synchronous step, so a
+ * subscription's snapshot and its live feed meet exactly: nothing in between
+ * is missed or delivered twice.
+ */
+export const make = (options: Options): Effect.Effect<EventLog, never, Scope.Scope> =>
+  Effect.gen(function*() {
+    const maxEvents = Math.max(1, options.maxEvents ?? defaultMaxEvents)
+    const maxBytes = options.maxBytes ?? defaultMaxBytes
+    const subscriberBuffer = Math.max(1, options.subscriberBuffer ?? defaultSubscriberBuffer)
+
+    // Ring buffer of the newest entries: `head` is the oldest's slot.
+    const ring: Array<Entry | undefined> = new Array(maxEvents)
+    const sizes: Array<number> = new Array(maxEvents).fill(0)
+    let head = 0
+    let count = 0
+    let bytes = 0
+    let latest = options.startCursor
+    const live = new Set<Subscriber>()
+    let closed = false
+
+    const evictOldest = () => {
+      bytes -= sizes[head]!
+      ring[head] = undefined
+      head = (head + 1) % maxEvents
+      count--
+    }
+
+    const append = (entry: Entry) => {
+      const size = Buffer.byteLength(entry.json, "utf8")
+      if (count === maxEvents) evictOldest()
+      // The newest entry always stays, even alone over the byte bound, so a current cursor never gaps.
+      while (count > 0 && bytes + size > maxBytes) evictOldest()
+      const slot = (head + count) % maxEvents
+      ring[slot] = entry
+      sizes[slot] = size
+      bytes += size
+      count++
+    }
+
+    const oldest = () => (count === 0 ? latest + 1 : ring[head]!.id)
+
+    const unsafeSince = (cursor: number): Either.Either<Array<Entry>, ReplayGap> => {
+      const first = oldest()
+      // Equal to the id just before the oldest buffered one (or to the start cursor): nothing is missing.
+      if (cursor < first - 1) return Either.left(new ReplayGap({ cursor, oldest: first }))
+      const out: Array<Entry> = []
+      // Ids are consecutive in the ring, so the first wanted entry is found by offset.
+      for (let i = Math.max(0, cursor + 1 - first); i < count; i++) out.push(ring[(head + i) % maxEvents]!)
+      return Either.right(out)
+    }
+
+    const publish = (data: unknown) =>
+      Effect.sync(() => {
+        // Serialize before taking an id: a value that cannot be serialized is a defect and leaves no hole.
+        const json = JSON.stringify(data) ?? "null"
+        const entry: Entry = { id: latest + 1, data, json }
+        latest = entry.id
+        append(entry)
+        for (const subscriber of live) {
+          if (subscriber.queue.unsafeOffer(entry)) {
+            subscriber.lastQueued = entry.id
+          } else {
+            // Full: this subscriber stops receiving and its stream ends once it has drained what it holds.
+            subscriber.lagged = true
+            live.delete(subscriber)
+          }
+        }
+        return entry
+      })
+
+    const detach = (subscriber: Subscriber) =>
+      Effect.zipRight(
+        Effect.sync(() => live.delete(subscriber)),
+        Queue.shutdown(subscriber.queue)
+      )
+
+    /**
+     * Registers a subscriber and reads the buffer after `cursor` in the same
+     * step. `after` is the last id the replay covers: the live feed starts
+     * right after it.
+     */
+    const attach = (cursor: Option.Option<number>) =>
+      Effect.flatMap(
+        Queue.bounded<Slot>(subscriberBuffer),
+        (queue) =>
+          Effect.acquireRelease(
+            Effect.sync(() => {
+              const replay = Option.match(cursor, {
+                onNone: () => Either.right<Array<Entry>>([]),
+                onSome: unsafeSince
+              })
+              const subscriber: Subscriber = { queue, lastQueued: latest, lagged: false, closed }
+              if (Either.isRight(replay) && !closed) live.add(subscriber)
+              return Either.map(replay, (entries) => ({ subscriber, replay: entries, after: latest }))
+            }),
+            (attached) => Either.isRight(attached) ? detach(attached.right.subscriber) : Queue.shutdown(queue)
+          )
+      ).pipe(Effect.flatMap((attached) => attached))
+
+    /** The live part of a subscription, in chunks of whatever has queued up. */
+    const liveStream = (subscriber: Subscriber, after: number): Stream.Stream<Entry, SubscriberLagged> => {
+      const { queue } = subscriber
+      // Attaching and publishing are each one synchronous step, so nothing at or below `after` is
+      // ever queued; the filter only keeps that promise explicit.
+      const fresh = (slot: Slot): slot is Entry => slot !== null && slot.id > after
+      let done = false
+      const pull: Effect.Effect<Chunk.Chunk<Entry>, Option.Option<SubscriberLagged>> = Effect.suspend(() => {
+        if (done) return Effect.fail(Option.none())
+        return Effect.flatMap(Queue.takeAll(queue), (chunk) => {
+          if (Chunk.isNonEmpty(chunk)) {
+            // The close signal is always the last thing queued.
+            if (Chunk.lastNonEmpty(chunk) === null) done = true
+            return Effect.succeed(Chunk.filter(chunk, fresh))
+          }
+          if (subscriber.lagged) {
+            return Effect.fail(Option.some(new SubscriberLagged({ lastId: subscriber.lastQueued })))
+          }
+          if (subscriber.closed) return Effect.fail(Option.none())
+          // Empty, not lagged, not closed: a lag needs a full queue, so this take is woken first.
+          return Effect.flatMap(Queue.take(queue), (slot) =>
+            slot === null
+              ? Effect.fail(Option.none())
+              : Effect.succeed(fresh(slot) ? Chunk.of(slot) : Chunk.empty<Entry>()))
+        })
+      })
+      return Stream.repeatEffectChunkOption(pull)
+    }
+
+    const subscribe = (cursor: Option.Option<number>) =>
+      Effect.map(attach(cursor), ({ after, replay, subscriber }) =>
+        Stream.concat(Stream.fromIterable(replay), liveStream(subscriber, after)))
+
+    const toPoll = (cursor: number, entries: ReadonlyArray<Entry>): Poll => ({
+      cursor: entries.length > 0 ? entries[entries.length - 1]!.id : cursor,
+      events: entries.map((entry) => ({ id: entry.id, data: entry.data }))
+    })
+
+    const poll = (cursor: number, wait: Duration.DurationInput) =>
+      Effect.scoped(Effect.gen(function*() {
+        const { replay, subscriber } = yield* attach(Option.some(cursor))
+        if (replay.length > 0 || subscriber.closed) return toPoll(cursor, replay)
+        yield* Effect.timeoutOption(Queue.take(subscriber.queue), wait)
+        // Read the buffer again rather than the queue: it holds whatever else arrived meanwhile, in order.
+        return toPoll(cursor, yield* unsafeSince(cursor))
+      }))
+
+    yield* Effect.addFinalizer(() =>
+      Effect.sync(() => {
+        closed = true
+        for (const subscriber of live) {
+          subscriber.closed = true
+          // A full queue's reader is not waiting; it sees `closed` once it has drained.
+          subscriber.queue.unsafeOffer(null)
+        }
+        live.clear()
+      })
+    )
+
+    return {
+      agentId: options.agentId,
+      publish,
+      cursor: Effect.sync(() => latest),
+      since: (cursor: number) => Effect.sync(() => unsafeSince(cursor)),
+      subscribe,
+      poll,
+      subscribers: Effect.sync(() => live.size)
+    }
+  })

@@ -1,0 +1,50 @@
+/**
+ * Server-sent events for the display stream: a ready frame, then `id:`/
+ * `data:` frames, a heartbeat comment every few seconds, and a reconnect
+ * frame when the runtime ends the stream on purpose.
+ */
+import { Duration, Schedule, Stream } from "effect"
+
+const encoder = new TextEncoder()
+
+/** `event: ready` with the connection's details; the first frame of every stream. */
+export const ready = (data: unknown): Uint8Array => encoder.encode(`event: ready\ndata: ${JSON.stringify(data)}\n\n`)
+
+/** One event frame; `json` never holds a raw line break (JSON.stringify escapes them). */
+export const frame = (id: number, json: string): Uint8Array => encoder.encode(`id: ${id}\ndata: ${json}\n\n`)
+
+/** An event log entry as its frame, from the JSON serialized once at publish. */
+export const encode = (entry: { readonly id: number; readonly json: string }): Uint8Array => frame(entry.id, entry.json)
+
+/** A comment: keeps proxies from closing an idle stream and lets the client tell a live stream from a dead one. */
+export const heartbeat: Uint8Array = encoder.encode(": heartbeat\n\n")
+
+/** The runtime closes the stream on purpose; the client reconnects at once with Last-Event-ID. */
+export const reconnect: Uint8Array = encoder.encode("event: reconnect\ndata: {}\n\n")
+
+export const defaultHeartbeat = Duration.seconds(5)
+
+export interface Options<E> {
+  readonly ready: unknown
+  readonly entries: Stream.Stream<{ readonly id: number; readonly json: string }, E>
+  readonly heartbeat?: Duration.DurationInput
+}
+
+/**
+ * The bytes of one SSE response. `entries` ending or failing (a lagging
+ * reader: `EventLog.SubscriberLagged`; the log closing as the agent moves or
+ * the node drains) ends the stream with `event: reconnect`, so the client
+ * reconnects at once from its last id rather than waiting out a dead stream.
+ */
+export const toStream = <E>(options: Options<E>): Stream.Stream<Uint8Array> => {
+  const frames = Stream.make(ready(options.ready)).pipe(
+    Stream.concat(Stream.map(options.entries, encode)),
+    Stream.catchAll(() => Stream.empty),
+    Stream.concat(Stream.make(reconnect))
+  )
+  const heartbeats = Stream.repeatValue(heartbeat).pipe(
+    Stream.schedule(Schedule.spaced(options.heartbeat ?? defaultHeartbeat))
+  )
+  // Ends when the frames end; heartbeats only fill the time in between.
+  return Stream.merge(frames, heartbeats, { haltStrategy: "left" })
+}

@@ -1,0 +1,216 @@
+/**
+ * One run of the agent loop for a request: the user message, then model
+ * rounds (a response and its tool calls) until the model stops asking for
+ * tools or the round limit is reached. Every finished message is journaled
+ * before the next step, so another node can continue from there.
+ */
+import { ModelClient, ModelError } from "@agent-runtime/models"
+import { Effect, Option, Stream } from "effect"
+import type { AgentConfig } from "./AgentStore.ts"
+
+/** A history entry: a protocol message plus what the runtime keeps beside it (hidden from the model). */
+export type StoredMessage = ModelClient.Message & {
+  readonly requestId?: string
+  readonly metadata?: Record<string, string>
+  readonly from?: { readonly id: string; readonly name?: string | undefined; readonly username?: string | undefined }
+}
+
+export interface TurnInput {
+  readonly tenantId: string
+  readonly agentId: string
+  readonly config: AgentConfig
+  readonly requestId: string
+  readonly text: string
+  readonly metadata?: Record<string, string> | undefined
+  readonly from?: StoredMessage["from"] | undefined
+}
+
+export interface TurnHooks {
+  /** Emits one display event of this run. */
+  readonly emit: (event: Record<string, unknown>) => Effect.Effect<void>
+  /** Journals the message at `index` and keeps it in memory. */
+  readonly append: (index: number, message: StoredMessage) => Effect.Effect<void>
+  readonly historySize: () => number
+  readonly history: () => ReadonlyArray<StoredMessage>
+}
+
+export interface RunResult {
+  readonly reply?: string
+  readonly replyIndex?: number
+  readonly messages: number
+  readonly error: string | null
+  readonly stopped?: "turn_limit"
+  readonly toolCalls: ReadonlyArray<{ tool: string; toolCallId: string; ok: boolean; code?: string }>
+}
+
+export interface TurnOutcome {
+  readonly result: RunResult
+  /** A run failure code (model_key_missing, model_key_invalid) when the run could not go on. */
+  readonly code?: string
+}
+
+const defaultMaxRounds = 25
+
+/** The sender, in a block only the runtime writes: the same marker in user text is neutralised. */
+const senderMarker = "\u27E8runtime\u27E9"
+const neutralise = (text: string) => text.split(senderMarker).join("\u27E8runtime-quoted\u27E9")
+
+/** What the model sees of a history entry: the protocol message, without the runtime's notes. */
+export const toModelMessage = (message: StoredMessage): ModelClient.Message => {
+  if (message.role !== "user") {
+    const { from: _from, metadata: _metadata, requestId: _requestId, ...rest } = message as any
+    return rest
+  }
+  const text = typeof message.content === "string"
+    ? message.content
+    : message.content.map((part) => part.type === "text" ? part.text : "").join("")
+  const sender = message.from === undefined ? "" : `${senderMarker} message from ${
+    [message.from.name, message.from.username === undefined ? undefined : `@${message.from.username}`]
+      .filter((part) => part !== undefined).join(" ")
+  } (id ${message.from.id})\n`
+  return { role: "user", content: sender + neutralise(text), timestamp: message.timestamp }
+}
+
+const runErrorCode = (error: ModelError.ModelError) =>
+  error._tag === "ModelKeyMissing"
+    ? "model_key_missing"
+    : error._tag === "ModelKeyInvalid"
+    ? "model_key_invalid"
+    : undefined
+
+const textOf = (message: ModelClient.AssistantMessage) =>
+  message.content.flatMap((part) => part.type === "text" ? [part.text] : []).join("")
+
+export const run = (input: TurnInput, hooks: TurnHooks) =>
+  Effect.gen(function*() {
+    const models = yield* ModelClient.ModelClient
+    const toolCalls: Array<{ tool: string; toolCallId: string; ok: boolean; code?: string }> = []
+    const event = (type: string, fields: Record<string, unknown> = {}) => hooks.emit({ type, ...fields })
+
+    const userIndex = hooks.historySize()
+    yield* event("turn_opened", { index: userIndex })
+    yield* event("agent_start")
+    const user: StoredMessage = {
+      role: "user",
+      content: input.text,
+      timestamp: Date.now(),
+      requestId: input.requestId,
+      ...(input.metadata === undefined ? {} : { metadata: input.metadata }),
+      ...(input.from === undefined ? {} : { from: input.from })
+    }
+    yield* event("message_start", { index: userIndex, message: user })
+    yield* hooks.append(userIndex, user)
+    yield* event("message_end", { index: userIndex, message: user })
+
+    let reply: { text: string; index: number } | undefined
+    let error: string | null = null
+    let code: string | undefined
+    let stopped: "turn_limit" | undefined
+    const maxRounds = input.config.maxTurns ?? defaultMaxRounds
+
+    for (let round = 0; round < maxRounds; round++) {
+      yield* event("turn_start")
+      const index = hooks.historySize()
+      let started = false
+      const context: ModelClient.Context = {
+        ...(input.config.systemPrompt === undefined && input.config.systemPromptAppend === undefined
+          ? {}
+          : {
+            systemPrompt: [input.config.systemPrompt, input.config.systemPromptAppend]
+              .filter((part) => part !== undefined && part !== "").join("\n\n")
+          }),
+        messages: hooks.history().map(toModelMessage)
+      }
+      const finished = yield* models.stream({
+        tenantId: input.tenantId,
+        keyScope: Option.fromNullable(input.config.keyScope),
+        model: input.config.model,
+        context,
+        reasoning: input.config.thinkingLevel === undefined || input.config.thinkingLevel === "off"
+          ? undefined
+          : input.config.thinkingLevel as ModelClient.ThinkingLevel,
+        modelHeaders: input.config.modelHeaders,
+        usage: { kind: "response", agentId: input.agentId, requestId: input.requestId }
+      }).pipe(
+        Stream.runFoldEffect(
+          Option.none<ModelClient.AssistantMessage>(),
+          (done, modelEvent): Effect.Effect<Option.Option<ModelClient.AssistantMessage>> => {
+            switch (modelEvent.type) {
+              case "start":
+                started = true
+                return Effect.as(event("message_start", { index, message: { role: "assistant", content: [] } }), done)
+              case "auto_retry_start":
+                // What the failed attempt streamed is taken back before the retry.
+                return Effect.as(
+                  Effect.zipRight(
+                    started ? event("message_retracted", { index }) : Effect.void,
+                    Effect.suspend(() => {
+                      started = false
+                      const { type: _type, ...fields } = modelEvent
+                      return event("auto_retry_start", fields)
+                    })
+                  ),
+                  done
+                )
+              case "auto_retry_end": {
+                const { type: _type, ...fields } = modelEvent
+                return Effect.as(event("auto_retry_end", fields), done)
+              }
+              case "done":
+                return Effect.succeed(Option.some(modelEvent.message))
+              default: {
+                const { partial: _partial, ...delta } = modelEvent as any
+                return Effect.as(event("message_update", { index, assistantMessageEvent: delta }), done)
+              }
+            }
+          }
+        ),
+        Effect.either
+      )
+      if (finished._tag === "Left") {
+        const failure = finished.left
+        if (started) yield* event("message_retracted", { index })
+        error = failure.message
+        code = runErrorCode(failure)
+        yield* event("turn_end", { error })
+        break
+      }
+      const message = Option.getOrThrow(finished.right)
+      yield* hooks.append(index, message)
+      yield* event("message_end", { index, message })
+      const text = textOf(message)
+      if (text !== "") reply = { text, index }
+
+      const calls = message.content.flatMap((part) => part.type === "toolCall" ? [part] : [])
+      for (const call of calls) {
+        // Tool sources land later; until then every call answers that the tool is not available.
+        yield* event("tool_execution_start", { toolCallId: call.id, toolName: call.name, args: call.arguments })
+        const result: StoredMessage = {
+          role: "toolResult",
+          toolCallId: call.id,
+          toolName: call.name,
+          content: [{ type: "text", text: `tool ${call.name} is not available` }],
+          isError: true,
+          timestamp: Date.now()
+        }
+        const resultIndex = hooks.historySize()
+        yield* event("message_start", { index: resultIndex, message: result })
+        yield* hooks.append(resultIndex, result)
+        yield* event("message_end", { index: resultIndex, message: result })
+        yield* event("tool_execution_end", { toolCallId: call.id, result: result.content, isError: true })
+        if (toolCalls.length < 100) toolCalls.push({ tool: call.name, toolCallId: call.id, ok: false, code: "unavailable" })
+      }
+      yield* event("turn_end")
+      if (calls.length === 0) break
+      if (round === maxRounds - 1) stopped = "turn_limit"
+    }
+    yield* event("agent_end")
+    const result: RunResult = {
+      ...(reply === undefined ? {} : { reply: reply.text, replyIndex: reply.index }),
+      messages: hooks.historySize(),
+      error,
+      ...(stopped === undefined ? {} : { stopped }),
+      toolCalls
+    }
+    return { result, ...(code === undefined ? {} : { code }) } satisfies TurnOutcome
+  })

@@ -1,0 +1,7 @@
+export * as Agent from "./Agent.ts"
+export * as AgentRuntime from "./AgentRuntime.ts"
+export * as Agents from "./Agents.ts"
+export * as AgentStore from "./AgentStore.ts"
+export * as EventLog from "./EventLog.ts"
+export * as Sse from "./Sse.ts"
+export * as Turn from "./Turn.ts"

@@ -1,0 +1,76 @@
+/**
+ * The bytes of the display stream: each frame exactly as the spec shows it,
+ * heartbeats in idle time, and the reconnect frame when the log lets go of a
+ * reader.
+ */
+import * as EventLog from "@agent-runtime/agent/EventLog"
+import * as Sse from "@agent-runtime/agent/Sse"
+import { describe, expect, it } from "@effect/vitest"
+import { Chunk, Effect, Fiber, Stream, TestClock } from "effect"
+
+const decoder = new TextDecoder()
+const text = (bytes: Uint8Array) => decoder.decode(bytes)
+const bytes = (value: string) => new TextEncoder().encode(value)
+
+const entry = (id: number, data: unknown): EventLog.Entry => ({ id, data, json: JSON.stringify(data) })
+
+describe("Sse", () => {
+  it("renders each frame exactly", () => {
+    expect(Sse.ready({ version: "1", agentId: "ag_1", connection: "c_1" })).toEqual(
+      bytes("event: ready\ndata: {\"version\":\"1\",\"agentId\":\"ag_1\",\"connection\":\"c_1\"}\n\n")
+    )
+    expect(Sse.encode(entry(42, { type: "event", requestId: "rq_1", event: { type: "agent_start" } }))).toEqual(
+      bytes("id: 42\ndata: {\"type\":\"event\",\"requestId\":\"rq_1\",\"event\":{\"type\":\"agent_start\"}}\n\n")
+    )
+    // A line break in the data stays escaped inside the one data line.
+    expect(text(Sse.encode(entry(7, { text: "a\nb" })))).toBe("id: 7\ndata: {\"text\":\"a\\nb\"}\n\n")
+    expect(Sse.frame(3, "{}")).toEqual(bytes("id: 3\ndata: {}\n\n"))
+    expect(Sse.heartbeat).toEqual(bytes(": heartbeat\n\n"))
+    expect(Sse.reconnect).toEqual(bytes("event: reconnect\ndata: {}\n\n"))
+  })
+
+  it.effect("a stream is ready, entries, then reconnect when the reader lagged", () =>
+    Effect.gen(function*() {
+      const entries = Stream.make(entry(1, { n: 1 }), entry(2, { n: 2 })).pipe(
+        Stream.concat(Stream.fail(new EventLog.SubscriberLagged({ lastId: 2 })))
+      )
+      const out = yield* Stream.runCollect(Sse.toStream({ ready: { agentId: "ag_1" }, entries }))
+      expect(Chunk.toReadonlyArray(out).map(text)).toEqual([
+        "event: ready\ndata: {\"agentId\":\"ag_1\"}\n\n",
+        "id: 1\ndata: {\"n\":1}\n\n",
+        "id: 2\ndata: {\"n\":2}\n\n",
+        "event: reconnect\ndata: {}\n\n"
+      ])
+    }))
+
+  it.effect("heartbeats fill idle time; the stream ends after the reconnect frame", () =>
+    Effect.gen(function*() {
+      const entries = Stream.fromEffect(Effect.as(Effect.sleep("12 seconds"), entry(9, { n: 9 }))).pipe(
+        Stream.concat(Stream.fail(new EventLog.SubscriberLagged({ lastId: 9 })))
+      )
+      const fiber = yield* Effect.fork(Stream.runCollect(Sse.toStream({ ready: {}, entries })))
+      yield* TestClock.adjust("12 seconds")
+      const out = Chunk.toReadonlyArray(yield* Fiber.join(fiber)).map(text)
+      expect(out).toEqual([
+        "event: ready\ndata: {}\n\n",
+        ": heartbeat\n\n",
+        ": heartbeat\n\n",
+        "id: 9\ndata: {\"n\":9}\n\n",
+        "event: reconnect\ndata: {}\n\n"
+      ])
+    }))
+
+  it.effect("the heartbeat interval is configurable and runs while nothing else arrives", () =>
+    Effect.gen(function*() {
+      const fiber = yield* Effect.fork(
+        Stream.runCollect(Stream.take(Sse.toStream({ ready: {}, entries: Stream.never, heartbeat: "1 second" }), 4))
+      )
+      yield* TestClock.adjust("3 seconds")
+      expect(Chunk.toReadonlyArray(yield* Fiber.join(fiber)).map(text)).toEqual([
+        "event: ready\ndata: {}\n\n",
+        ": heartbeat\n\n",
+        ": heartbeat\n\n",
+        ": heartbeat\n\n"
+      ])
+    }))
+})
