@@ -318,7 +318,7 @@ export class AdminGroup extends HttpApiGroup.make("admin")
 /**
  * Schema failures are answered as INVALID_REQUEST (see the server's error
  * mapping), so the framework's own decode-error body never reaches a client
- * and is left out of the document.
+ * and is left out of the document; so are the generator's builtin ids.
  */
 const withoutDecodeError = (spec: Record<string, any>): Record<string, any> => {
   const decodeError = "#/components/schemas/HttpApiDecodeError"
@@ -333,7 +333,23 @@ const withoutDecodeError = (spec: Record<string, any>): Record<string, any> => {
     }
   }
   for (const name of ["HttpApiDecodeError", "Issue", "PropertyKey"]) delete spec.components.schemas[name]
-  return spec
+  return withoutBuiltinIds(spec)
+}
+
+/**
+ * The generator tags every `unknown`/`object` schema with the same `$id`
+ * (`/schemas/unknown`); repeated, those ids make the document invalid, and
+ * they name nothing a client can use.
+ */
+const withoutBuiltinIds = <A>(node: A): A => {
+  if (Array.isArray(node)) return node.map(withoutBuiltinIds) as A
+  if (node === null || typeof node !== "object") return node
+  const out: Record<string, unknown> = {}
+  for (const [key, value] of Object.entries(node)) {
+    if (key === "$id" && typeof value === "string" && value.startsWith("/schemas/")) continue
+    out[key] = withoutBuiltinIds(value)
+  }
+  return out as A
 }
 
 /** Every group of the API; the server mounts those implemented so far. */
