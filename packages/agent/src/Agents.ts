@@ -80,13 +80,15 @@ export class Agents extends Effect.Service<Agents>()("@agent-runtime/agent/Agent
         ...(input.metadata === undefined ? {} : { metadata: input.metadata })
       }
       return Effect.gen(function*() {
-        const record = yield* Effect.orDie(makeClient(agentId).Prompt(payload))
-        if (record.fingerprint !== payload.fingerprint) {
+        const accepted = yield* Effect.orDie(makeClient(agentId).Prompt(payload))
+        if (accepted.fingerprint !== payload.fingerprint) {
           return yield* new ApiError.IdempotencyConflict({
             error: `request id ${requestId} was used for another request`
           })
         }
-        return record
+        // A repeated request id gets the cluster's stored reply from its first delivery: answer how it stands now.
+        const current = yield* Effect.orDie(store.getRequest(agentId, requestId))
+        return Option.match(current, { onNone: () => accepted, onSome: toRecord })
       })
     }
 

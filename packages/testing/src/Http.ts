@@ -46,3 +46,72 @@ export const client = (base: string) => ({
   patch: (path: string, options?: RequestOptions) => request(base, "PATCH", path, options),
   delete: (path: string, options?: RequestOptions) => request(base, "DELETE", path, options)
 })
+
+/** One server-sent event as a client sees it. */
+export interface SseFrame {
+  readonly event?: string
+  readonly id?: string
+  readonly data?: string
+  readonly comment?: string
+}
+
+/**
+ * Opens an event stream and parses its frames as they come; `take` waits
+ * for frames until `until` holds for one (or the timeout passes).
+ */
+export const sse = (base: string, path: string, options: RequestOptions = {}) =>
+  Effect.gen(function*() {
+    const controller = new AbortController()
+    yield* Effect.addFinalizer(() => Effect.sync(() => controller.abort()))
+    const headers: Record<string, string> = { accept: "text/event-stream", ...options.headers }
+    if (options.token !== undefined) headers.authorization = `Bearer ${options.token}`
+    const response = yield* Effect.promise(() => fetch(base + path, { headers, signal: controller.signal }))
+    const frames: Array<SseFrame> = []
+    let waiting: (() => void) | undefined
+    const pump = async () => {
+      const reader = response.body!.getReader()
+      const decoder = new TextDecoder()
+      let text = ""
+      try {
+        while (true) {
+          const { done, value } = await reader.read()
+          if (done) break
+          text += decoder.decode(value, { stream: true })
+          let end: number
+          while ((end = text.indexOf("\n\n")) !== -1) {
+            const block = text.slice(0, end)
+            text = text.slice(end + 2)
+            const frame: Record<string, string> = {}
+            for (const line of block.split("\n")) {
+              if (line.startsWith(":")) frame.comment = line.slice(1).trim()
+              else {
+                const colon = line.indexOf(":")
+                frame[line.slice(0, colon)] = line.slice(colon + 1).trimStart()
+              }
+            }
+            frames.push(frame)
+            waiting?.()
+          }
+        }
+      } catch {
+        // aborted by the test
+      }
+      waiting?.()
+    }
+    if (response.ok) void pump()
+    const take = (until: (frame: SseFrame) => boolean, timeoutMs = 20_000) =>
+      Effect.promise(() =>
+        new Promise<ReadonlyArray<SseFrame>>((resolve) => {
+          const started = Date.now()
+          const check = () => {
+            if (frames.some(until) || Date.now() - started > timeoutMs) resolve([...frames])
+            else {
+              waiting = check
+              setTimeout(check, 100)
+            }
+          }
+          check()
+        })
+      )
+    return { status: response.status, headers: response.headers, frames: () => [...frames], take }
+  })

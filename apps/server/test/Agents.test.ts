@@ -1,0 +1,310 @@
+/**
+ * Agents over real HTTP: a node (a real process with its cluster runner on
+ * the embedded PostgreSQL) and the fake upstream as the model provider.
+ */
+import { FakeUpstream, Http, TestDatabase, TestNode } from "@agent-runtime/testing"
+import { expect, it, layer } from "@effect/vitest"
+import { Context, Effect, Layer } from "effect"
+
+interface World {
+  readonly node: TestNode.TestNode
+  readonly upstream: FakeUpstream.FakeUpstream
+  readonly databaseUrl: string
+}
+
+class WorldTag extends Context.Tag("World")<WorldTag, World>() {}
+
+const WorldLive = Layer.scoped(
+  WorldTag,
+  Effect.gen(function*() {
+    const upstream = yield* FakeUpstream.start()
+    const databaseUrl = yield* TestDatabase.make
+    const node = yield* TestNode.start({ databaseUrl, env: { ALLOW_PRIVATE_URLS: "true" } })
+    return { node, upstream, databaseUrl }
+  })
+)
+
+/** A tenant whose custom provider `fake` is the fake upstream. */
+const tenantWithModel = (world: { node: TestNode.TestNode; upstream: FakeUpstream.FakeUpstream }, name: string) =>
+  Effect.gen(function*() {
+    const api = Http.client(world.node.rest)
+    const tenant = (yield* api.post("/v1/admin/tenants", { token: world.node.operatorToken, json: { name } })).body
+    const saved = yield* api.put("/v1/providers/fake", {
+      token: tenant.token,
+      json: {
+        type: "openai-completions",
+        baseUrl: `${world.upstream.url}/v1`,
+        models: [{ id: "m1", contextWindow: 100_000 }]
+      }
+    })
+    expect(saved.status).toBe(200)
+    return { api, token: tenant.token as string, tenantId: tenant.id as string }
+  })
+
+const modelCalls = (upstream: FakeUpstream.FakeUpstream) =>
+  upstream.requests().filter((request) => request.protocol === "openai-chat").length
+
+const settle = (api: ReturnType<typeof Http.client>, token: string, agentId: string, requestId: string) =>
+  Effect.map(
+    api.get(`/v1/agents/${agentId}/requests/${requestId}?wait=20`, { token }),
+    (response) => response.body
+  )
+
+layer(WorldLive, { excludeTestServices: true })("agents", (it) => {
+  it.scoped("a prompt runs end to end: record, outcome, history, state, and the exact frame sequence", () =>
+    Effect.gen(function*() {
+      const world = yield* WorldTag
+      const { api, token } = yield* tenantWithModel(world, "e2e")
+      const created = yield* api.post("/v1/agents", { token, json: { model: "fake/m1", name: "helper" } })
+      expect(created.status).toBe(201)
+      expect(created.body.id).toMatch(/^client_/)
+      expect(created.body.token).toMatch(/^aat_/)
+      expect(created.body.expiresAt).toBeGreaterThan(Date.now() / 1000 + 86000)
+      const agentId = created.body.id as string
+
+      const events = yield* Http.sse(world.node.rest, `/v1/agents/${agentId}/events`, { token })
+      expect(events.status).toBe(200)
+      expect(events.headers.get("content-type")).toContain("text/event-stream")
+      yield* events.take((frame) => frame.event === "ready")
+
+      world.upstream.script({ text: "Hello from the fake model", usage: { input: 20, output: 5 } })
+      const accepted = yield* api.post(`/v1/agents/${agentId}/prompt`, {
+        token,
+        json: { text: "hi", metadata: { ticket: "T-1" } }
+      })
+      expect(accepted.status).toBe(202)
+      expect(accepted.body).toMatchObject({ method: "prompt", state: "running", prompt: "hi", metadata: { ticket: "T-1" } })
+      const requestId = accepted.body.id as string
+
+      const done = yield* settle(api, token, agentId, requestId)
+      expect(done).toMatchObject({
+        id: requestId,
+        state: "completed",
+        began: 0,
+        outcome: { result: { reply: "Hello from the fake model", replyIndex: 1, messages: 2, error: null } }
+      })
+
+      const frames = yield* events.take((frame) => frame.data?.includes('"type":"response"') ?? false)
+      expect(frames[0]!.event).toBe("ready")
+      expect(JSON.parse(frames[0]!.data!)).toMatchObject({ version: 1, agentId })
+      const data = frames.filter((frame) => frame.data !== undefined && frame.event === undefined)
+      const ids = data.map((frame) => Number(frame.id))
+      expect(ids.every((id, i) => i === 0 || id === ids[i - 1]! + 1)).toBe(true)
+      const parsed = data.map((frame) => JSON.parse(frame.data!))
+      const kinds = parsed.map((frame) =>
+        frame.type === "event"
+          ? frame.event.type === "message_update" ? `message_update:${frame.event.assistantMessageEvent.type}` : frame.event.type
+          : frame.type
+      )
+      const deltas = kinds.filter((kind) => kind === "message_update:text_delta").length
+      expect(deltas).toBeGreaterThan(1)
+      const collapsed = kinds.filter((kind, i) => kind !== kinds[i - 1])
+      expect(collapsed).toEqual([
+        "turn_opened",
+        "agent_start",
+        "message_start",
+        "message_end",
+        "turn_start",
+        "message_start",
+        "message_update:text_start",
+        "message_update:text_delta",
+        "message_update:text_end",
+        "message_end",
+        "turn_end",
+        "agent_end",
+        "response"
+      ])
+      expect(parsed.every((frame) => frame.type !== "event" || frame.requestId === requestId)).toBe(true)
+      const userMessage = parsed.find((frame) => frame.event?.type === "message_end")!.event.message
+      expect(userMessage).toMatchObject({ role: "user", content: "hi", metadata: { ticket: "T-1" } })
+      expect(parsed.at(-1)).toMatchObject({ type: "response", id: requestId, outcome: { result: { reply: "Hello from the fake model" } } })
+
+      const history = (yield* api.get(`/v1/agents/${agentId}/history`, { token })).body
+      expect(history.total).toBe(2)
+      expect(history.entries.map((entry: any) => entry.message.role)).toEqual(["user", "assistant"])
+      const state = (yield* api.get(`/v1/agents/${agentId}/state`, { token })).body
+      expect(state.cursor).toBe(ids.at(-1))
+      expect(state.requests.map((request: any) => request.id)).toContain(requestId)
+      const detail = (yield* api.get(`/v1/agents/${agentId}`, { token })).body
+      expect(detail).toMatchObject({ id: agentId, name: "helper", model: "fake/m1", running: false, cursor: ids.at(-1) })
+
+      // The model never sees the metadata.
+      const sent = world.upstream.requests().filter((request) => request.protocol === "openai-chat").at(-1)!
+      expect(JSON.stringify(sent.body)).not.toContain("T-1")
+    }))
+
+  it.effect("five prompts run in arrival order, one turn at a time", () =>
+    Effect.gen(function*() {
+      const world = yield* WorldTag
+      const { api, token } = yield* tenantWithModel(world, "queue")
+      const agentId = (yield* api.post("/v1/agents", { token, json: { model: "fake/m1" } })).body.id as string
+      const records = []
+      for (let i = 1; i <= 5; i++) {
+        world.upstream.script({ text: `answer ${i}`, latencyMs: 50 })
+        records.push((yield* api.post(`/v1/agents/${agentId}/prompt`, { token, json: { text: `question ${i}` } })).body)
+      }
+      const outcomes = []
+      for (const record of records) outcomes.push(yield* settle(api, token, agentId, record.id))
+      expect(outcomes.map((outcome) => outcome.began)).toEqual([0, 2, 4, 6, 8])
+      expect(outcomes.map((outcome) => outcome.outcome.result.reply)).toEqual([
+        "answer 1",
+        "answer 2",
+        "answer 3",
+        "answer 4",
+        "answer 5"
+      ])
+      const history = (yield* api.get(`/v1/agents/${agentId}/history`, { token })).body
+      expect(history.entries.filter((entry: any) => entry.message.role === "user").map((entry: any) => entry.message.content))
+        .toEqual(["question 1", "question 2", "question 3", "question 4", "question 5"])
+    }))
+
+  it.effect("create with an Idempotency-Key and prompt request ids are idempotent", () =>
+    Effect.gen(function*() {
+      const world = yield* WorldTag
+      const { api, token } = yield* tenantWithModel(world, "idem")
+      const body = { model: "fake/m1", prompt: { text: "once only" } }
+      const headers = { "idempotency-key": "order-42" }
+      const callsBefore = modelCalls(world.upstream)
+      const first = yield* api.post("/v1/agents", { token, json: body, headers })
+      expect(first.status).toBe(201)
+      expect(first.body.expiresAt).toBeNull()
+      yield* settle(api, token, first.body.id, first.body.prompt.id)
+      const again = yield* api.post("/v1/agents", { token, json: body, headers })
+      expect(again.body.id).toBe(first.body.id)
+      expect(again.body.token).toBe(first.body.token)
+      expect(again.body.prompt.id).toBe(first.body.prompt.id)
+      expect(again.body.prompt.state).toBe("completed")
+      expect(modelCalls(world.upstream) - callsBefore).toBe(1)
+      expect(yield* api.post("/v1/agents", { token, json: { ...body, name: "other" }, headers })).toMatchObject({
+        status: 409,
+        body: { code: "IDEMPOTENCY_CONFLICT" }
+      })
+
+      const agentId = first.body.id as string
+      const prompt = { text: "exactly once", requestId: "client-req-1" }
+      const one = yield* api.post(`/v1/agents/${agentId}/prompt`, { token, json: prompt })
+      const two = yield* api.post(`/v1/agents/${agentId}/prompt`, { token, json: prompt })
+      expect(two.body.id).toBe("client-req-1")
+      expect(two.body.fingerprint).toBe(one.body.fingerprint)
+      yield* settle(api, token, agentId, "client-req-1")
+      expect(modelCalls(world.upstream) - callsBefore).toBe(2)
+      expect(yield* api.post(`/v1/agents/${agentId}/prompt`, { token, json: { ...prompt, text: "different" } }))
+        .toMatchObject({ status: 409, body: { code: "IDEMPOTENCY_CONFLICT" } })
+    }))
+
+  it.effect("a missing key ends the run with model_key_missing", () =>
+    Effect.gen(function*() {
+      const world = yield* WorldTag
+      const { api, token } = yield* tenantWithModel(world, "nokey")
+      const created = (yield* api.post("/v1/agents", {
+        token,
+        json: { model: "openai/gpt-5.1", prompt: { text: "hello" } }
+      })).body
+      const done = yield* settle(api, token, created.id, created.prompt.id)
+      expect(done).toMatchObject({ state: "completed", code: "model_key_missing", error: "no key for provider openai" })
+    }))
+
+  it.effect("polling replays from a cursor", () =>
+    Effect.gen(function*() {
+      const world = yield* WorldTag
+      const { api, token } = yield* tenantWithModel(world, "poll")
+      const created = (yield* api.post("/v1/agents", { token, json: { model: "fake/m1", prompt: { text: "hi" } } })).body
+      yield* settle(api, token, created.id, created.prompt.id)
+      const all = (yield* api.get(`/v1/agents/${created.id}/events?poll=1`, { token, headers: { "last-event-id": "0" } }))
+        .body
+      expect(all.events.length).toBeGreaterThan(5)
+      const middle = all.events[3].id
+      const rest = (yield* api.get(`/v1/agents/${created.id}/events?poll=1`, {
+        token,
+        headers: { "last-event-id": String(middle) }
+      })).body
+      expect(rest.events.map((event: any) => event.id)).toEqual(
+        all.events.filter((event: any) => event.id > middle).map((event: any) => event.id)
+      )
+      expect(rest.cursor).toBe(all.cursor)
+      // Nothing new: a poll with wait answers empty after the wait.
+      const started = Date.now()
+      const idle = (yield* api.get(`/v1/agents/${created.id}/events?poll=1&wait=1`, {
+        token,
+        headers: { "last-event-id": String(all.cursor) }
+      })).body
+      expect(idle).toEqual({ cursor: all.cursor, events: [] })
+      expect(Date.now() - started).toBeGreaterThanOrEqual(900)
+    }))
+
+  it.effect("expired and deleted agents, and other tenants' agents, are out of reach", () =>
+    Effect.gen(function*() {
+      const world = yield* WorldTag
+      const a = yield* tenantWithModel(world, "iso-a")
+      const b = yield* tenantWithModel(world, "iso-b")
+      const agent = (yield* a.api.post("/v1/agents", { token: a.token, json: { model: "fake/m1", prompt: { text: "x" } } }))
+        .body
+      const routes = [
+        ["get", `/v1/agents/${agent.id}`],
+        ["get", `/v1/agents/${agent.id}/state`],
+        ["get", `/v1/agents/${agent.id}/history`],
+        ["get", `/v1/agents/${agent.id}/requests/${agent.prompt.id}`],
+        ["get", `/v1/agents/${agent.id}/events?poll=1`],
+        ["post", `/v1/agents/${agent.id}/prompt`],
+        ["delete", `/v1/agents/${agent.id}`]
+      ] as const
+      for (const [method, path] of routes) {
+        const response = method === "post"
+          ? yield* b.api.post(path, { token: b.token, json: { text: "steal" } })
+          : method === "delete"
+          ? yield* b.api.delete(path, { token: b.token })
+          : yield* b.api.get(path, { token: b.token })
+        expect(response.status, path).toBe(404)
+      }
+      expect((yield* b.api.get("/v1/agents", { token: b.token })).body.data).toEqual([])
+      expect((yield* a.api.get("/v1/agents", { token: a.token })).body.data.map((s: any) => s.id)).toEqual([agent.id])
+
+      yield* TestDatabase.query(world.databaseUrl, `UPDATE agents SET expires_at = now() - interval '1 second' WHERE id = '${agent.id}'`)
+      expect(yield* a.api.get(`/v1/agents/${agent.id}`, { token: a.token })).toMatchObject({
+        status: 410,
+        body: { code: "GONE" }
+      })
+      expect((yield* a.api.post(`/v1/agents/${agent.id}/prompt`, { token: a.token, json: { text: "late" } })).status)
+        .toBe(410)
+      expect((yield* a.api.delete(`/v1/agents/${agent.id}`, { token: a.token })).body).toEqual({
+        id: agent.id,
+        deleted: true
+      })
+      expect((yield* a.api.get(`/v1/agents/${agent.id}`, { token: a.token })).status).toBe(404)
+    }))
+})
+
+it.scopedLive("a node killed mid-turn finishes the accepted prompt after a restart, with turn_resumed", () =>
+  Effect.gen(function*() {
+    const upstream = yield* FakeUpstream.start()
+    const databaseUrl = yield* TestDatabase.make
+    const runnerPort = yield* TestNode.freePort
+    const env = { ALLOW_PRIVATE_URLS: "true", RUNNER_ADDRESS: `127.0.0.1:${runnerPort}` }
+    const operatorToken = `aro_${"r".repeat(43)}`
+    const first = yield* TestNode.start({ databaseUrl, operatorToken, env })
+    const { api, token } = yield* tenantWithModel({ node: first, upstream }, "crash")
+    // Slow enough to be cut: 30 words at 100 ms each.
+    upstream.script({ text: Array.from({ length: 30 }, (_, i) => `w${i}`).join(" "), tokenDelayMs: 100 })
+    upstream.script({ text: "finished after the restart" })
+    const created = (yield* api.post("/v1/agents", { token, json: { model: "fake/m1", prompt: { text: "long one" } } }))
+      .body
+    yield* Effect.sleep("800 millis")
+    yield* first.stop("SIGKILL")
+
+    const second = yield* TestNode.start({ databaseUrl, operatorToken, env })
+    const api2 = Http.client(second.rest)
+    const done = (yield* api2.get(`/v1/agents/${created.id}/requests/${created.prompt.id}?wait=25`, { token })).body
+    expect(done).toMatchObject({ state: "completed", outcome: { result: { reply: "finished after the restart" } } })
+    const history = (yield* api2.get(`/v1/agents/${created.id}/history`, { token })).body
+    expect(history.entries.map((entry: any) => entry.message.role)).toEqual(["user", "assistant"])
+    const events = (yield* api2.get(`/v1/agents/${created.id}/events?poll=1`, {
+      token,
+      headers: { "last-event-id": "100000" }
+    })).body
+    expect(events.events.some((event: any) => event.data.event?.type === "turn_resumed")).toBe(true)
+    // Cursors only grow: the new owner hands out ids past everything the first one could have.
+    expect(events.events[0].id).toBeGreaterThan(100000)
+    // A cursor from before the restart is behind what the new owner holds.
+    expect(yield* api2.get(`/v1/agents/${created.id}/events?poll=1`, { token, headers: { "last-event-id": "3" } }))
+      .toMatchObject({ status: 409, body: { code: "REPLAY_GAP" } })
+  }), { timeout: 90_000 })
