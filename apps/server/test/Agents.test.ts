@@ -158,6 +158,90 @@ layer(WorldLive, { excludeTestServices: true })("agents", (it) => {
         .toEqual(["question 1", "question 2", "question 3", "question 4", "question 5"])
     }))
 
+  it.effect("a steered prompt lands in the running turn and ends with it", () =>
+    Effect.gen(function*() {
+      const world = yield* WorldTag
+      const { api, token } = yield* tenantWithModel(world, "steer")
+      const agentId = (yield* api.post("/v1/agents", { token, json: { model: "fake/m1" } })).body.id as string
+      // The first response is slow, so the steer arrives while it streams.
+      world.upstream.script({ text: "one two three four five", tokenDelayMs: 150 })
+      world.upstream.script({ text: "noted the steer" })
+      const running = (yield* api.post(`/v1/agents/${agentId}/prompt`, { token, json: { text: "start" } })).body
+      yield* Effect.sleep("300 millis")
+      const steered = (yield* api.post(`/v1/agents/${agentId}/prompt`, {
+        token,
+        json: { text: "also consider this", whileRunning: "steer" }
+      })).body
+      const first = yield* settle(api, token, agentId, running.id)
+      const second = yield* settle(api, token, agentId, steered.id)
+      expect(first.outcome.result.reply).toBe("noted the steer")
+      expect(second).toMatchObject({ state: "completed", steeredInto: running.id })
+      expect(second.outcome).toEqual(first.outcome)
+      const roles = (yield* api.get(`/v1/agents/${agentId}/history`, { token })).body.entries.map((entry: any) =>
+        `${entry.message.role}:${typeof entry.message.content === "string" ? entry.message.content : ""}`
+      )
+      expect(roles).toEqual(["user:start", "assistant:", "user:also consider this", "assistant:"])
+      // The second model call saw the steered message after the first answer.
+      const sent = world.upstream.requests().filter((request) => request.protocol === "openai-chat").at(-1)!
+      expect(JSON.stringify(sent.body)).toContain("also consider this")
+    }))
+
+  it.effect("abort cancels queued runs and stops the running turn, keeping what was said", () =>
+    Effect.gen(function*() {
+      const world = yield* WorldTag
+      const { api, token } = yield* tenantWithModel(world, "abort")
+      const agentId = (yield* api.post("/v1/agents", { token, json: { model: "fake/m1" } })).body.id as string
+      world.upstream.script({ text: Array.from({ length: 40 }, (_, i) => `word${i}`).join(" "), tokenDelayMs: 100 })
+      const running = (yield* api.post(`/v1/agents/${agentId}/prompt`, { token, json: { text: "long" } })).body
+      const queued = (yield* api.post(`/v1/agents/${agentId}/prompt`, { token, json: { text: "later" } })).body
+      yield* Effect.sleep("700 millis")
+      const started = Date.now()
+      const abort = yield* api.post(`/v1/agents/${agentId}/abort`, { token, json: {} })
+      expect(abort.status).toBe(200)
+      expect(abort.body).toMatchObject({
+        method: "abort",
+        state: "completed",
+        outcome: { result: { cancelled: [queued.id], aborted: running.id } }
+      })
+      const stopped = yield* settle(api, token, agentId, running.id)
+      expect(Date.now() - started).toBeLessThan(2000)
+      expect(stopped).toMatchObject({ state: "completed", code: "aborted", error: "aborted" })
+      expect(yield* settle(api, token, agentId, queued.id)).toMatchObject({ state: "completed", code: "cancelled" })
+      const history = (yield* api.get(`/v1/agents/${agentId}/history`, { token })).body.entries
+      const kept = history.at(-1).message
+      expect(kept).toMatchObject({ role: "assistant", stopReason: "aborted" })
+      const keptText = kept.content[0].text as string
+      expect(keptText.startsWith("word0 word1")).toBe(true)
+      expect(keptText).not.toContain("word39")
+      // The agent goes on afterwards.
+      world.upstream.script({ text: "back again" })
+      const next = (yield* api.post(`/v1/agents/${agentId}/prompt`, { token, json: { text: "again" } })).body
+      expect((yield* settle(api, token, agentId, next.id)).outcome.result.reply).toBe("back again")
+    }))
+
+  it.effect("configure applies ahead of queued runs", () =>
+    Effect.gen(function*() {
+      const world = yield* WorldTag
+      const { api, token } = yield* tenantWithModel(world, "configure")
+      const agentId = (yield* api.post("/v1/agents", { token, json: { model: "fake/m1", systemPrompt: "Be brief." } }))
+        .body.id as string
+      const configured = yield* api.post(`/v1/agents/${agentId}/configure`, {
+        token,
+        json: { systemPrompt: "Be thorough.", systemPromptAppend: "Answer in French.", modelHeaders: { "x-team": "blue" } }
+      })
+      expect(configured.body).toMatchObject({ method: "configure", state: "completed" })
+      const prompt = (yield* api.post(`/v1/agents/${agentId}/prompt`, { token, json: { text: "hi" } })).body
+      yield* settle(api, token, agentId, prompt.id)
+      const sent = world.upstream.requests().filter((request) => request.protocol === "openai-chat").at(-1)!
+      expect(JSON.stringify(sent.body)).toContain("Be thorough.\\n\\nAnswer in French.")
+      expect(sent.headers["x-team"]).toBe("blue")
+      const detail = (yield* api.get(`/v1/agents/${agentId}`, { token })).body
+      expect(detail).toMatchObject({ systemPrompt: "Be thorough.", modelHeaders: { "x-team": "blue" } })
+      expect((yield* api.post(`/v1/agents/${agentId}/configure`, { token, json: { colour: "red" } })).status).toBe(400)
+      expect((yield* api.post(`/v1/agents/${agentId}/configure`, { token, json: { modelHeaders: { authorization: "x" } } }))
+        .status).toBe(400)
+    }))
+
   it.effect("create with an Idempotency-Key and prompt request ids are idempotent", () =>
     Effect.gen(function*() {
       const world = yield* WorldTag

@@ -43,6 +43,8 @@ const routes = [
   ["get", "/v1/agents/{id}"],
   ["delete", "/v1/agents/{id}"],
   ["post", "/v1/agents/{id}/prompt"],
+  ["post", "/v1/agents/{id}/abort"],
+  ["post", "/v1/agents/{id}/configure"],
   ["get", "/v1/agents/{id}/requests/{requestId}"],
   ["get", "/v1/agents/{id}/state"],
   ["get", "/v1/agents/{id}/history"],

@@ -38,9 +38,33 @@ export const Status = Schema.Struct({
 })
 export type Status = typeof Status.Type
 
+export const AbortPayload = Schema.Struct({
+  requestId: Schema.String,
+  fingerprint: Schema.String
+})
+
+/** Settings a configure request changes; absent fields stay, null removes. */
+export const ConfigurePayload = Schema.Struct({
+  requestId: Schema.String,
+  fingerprint: Schema.String,
+  changes: Schema.Record({ key: Schema.String, value: Schema.Unknown })
+})
+
 export const Agent = Entity.make("Agent", [
   Rpc.make("Prompt", {
     payload: PromptPayload.fields,
+    success: Run.RequestRecord,
+    primaryKey: (payload) => payload.requestId
+  }).annotate(ClusterSchema.Persisted, true),
+  /** Cancels queued runs and stops the running turn at once, keeping what was said. */
+  Rpc.make("Abort", {
+    payload: AbortPayload.fields,
+    success: Run.RequestRecord,
+    primaryKey: (payload) => payload.requestId
+  }).annotate(ClusterSchema.Persisted, true),
+  /** Changes settings at once, ahead of queued runs. */
+  Rpc.make("Configure", {
+    payload: ConfigurePayload.fields,
     success: Run.RequestRecord,
     primaryKey: (payload) => payload.requestId
   }).annotate(ClusterSchema.Persisted, true),

@@ -8,9 +8,9 @@
  */
 import { Run } from "@agent-runtime/domain"
 import { Entity } from "@effect/cluster"
-import { Effect, Option, Queue, Stream } from "effect"
+import { Cause, Effect, Exit, Fiber, Option, Queue, Stream } from "effect"
 import { Agent, ReplayGap } from "./Agent.ts"
-import { AgentStore, type RequestRow } from "./AgentStore.ts"
+import { type AgentConfig, AgentStore, type RequestRow } from "./AgentStore.ts"
 import * as EventLog from "./EventLog.ts"
 import * as Turn from "./Turn.ts"
 
@@ -52,10 +52,11 @@ export const layer = Agent.toLayer(
     const address = yield* Entity.CurrentAddress
     const agentId = address.entityId
     const store = yield* AgentStore
-    const agent = Option.getOrThrowWith(
+    const agent0 = Option.getOrThrowWith(
       yield* Effect.orDie(store.findById(agentId)),
       () => new Error(`agent ${agentId} does not exist`)
     )
+    const agent = { ...agent0 }
     const history: Array<Turn.StoredMessage> = (yield* Effect.orDie(store.messages(agentId))).map((row) =>
       row.message as Turn.StoredMessage
     )
@@ -63,11 +64,20 @@ export const layer = Agent.toLayer(
 
     /** Accepted requests not yet run, in arrival order. */
     const pending: Array<RequestRow> = []
+    /** Steered prompts waiting for the running turn's next step, and those it took. */
+    let steering: Array<RequestRow> = []
+    let taken: Array<RequestRow> = []
+    let activeTurn: Fiber.RuntimeFiber<Turn.TurnOutcome> | undefined
+    let aborting = false
     const wakeup = yield* Queue.sliding<void>(1)
     let active: string | null = null
 
     const enqueue = (row: RequestRow) => {
-      if (row.state === "completed" || pending.some((open) => open.id === row.id) || active === row.id) return false
+      const known = (open: RequestRow) => open.id === row.id
+      if (
+        row.state === "completed" || active === row.id || pending.some(known) || steering.some(known) ||
+        taken.some(known)
+      ) return false
       pending.push(row)
       pending.sort((a, b) => a.seq - b.seq)
       return true
@@ -94,7 +104,8 @@ export const layer = Agent.toLayer(
           yield* frame(row.id)({ type: "turn_resumed", index: from })
         }
         yield* Effect.orDie(store.markRunning(agentId, row.id, history.length))
-        const outcome = yield* Turn.run(
+        aborting = false
+        const turn = yield* Effect.fork(Turn.run(
           {
             tenantId: agent.tenantId,
             agentId,
@@ -105,6 +116,12 @@ export const layer = Agent.toLayer(
             from: input.from
           },
           {
+            takeSteered: () => {
+              const now = steering
+              steering = []
+              taken.push(...now)
+              return now.map((steered) => ({ requestId: steered.id, ...(steered.input as any) }))
+            },
             emit: frame(row.id),
             append: (index, message) =>
               Effect.zipRight(
@@ -116,14 +133,58 @@ export const layer = Agent.toLayer(
             historySize: () => history.length,
             history: () => history
           }
-        )
-        const stored = { result: outcome.result, ...(outcome.code === undefined ? {} : { code: outcome.code, error: outcome.result.error }) }
-        yield* Effect.orDie(store.complete(agentId, row.id, stored))
-        const finished = Option.getOrThrow(yield* Effect.orDie(store.getRequest(agentId, row.id)))
-        yield* log.publish({ type: "response", id: row.id, outcome: toRecord(finished).outcome })
+        ))
+        activeTurn = turn
+        const exit = yield* Fiber.await(turn)
+        const stored = Exit.match(exit, {
+          onSuccess: (outcome): Record<string, unknown> => ({
+            result: outcome.result,
+            ...(outcome.code === undefined ? {} : { code: outcome.code, error: outcome.result.error })
+          }),
+          onFailure: (cause) =>
+            aborting && Cause.isInterruptedOnly(cause)
+              ? { result: { messages: history.length, error: "aborted" }, error: "aborted", code: "aborted" }
+              : { error: `the runtime could not run the turn: ${Cause.pretty(cause).split("\n")[0]}` }
+        })
+        yield* settle(row.id, stored)
+        // Steered prompts the turn took end with it; those it did not reach run as their own turns.
+        for (const steered of taken) yield* settle(steered.id, stored, row.id)
+        taken = []
+        pending.unshift(...steering)
+        pending.sort((a, b) => a.seq - b.seq)
+        steering = []
       }).pipe(Effect.ensuring(Effect.sync(() => {
         active = null
+        activeTurn = undefined
       })))
+
+    /** Ends a request with its outcome and tells watchers. */
+    const settle = (requestId: string, outcome: Record<string, unknown>, steeredInto?: string) =>
+      Effect.gen(function*() {
+        yield* Effect.orDie(store.complete(agentId, requestId, outcome, steeredInto))
+        const finished = Option.getOrThrow(yield* Effect.orDie(store.getRequest(agentId, requestId)))
+        yield* log.publish({ type: "response", id: requestId, outcome: toRecord(finished).outcome })
+        return finished
+      })
+
+    /** Records a request that takes effect at once (abort, configure) and settles it. */
+    const immediate = (
+      payload: { readonly requestId: string; readonly fingerprint: string },
+      method: string,
+      input: Record<string, unknown>,
+      apply: Effect.Effect<Record<string, unknown>>
+    ) =>
+      Effect.gen(function*() {
+        const row = yield* Effect.orDie(store.insertRequest({
+          agentId,
+          id: payload.requestId,
+          method,
+          fingerprint: payload.fingerprint,
+          input
+        }))
+        if (row.state === "completed" || row.fingerprint !== payload.fingerprint) return toRecord(row)
+        return toRecord(yield* settle(row.id, { result: yield* apply }))
+      })
 
     // The runner: one request at a time, in arrival order; the entity stays alive while work is open.
     yield* Effect.gen(function*() {
@@ -153,9 +214,51 @@ export const layer = Agent.toLayer(
               ...(payload.metadata === undefined ? {} : { metadata: payload.metadata })
             }
           }))
-          if (enqueue(row)) yield* Queue.offer(wakeup, void 0)
+          if (payload.whileRunning === "steer" && active !== null && row.state === "queued") {
+            if (!steering.some((open) => open.id === row.id) && !taken.some((open) => open.id === row.id)) {
+              steering.push(row)
+            }
+          } else if (enqueue(row)) {
+            yield* Queue.offer(wakeup, void 0)
+          }
           return toRecord(row)
         }),
+      Abort: ({ payload }) =>
+        immediate(
+          payload,
+          "abort",
+          {},
+          Effect.gen(function*() {
+            const cancelled = [...pending, ...steering]
+            pending.length = 0
+            steering = []
+            for (const row of cancelled) {
+              yield* settle(row.id, { error: "cancelled by an abort request", code: "cancelled" })
+            }
+            const stopped = active
+            if (activeTurn !== undefined) {
+              aborting = true
+              yield* Fiber.interrupt(activeTurn)
+            }
+            return { cancelled: cancelled.map((row) => row.id), aborted: stopped }
+          })
+        ),
+      Configure: ({ payload }) =>
+        immediate(
+          payload,
+          "configure",
+          { changes: payload.changes },
+          Effect.gen(function*() {
+            const next: Record<string, unknown> = { ...agent.config }
+            for (const [field, value] of Object.entries(payload.changes)) {
+              if (value === null || (field === "systemPromptAppend" && value === "")) delete next[field]
+              else next[field] = value
+            }
+            agent.config = next as AgentConfig
+            yield* Effect.orDie(store.updateConfig(agentId, agent.config))
+            return { config: agent.config }
+          })
+        ),
       Wake: () => loadOpenWork,
       Status: () =>
         Effect.map(log.cursor, (cursor) => ({

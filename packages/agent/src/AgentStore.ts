@@ -165,6 +165,9 @@ export class AgentStore extends Effect.Service<AgentStore>()("@agent-runtime/age
       SELECT DISTINCT r.agent_id FROM agent_requests r JOIN agents a ON a.id = r.agent_id
       WHERE r.state <> 'completed' AND a.deleted_at IS NULL`.pipe(Effect.map((rows) => rows.map((row) => row.agentId)))
 
+    const updateConfig = (agentId: string, config: AgentConfig) =>
+      sql`UPDATE agents SET config = ${JSON.stringify(config)}::jsonb WHERE id = ${agentId}`
+
     const appendMessage = (agentId: string, index: number, requestId: string | null, message: unknown) =>
       sql`INSERT INTO agent_messages (agent_id, index, request_id, message)
         VALUES (${agentId}, ${index}, ${requestId}, ${JSON.stringify(message)}::jsonb)
@@ -195,6 +198,7 @@ export class AgentStore extends Effect.Service<AgentStore>()("@agent-runtime/age
       agentsWithOpenWork,
       appendMessage,
       truncateMessages,
+      updateConfig,
       messages
     } as const
   })

@@ -158,6 +158,23 @@ export class Agents extends Effect.Service<Agents>()("@agent-runtime/agent/Agent
     const prompt = (tenantId: string, agentId: string, input: Run.PromptInput) =>
       Effect.flatMap(live(tenantId, agentId), () => sendPrompt(agentId, input, Ids.make("req")))
 
+    const abort = (tenantId: string, agentId: string, requestId: Option.Option<string>) =>
+      Effect.flatMap(live(tenantId, agentId), () =>
+        Effect.orDie(makeClient(agentId).Abort({
+          requestId: Option.getOrElse(requestId, () => Ids.make("req")),
+          fingerprint: fingerprint({ method: "abort" })
+        })))
+
+    const configure = (tenantId: string, agentId: string, input: AgentSchemas.ConfigureInput) =>
+      Effect.flatMap(live(tenantId, agentId), () => {
+        const { requestId, ...changes } = input
+        return Effect.orDie(makeClient(agentId).Configure({
+          requestId: requestId ?? Ids.make("req"),
+          fingerprint: fingerprint(changes),
+          changes
+        }))
+      })
+
     const status = (agentId: string) => Effect.orDie(makeClient(agentId).Status())
 
     const detail = (tenantId: string, agentId: string) =>
@@ -263,6 +280,8 @@ export class Agents extends Effect.Service<Agents>()("@agent-runtime/agent/Agent
     return {
       create,
       prompt,
+      abort,
+      configure,
       detail,
       list,
       remove,

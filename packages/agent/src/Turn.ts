@@ -25,7 +25,17 @@ export interface TurnInput {
   readonly from?: StoredMessage["from"] | undefined
 }
 
+/** A prompt sent with whileRunning steer, taken by the running turn after its current step. */
+export interface Steered {
+  readonly requestId: string
+  readonly text: string
+  readonly metadata?: Record<string, string> | undefined
+  readonly from?: StoredMessage["from"] | undefined
+}
+
 export interface TurnHooks {
+  /** Steered prompts waiting for this turn's next step; taking them clears them. */
+  readonly takeSteered: () => ReadonlyArray<Steered>
   /** Emits one display event of this run. */
   readonly emit: (event: Record<string, unknown>) => Effect.Effect<void>
   /** Journals the message at `index` and keeps it in memory. */
@@ -87,20 +97,25 @@ export const run = (input: TurnInput, hooks: TurnHooks) =>
     const toolCalls: Array<{ tool: string; toolCallId: string; ok: boolean; code?: string }> = []
     const event = (type: string, fields: Record<string, unknown> = {}) => hooks.emit({ type, ...fields })
 
-    const userIndex = hooks.historySize()
-    yield* event("turn_opened", { index: userIndex })
+    const addUser = (prompt: Steered) =>
+      Effect.gen(function*() {
+        const index = hooks.historySize()
+        const user: StoredMessage = {
+          role: "user",
+          content: prompt.text,
+          timestamp: Date.now(),
+          requestId: prompt.requestId,
+          ...(prompt.metadata === undefined ? {} : { metadata: prompt.metadata }),
+          ...(prompt.from === undefined ? {} : { from: prompt.from })
+        }
+        yield* event("message_start", { index, message: user })
+        yield* hooks.append(index, user)
+        yield* event("message_end", { index, message: user })
+      })
+
+    yield* event("turn_opened", { index: hooks.historySize() })
     yield* event("agent_start")
-    const user: StoredMessage = {
-      role: "user",
-      content: input.text,
-      timestamp: Date.now(),
-      requestId: input.requestId,
-      ...(input.metadata === undefined ? {} : { metadata: input.metadata }),
-      ...(input.from === undefined ? {} : { from: input.from })
-    }
-    yield* event("message_start", { index: userIndex, message: user })
-    yield* hooks.append(userIndex, user)
-    yield* event("message_end", { index: userIndex, message: user })
+    yield* addUser(input)
 
     let reply: { text: string; index: number } | undefined
     let error: string | null = null
@@ -112,6 +127,7 @@ export const run = (input: TurnInput, hooks: TurnHooks) =>
       yield* event("turn_start")
       const index = hooks.historySize()
       let started = false
+      let partial: ModelClient.AssistantMessage | undefined
       const context: ModelClient.Context = {
         ...(input.config.systemPrompt === undefined && input.config.systemPromptAppend === undefined
           ? {}
@@ -159,13 +175,26 @@ export const run = (input: TurnInput, hooks: TurnHooks) =>
               case "done":
                 return Effect.succeed(Option.some(modelEvent.message))
               default: {
-                const { partial: _partial, ...delta } = modelEvent as any
+                const { partial: latest, ...delta } = modelEvent as any
+                partial = latest
                 return Effect.as(event("message_update", { index, assistantMessageEvent: delta }), done)
               }
             }
           }
         ),
-        Effect.either
+        Effect.either,
+        // Aborted mid-response: what was said so far stays in history.
+        Effect.onInterrupt(() =>
+          partial === undefined || partial.content.length === 0
+            ? Effect.void
+            : Effect.gen(function*() {
+              const kept = { ...partial!, stopReason: "aborted" as const }
+              yield* hooks.append(index, kept)
+              yield* event("message_end", { index, message: kept })
+              yield* event("turn_end", { aborted: true })
+              yield* event("agent_end")
+            })
+        )
       )
       if (finished._tag === "Left") {
         const failure = finished.left
@@ -201,7 +230,9 @@ export const run = (input: TurnInput, hooks: TurnHooks) =>
         if (toolCalls.length < 100) toolCalls.push({ tool: call.name, toolCallId: call.id, ok: false, code: "unavailable" })
       }
       yield* event("turn_end")
-      if (calls.length === 0) break
+      const steered = hooks.takeSteered()
+      for (const prompt of steered) yield* addUser(prompt)
+      if (calls.length === 0 && steered.length === 0) break
       if (round === maxRounds - 1) stopped = "turn_limit"
     }
     yield* event("agent_end")

@@ -7,7 +7,7 @@ import { Schema } from "effect"
 import * as ApiError from "./ApiError.ts"
 import { Authentication, OperatorAuthentication } from "./Auth.ts"
 import { created, Deleted, Page, PageParams } from "./Common.ts"
-import { AgentCreated, AgentDetail, AgentInput, AgentKey, AgentSummary } from "./Agent.ts"
+import { AgentCreated, AgentDetail, AgentInput, AgentKey, AgentSummary, ConfigureInput } from "./Agent.ts"
 import { Me } from "./Me.ts"
 import { Model } from "./Model.ts"
 import {
@@ -237,6 +237,26 @@ export class AgentsGroup extends HttpApiGroup.make("agents")
       .addError(ApiError.Gone.Wire)
       .addError(ApiError.IdempotencyConflict.Wire)
       .annotate(OpenApi.Description, "Accepts a prompt and answers its request record at once; poll it for the outcome.")
+  )
+  .add(
+    HttpApiEndpoint.post("abort")`/v1/agents/${agentParam}/abort`
+      .setPayload(Schema.Struct({ requestId: Schema.optional(Schema.String.pipe(Schema.minLength(1))) }))
+      .addSuccess(RequestRecord)
+      .addError(ApiError.NotFound.Wire)
+      .addError(ApiError.Gone.Wire)
+      .annotate(
+        OpenApi.Description,
+        "Cancels queued runs (they end with code cancelled) and stops the running turn at once, keeping what was " +
+          "said (it ends with code aborted). Answers the abort's own record, settled."
+      )
+  )
+  .add(
+    HttpApiEndpoint.post("configure")`/v1/agents/${agentParam}/configure`
+      .setPayload(ConfigureInput)
+      .addSuccess(RequestRecord)
+      .addError(ApiError.NotFound.Wire)
+      .addError(ApiError.Gone.Wire)
+      .annotate(OpenApi.Description, "Changes settings at once, ahead of queued runs; absent fields stay, null removes.")
   )
   .add(
     HttpApiEndpoint.get("request")`/v1/agents/${agentParam}/requests/${requestParam}`

@@ -19,6 +19,10 @@ export const layer = HttpApiBuilder.group(Api.Api, "agents", (handlers) =>
       .handle("delete", ({ path }) => Effect.flatMap(tenant, (tenantId) => agents.remove(tenantId, path.id)))
       .handle("prompt", ({ path, payload }) =>
         Effect.flatMap(tenant, (tenantId) => agents.prompt(tenantId, path.id, payload)))
+      .handle("abort", ({ path, payload }) =>
+        Effect.flatMap(tenant, (tenantId) => agents.abort(tenantId, path.id, Option.fromNullable(payload.requestId))))
+      .handle("configure", ({ path, payload }) =>
+        Effect.flatMap(tenant, (tenantId) => agents.configure(tenantId, path.id, payload)))
       .handle("request", ({ path, urlParams }) =>
         Effect.flatMap(tenant, (tenantId) =>
           agents.request(tenantId, path.id, path.requestId, Duration.seconds(urlParams.wait ?? 0))))
