@@ -16,6 +16,7 @@ import { createServer } from "node:http"
 import * as Gateway from "./Gateway.ts"
 import * as Admin from "./http/Admin.ts"
 import * as AgentsHttp from "./http/Agents.ts"
+import * as Clients from "./http/Clients.ts"
 import * as Authentication from "./http/Authentication.ts"
 import * as Errors from "./http/Errors.ts"
 import * as Health from "./http/Health.ts"
@@ -51,9 +52,10 @@ const layerApi = HttpApiBuilder.api(Api.Api).pipe(
     Models.layerKeys,
     Models.layerKeyScopes,
     AgentsHttp.layer,
+    Clients.layer,
     Admin.layer
   ]),
-  Layer.provide([Authentication.layer, Authentication.layerOperator])
+  Layer.provide([Authentication.layer, Authentication.layerOperator, Authentication.layerAgent])
 )
 
 const layerRest = Layer.effect(RestAddress, baseUrl).pipe(

@@ -276,6 +276,88 @@ layer(WorldLive, { excludeTestServices: true })("agents", (it) => {
         .toMatchObject({ status: 409, body: { code: "IDEMPOTENCY_CONFLICT" } })
     }))
 
+  it.effect("the agent token works on its /clients routes only", () =>
+    Effect.gen(function*() {
+      const world = yield* WorldTag
+      const { api, token } = yield* tenantWithModel(world, "clients")
+      const created = (yield* api.post("/v1/agents", { token, json: { model: "fake/m1" } })).body
+      const other = (yield* api.post("/v1/agents", { token, json: { model: "fake/m1" } })).body
+      const agentToken = created.token as string
+      const id = created.id as string
+
+      world.upstream.script({ text: "from the client route" })
+      const accepted = yield* api.post(`/clients/${id}/requests`, {
+        token: agentToken,
+        json: { method: "prompt", text: "hello", requestId: "c-1" }
+      })
+      expect(accepted.body).toMatchObject({ id: "c-1", method: "prompt", state: "running" })
+      const done = (yield* api.get(`/clients/${id}/requests/c-1?wait=20`, { token: agentToken })).body
+      expect(done.outcome.result.reply).toBe("from the client route")
+      const status = (yield* api.post(`/clients/${id}/requests`, { token: agentToken, json: { method: "status" } })).body
+      expect(status).toMatchObject({ method: "status", state: "completed", outcome: { result: { running: false } } })
+      expect((yield* api.get(`/clients/${id}/history`, { token: agentToken })).body.total).toBe(2)
+      const polled = (yield* api.get(`/clients/${id}/events?poll=1`, { token: agentToken, headers: { "last-event-id": "0" } }))
+        .body
+      expect(polled.events.length).toBeGreaterThan(0)
+      const configured = yield* api.post(`/clients/${id}/requests`, {
+        token: agentToken,
+        json: { method: "configure", systemPrompt: "Be terse." }
+      })
+      expect(configured.body).toMatchObject({ method: "configure", state: "completed" })
+
+      // The agent's own token cannot change keyScope, spendLimit or modelHeaders.
+      for (const field of [{ keyScope: "x" }, { spendLimit: { usd: 1 } }, { modelHeaders: { "x-a": "b" } }]) {
+        const refused = yield* api.post(`/clients/${id}/requests`, { token: agentToken, json: { method: "configure", ...field } })
+        expect(refused.status).toBe(400)
+      }
+      // Nowhere else: not another agent's routes, not the account's.
+      expect((yield* api.get(`/clients/${other.id}/history`, { token: agentToken })).status).toBe(401)
+      expect((yield* api.get(`/v1/agents/${id}`, { token: agentToken })).status).toBe(401)
+      expect((yield* api.get(`/v1/agents/${id}/credentials`, { token: agentToken })).status).toBe(401)
+      expect((yield* api.get(`/clients/${id}/history`, { token })).status).toBe(401)
+      expect((yield* api.get(`/clients/${id}/history`, { token: `${agentToken.slice(0, -2)}xx` })).status).toBe(401)
+      // Never from a browser.
+      expect(yield* api.get(`/clients/${id}/history`, { token: agentToken, headers: { origin: "https://evil.example" } }))
+        .toMatchObject({ status: 403, body: { code: "FORBIDDEN" } })
+      // A deleted agent's token stops working.
+      yield* api.delete(`/v1/agents/${id}`, { token })
+      expect((yield* api.get(`/clients/${id}/history`, { token: agentToken })).status).toBe(401)
+    }))
+
+  it.effect("upsert by key returns the same agent and history; credentials need a key", () =>
+    Effect.gen(function*() {
+      const world = yield* WorldTag
+      const { api, token } = yield* tenantWithModel(world, "upsert")
+      const first = (yield* api.put("/v1/agents/by-key/support-bot", {
+        token,
+        json: { model: "fake/m1", systemPrompt: "One.", prompt: { text: "remember 7", requestId: "u-1" } }
+      })).body
+      yield* settle(api, token, first.id, "u-1")
+      const second = (yield* api.put("/v1/agents/by-key/support-bot", {
+        token,
+        json: { model: "fake/m1", systemPrompt: "Two." }
+      })).body
+      expect(second.id).toBe(first.id)
+      expect(second.token).toBe(first.token)
+      const detail = (yield* api.get(`/v1/agents/${first.id}`, { token })).body
+      expect(detail).toMatchObject({ key: "support-bot", systemPrompt: "Two." })
+      expect((yield* api.get(`/v1/agents/${first.id}/history`, { token })).body.total).toBe(2)
+
+      expect((yield* api.get("/v1/agents/support-bot/credentials", { token })).body).toEqual({
+        id: first.id,
+        token: first.token,
+        expiresAt: null
+      })
+      expect((yield* api.get(`/v1/agents/${first.id}/credentials`, { token })).body.id).toBe(first.id)
+      const keyless = (yield* api.post("/v1/agents", { token, json: { model: "fake/m1" } })).body
+      expect(yield* api.get(`/v1/agents/${keyless.id}/credentials`, { token })).toMatchObject({
+        status: 409,
+        body: { code: "AGENT_KEYLESS" }
+      })
+      expect((yield* api.get("/v1/agents/nobody/credentials", { token })).status).toBe(404)
+      expect((yield* api.put("/v1/agents/by-key/bad key!", { token, json: {} })).status).toBe(400)
+    }))
+
   it.effect("a missing key ends the run with model_key_missing", () =>
     Effect.gen(function*() {
       const world = yield* WorldTag

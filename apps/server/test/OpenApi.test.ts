@@ -48,7 +48,13 @@ const routes = [
   ["get", "/v1/agents/{id}/requests/{requestId}"],
   ["get", "/v1/agents/{id}/state"],
   ["get", "/v1/agents/{id}/history"],
-  ["get", "/v1/agents/{id}/events"]
+  ["get", "/v1/agents/{id}/events"],
+  ["put", "/v1/agents/by-key/{key}"],
+  ["get", "/v1/agents/{keyOrId}/credentials"],
+  ["post", "/clients/{id}/requests"],
+  ["get", "/clients/{id}/requests/{requestId}"],
+  ["get", "/clients/{id}/events"],
+  ["get", "/clients/{id}/history"]
 ] as const
 
 layer(NodeLive, { excludeTestServices: true })("openapi", (it) => {

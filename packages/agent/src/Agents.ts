@@ -155,6 +155,60 @@ export class Agents extends Effect.Service<Agents>()("@agent-runtime/agent/Agent
         })
       })
 
+    /** The keyed agent, with the given settings applied; made when no live agent has the key. */
+    const upsert = (tenantId: string, key: string, input: AgentSchemas.AgentInput) =>
+      Effect.gen(function*() {
+        const existing = yield* Effect.orDie(store.findByKey(tenantId, key))
+        if (Option.isNone(existing)) return yield* create(tenantId, input, Option.some(key))
+        const agent = existing.value
+        const { prompt, ...settings } = input
+        const changes = {
+          ...(settings.model === undefined ? {} : { model: settings.model }),
+          systemPrompt: settings.systemPrompt ?? null,
+          systemPromptAppend: settings.systemPromptAppend ?? null,
+          thinkingLevel: settings.thinkingLevel ?? null,
+          keyScope: settings.keyScope ?? null,
+          modelHeaders: settings.modelHeaders ?? null
+        }
+        yield* Effect.orDie(makeClient(agent.id).Configure({
+          requestId: `upsert_${fingerprint(changes)}`,
+          fingerprint: fingerprint(changes),
+          changes
+        }))
+        const first = prompt === undefined ? undefined : yield* sendPrompt(agent.id, prompt, Ids.make("req"))
+        return new AgentSchemas.AgentCreated({
+          id: agent.id,
+          token: tokenFor(agent.id),
+          expiresAt: agent.expiresAt,
+          ...(first === undefined ? {} : { prompt: first })
+        })
+      })
+
+    /** Credentials of a keyed agent, by key or id. */
+    const credentials = (tenantId: string, keyOrId: string) =>
+      Effect.gen(function*() {
+        const byId = yield* Effect.orDie(store.find(tenantId, keyOrId))
+        const agent = Option.isSome(byId) ? byId : yield* Effect.orDie(store.findByKey(tenantId, keyOrId))
+        if (Option.isNone(agent)) return yield* new ApiError.NotFound({ error: `no agent ${keyOrId}` })
+        if (agent.value.key === null) {
+          return yield* new ApiError.AgentKeyless({ error: `agent ${agent.value.id} was made without a key` })
+        }
+        return new AgentSchemas.AgentCredentials({
+          id: agent.value.id,
+          token: tokenFor(agent.value.id),
+          expiresAt: agent.value.expiresAt
+        })
+      })
+
+    /** The tenant of a live agent named by a genuine token. */
+    const authenticateToken = (token: string, agentId: string) =>
+      Effect.gen(function*() {
+        const named = agentOfToken(token)
+        if (Option.isNone(named) || named.value !== agentId) return Option.none<{ tenantId: string; agentId: string }>()
+        const agent = yield* Effect.orDie(store.findById(agentId))
+        return Option.map(agent, (agent) => ({ tenantId: agent.tenantId, agentId: agent.id }))
+      })
+
     const prompt = (tenantId: string, agentId: string, input: Run.PromptInput) =>
       Effect.flatMap(live(tenantId, agentId), () => sendPrompt(agentId, input, Ids.make("req")))
 
@@ -232,6 +286,22 @@ export class Agents extends Effect.Service<Agents>()("@agent-runtime/agent/Agent
         return toRecord(row)
       })
 
+    /** A status request: answered at once, from the owner's view of the agent. */
+    const statusRequest = (tenantId: string, agentId: string) =>
+      Effect.gen(function*() {
+        yield* live(tenantId, agentId)
+        const current = yield* status(agentId)
+        return new Run.RequestRecord({
+          id: Ids.make("req"),
+          method: "status",
+          state: "completed",
+          fingerprint: fingerprint({ method: "status" }),
+          startedAt: Math.floor(Date.now() / 1000),
+          endedAt: Math.floor(Date.now() / 1000),
+          outcome: new Run.RunOutcome({ result: current })
+        })
+      })
+
     const state = (tenantId: string, agentId: string) =>
       Effect.gen(function*() {
         yield* live(tenantId, agentId)
@@ -279,9 +349,13 @@ export class Agents extends Effect.Service<Agents>()("@agent-runtime/agent/Agent
 
     return {
       create,
+      upsert,
+      credentials,
+      authenticateToken,
       prompt,
       abort,
       configure,
+      statusRequest,
       detail,
       list,
       remove,
@@ -290,9 +364,7 @@ export class Agents extends Effect.Service<Agents>()("@agent-runtime/agent/Agent
       history,
       watch,
       poll,
-      wakeOpenWork,
-      tokenFor,
-      agentOfToken
+      wakeOpenWork
     } as const
   })
 }) {}

@@ -5,9 +5,17 @@
 import { HttpApi, HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "@effect/platform"
 import { Schema } from "effect"
 import * as ApiError from "./ApiError.ts"
-import { Authentication, OperatorAuthentication } from "./Auth.ts"
+import { AgentAuthentication, Authentication, OperatorAuthentication } from "./Auth.ts"
 import { created, Deleted, Page, PageParams } from "./Common.ts"
-import { AgentCreated, AgentDetail, AgentInput, AgentKey, AgentSummary, ConfigureInput } from "./Agent.ts"
+import {
+  AgentCreated,
+  AgentCredentials,
+  AgentDetail,
+  AgentInput,
+  AgentKey,
+  AgentSummary,
+  ConfigureInput
+} from "./Agent.ts"
 import { Me } from "./Me.ts"
 import { Model } from "./Model.ts"
 import {
@@ -217,6 +225,28 @@ export class AgentsGroup extends HttpApiGroup.make("agents")
       .addError(ApiError.IdempotencyConflict.Wire)
       .addError(ApiError.IdempotencyInProgress.Wire)
   )
+  .add(
+    HttpApiEndpoint.put("upsert")`/v1/agents/by-key/${HttpApiSchema.param("key", AgentKey)}`
+      .setPayload(AgentInput)
+      .addSuccess(AgentCreated)
+      .addError(ApiError.IdempotencyConflict.Wire)
+      .addError(ApiError.IdempotencyInProgress.Wire)
+      .annotate(
+        OpenApi.Description,
+        "Upsert by key: the agent with this key (same id, token and history, from any process) with the given " +
+          "settings applied, or a new keyed agent. A prompt is sent once per requestId."
+      )
+  )
+  .add(
+    HttpApiEndpoint.get("credentials")`/v1/agents/${HttpApiSchema.param("keyOrId", Schema.String)}/credentials`
+      .addSuccess(AgentCredentials)
+      .addError(ApiError.NotFound.Wire)
+      .addError(ApiError.AgentKeyless.Wire)
+      .annotate(
+        OpenApi.Description,
+        "The agent's credentials, by key or id; only for agents made with a key (409 AGENT_KEYLESS otherwise)."
+      )
+  )
   .add(HttpApiEndpoint.get("list", "/v1/agents").setUrlParams(PageParams).addSuccess(Page(AgentSummary)))
   .add(
     HttpApiEndpoint.get("get")`/v1/agents/${agentParam}`
@@ -301,6 +331,69 @@ export class AgentsGroup extends HttpApiGroup.make("agents")
   .annotate(OpenApi.Title, "Agents")
 {}
 
+const clientParam = HttpApiSchema.param("id", Schema.String)
+
+/** A request to an agent over its own token: a prompt, a steer, an abort, a configure or a status. */
+export const ClientRequest = Schema.Union(
+  Schema.Struct({ method: Schema.Literal("prompt", "steer"), ...PromptInput.fields }),
+  Schema.Struct({ method: Schema.Literal("abort"), requestId: Schema.optional(Schema.String.pipe(Schema.minLength(1))) }),
+  Schema.Struct({ method: Schema.Literal("status") }),
+  Schema.extend(
+    Schema.Struct({ method: Schema.Literal("configure") }),
+    Schema.Struct({
+      requestId: Schema.optional(Schema.String),
+      model: Schema.optional(Schema.String),
+      systemPrompt: ConfigureInput.fields.systemPrompt,
+      systemPromptAppend: ConfigureInput.fields.systemPromptAppend,
+      thinkingLevel: ConfigureInput.fields.thinkingLevel,
+      builtins: ConfigureInput.fields.builtins
+    })
+  ).annotations({ parseOptions: { onExcessProperty: "error" } })
+).annotations({
+  identifier: "ClientRequest",
+  description: "The agent's own token cannot change keyScope, spendLimit or modelHeaders."
+})
+
+export class ClientsGroup extends HttpApiGroup.make("clients")
+  .add(
+    HttpApiEndpoint.post("request")`/clients/${clientParam}/requests`
+      .setPayload(ClientRequest)
+      .addSuccess(RequestRecord)
+      .addError(ApiError.NotFound.Wire)
+      .addError(ApiError.Gone.Wire)
+      .addError(ApiError.IdempotencyConflict.Wire)
+  )
+  .add(
+    HttpApiEndpoint.get("getRequest")`/clients/${clientParam}/requests/${requestParam}`
+      .setUrlParams(Schema.Struct({ wait: Schema.optional(waitSeconds) }))
+      .addSuccess(RequestRecord)
+      .addError(ApiError.NotFound.Wire)
+      .addError(ApiError.Gone.Wire)
+  )
+  .add(
+    HttpApiEndpoint.get("events")`/clients/${clientParam}/events`
+      .setUrlParams(Schema.Struct({
+        poll: Schema.optional(Schema.Literal("1", "true")),
+        wait: Schema.optional(waitSeconds),
+        watch: Schema.optional(Schema.Literal("1", "true"))
+      }))
+      .setHeaders(Schema.Struct({ "last-event-id": Schema.optional(Schema.NumberFromString) }))
+      .addSuccess(EventPoll)
+      .addError(ApiError.NotFound.Wire)
+      .addError(ApiError.Gone.Wire)
+      .addError(ApiError.ReplayGap.Wire)
+  )
+  .add(
+    HttpApiEndpoint.get("history")`/clients/${clientParam}/history`
+      .addSuccess(HistoryPage)
+      .addError(ApiError.NotFound.Wire)
+      .addError(ApiError.Gone.Wire)
+  )
+  .middleware(AgentAuthentication)
+  .annotate(OpenApi.Title, "Agent connection")
+  .annotate(OpenApi.Description, "Routes for the agent's own token (aat_...); requests with a browser Origin are refused.")
+{}
+
 export class AdminGroup extends HttpApiGroup.make("admin")
   .add(
     HttpApiEndpoint.post("createTenant", "/v1/admin/tenants")
@@ -382,6 +475,7 @@ export class Api extends HttpApi.make("agent-runtime")
   .add(KeysGroup)
   .add(KeyScopesGroup)
   .add(AgentsGroup)
+  .add(ClientsGroup)
   .add(AdminGroup)
   // Any route can meet these: unreadable or invalid input, unknown routes, oversized bodies, defects.
   .addError(ApiError.InvalidRequest.Wire)

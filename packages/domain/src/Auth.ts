@@ -40,6 +40,28 @@ export class Authentication extends HttpApiMiddleware.Tag<Authentication>()("Aut
   security: { bearer }
 }) {}
 
+export interface AgentPrincipal {
+  readonly tenantId: string
+  readonly agentId: string
+}
+
+/** The agent an agent token names, provided by `AgentAuthentication` on `/clients/{id}` routes. */
+export class CurrentAgent extends Context.Tag("@agent-runtime/domain/CurrentAgent")<CurrentAgent, AgentPrincipal>() {}
+
+/**
+ * `/clients/{id}` routes: only that agent's own token, and never from a
+ * browser (a request with an Origin header is refused).
+ */
+export class AgentAuthentication extends HttpApiMiddleware.Tag<AgentAuthentication>()("AgentAuthentication", {
+  failure: Schema.Union(ApiError.Unauthorized.Wire, ApiError.Forbidden.Wire),
+  provides: CurrentAgent,
+  security: {
+    agent: HttpApiSecurity.bearer.pipe(
+      HttpApiSecurity.annotate(OpenApi.Description, "The agent's own token (aat_...), from POST /v1/agents.")
+    )
+  }
+}) {}
+
 /** Operator routes: only the operator token. */
 export class OperatorAuthentication extends HttpApiMiddleware.Tag<OperatorAuthentication>()("OperatorAuthentication", {
   failure: Schema.Union(ApiError.Unauthorized.Wire, ApiError.Forbidden.Wire),

@@ -28,29 +28,37 @@ export const layer = HttpApiBuilder.group(Api.Api, "agents", (handlers) =>
           agents.request(tenantId, path.id, path.requestId, Duration.seconds(urlParams.wait ?? 0))))
       .handle("state", ({ path }) => Effect.flatMap(tenant, (tenantId) => agents.state(tenantId, path.id)))
       .handle("history", ({ path }) => Effect.flatMap(tenant, (tenantId) => agents.history(tenantId, path.id)))
+      .handle("upsert", ({ path, payload }) =>
+        Effect.flatMap(tenant, (tenantId) => agents.upsert(tenantId, path.key, payload)))
+      .handle("credentials", ({ path }) =>
+        Effect.flatMap(tenant, (tenantId) => agents.credentials(tenantId, path.keyOrId)))
       .handle("events", ({ headers, path, urlParams }) =>
-        Effect.gen(function*() {
-          const tenantId = yield* tenant
-          const cursor = Option.fromNullable(headers["last-event-id"])
-          if (urlParams.poll !== undefined) {
-            return yield* agents.poll(
-              tenantId,
-              path.id,
-              Option.getOrElse(cursor, () => 0),
-              Duration.seconds(urlParams.wait ?? 0)
-            )
-          }
-          // A cursor behind the buffer is refused before the stream starts.
-          if (Option.isSome(cursor)) yield* agents.poll(tenantId, path.id, cursor.value, Duration.zero)
-          const entries = yield* agents.watch(tenantId, path.id, cursor)
-          const body = Sse.toStream({
-            ready: { version: streamVersion, agentId: path.id, connection: null },
-            entries: entries.pipe(Stream.map((entry) => ({ id: entry.id, json: JSON.stringify(entry.data) }))),
-            heartbeat: Duration.seconds(5)
-          })
-          return HttpServerResponse.stream(body, {
-            contentType: "text/event-stream",
-            headers: { "cache-control": "no-cache", "x-accel-buffering": "no" }
-          })
-        }))
+        Effect.flatMap(tenant, (tenantId) =>
+          events(agents, tenantId, path.id, Option.fromNullable(headers["last-event-id"]), urlParams)))
   }))
+
+/** The event stream of an agent: one JSON poll, or server-sent events from the cursor on. */
+export const events = (
+  agents: Agents.Agents,
+  tenantId: string,
+  agentId: string,
+  cursor: Option.Option<number>,
+  options: { readonly poll?: string | undefined; readonly wait?: number | undefined }
+) =>
+  Effect.gen(function*() {
+    if (options.poll !== undefined) {
+      return yield* agents.poll(tenantId, agentId, Option.getOrElse(cursor, () => 0), Duration.seconds(options.wait ?? 0))
+    }
+    // A cursor behind the buffer is refused before the stream starts.
+    if (Option.isSome(cursor)) yield* agents.poll(tenantId, agentId, cursor.value, Duration.zero)
+    const entries = yield* agents.watch(tenantId, agentId, cursor)
+    const body = Sse.toStream({
+      ready: { version: streamVersion, agentId, connection: null },
+      entries: entries.pipe(Stream.map((entry) => ({ id: entry.id, json: JSON.stringify(entry.data) }))),
+      heartbeat: Duration.seconds(5)
+    })
+    return HttpServerResponse.stream(body, {
+      contentType: "text/event-stream",
+      headers: { "cache-control": "no-cache", "x-accel-buffering": "no" }
+    })
+  })

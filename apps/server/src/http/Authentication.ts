@@ -2,6 +2,7 @@
  * The security middlewares: API keys and the operator token.
  */
 import { Operator, Tenants, Tokens } from "@agent-runtime/accounts"
+import { Agents } from "@agent-runtime/agent"
 import { ApiError, Auth } from "@agent-runtime/domain"
 import { HttpServerRequest } from "@effect/platform"
 import { Effect, Layer, Option, Redacted } from "effect"
@@ -38,6 +39,32 @@ export const layer = Layer.effect(
           const key = yield* tokens.authenticate(secret)
           if (Option.isNone(key)) return yield* invalid
           return { tenantId: key.value.tenantId, via: "token", tokenId: Option.some(key.value.tokenId) }
+        })
+    })
+  })
+)
+
+export const layerAgent = Layer.effect(
+  Auth.AgentAuthentication,
+  Effect.gen(function*() {
+    const agents = yield* Agents.Agents
+    return Auth.AgentAuthentication.of({
+      agent: (token) =>
+        Effect.gen(function*() {
+          const request = yield* Effect.serviceOption(HttpServerRequest.HttpServerRequest)
+          if (Option.isSome(request) && request.value.headers.origin !== undefined) {
+            return yield* new ApiError.Forbidden({ error: "/clients routes refuse requests from browsers (Origin header)" })
+          }
+          const secret = Redacted.value(token)
+          if (secret === "") return yield* missing
+          // The route's agent: /clients/{id}/...
+          const agentId = Option.match(request, {
+            onNone: () => "",
+            onSome: (request) => new URL(request.url, "http://x").pathname.split("/")[2] ?? ""
+          })
+          const agent = yield* agents.authenticateToken(secret, decodeURIComponent(agentId))
+          if (Option.isNone(agent)) return yield* invalid
+          return agent.value
         })
     })
   })

@@ -1,0 +1,41 @@
+import { Agents } from "@agent-runtime/agent"
+import { Agent, Api, Auth, Run } from "@agent-runtime/domain"
+import { HttpApiBuilder } from "@effect/platform"
+import { Duration, Effect, Option } from "effect"
+import { events } from "./Agents.ts"
+
+export const layer = HttpApiBuilder.group(Api.Api, "clients", (handlers) =>
+  Effect.gen(function*() {
+    const agents = yield* Agents.Agents
+    return handlers
+      .handle("request", ({ payload }) =>
+        Effect.flatMap(Auth.CurrentAgent, ({ agentId, tenantId }) => {
+          switch (payload.method) {
+            case "prompt":
+            case "steer": {
+              const { method, ...input } = payload
+              return agents.prompt(
+                tenantId,
+                agentId,
+                new Run.PromptInput({ ...input, ...(method === "steer" ? { whileRunning: "steer" as const } : {}) })
+              )
+            }
+            case "abort":
+              return agents.abort(tenantId, agentId, Option.fromNullable(payload.requestId))
+            case "configure": {
+              const { method: _method, ...input } = payload
+              return agents.configure(tenantId, agentId, new Agent.ConfigureInput(input))
+            }
+            case "status":
+              return agents.statusRequest(tenantId, agentId)
+          }
+        }))
+      .handle("getRequest", ({ path, urlParams }) =>
+        Effect.flatMap(Auth.CurrentAgent, ({ agentId, tenantId }) =>
+          agents.request(tenantId, agentId, path.requestId, Duration.seconds(urlParams.wait ?? 0))))
+      .handle("events", ({ headers, urlParams }) =>
+        Effect.flatMap(Auth.CurrentAgent, ({ agentId, tenantId }) =>
+          events(agents, tenantId, agentId, Option.fromNullable(headers["last-event-id"]), urlParams)))
+      .handle("history", () =>
+        Effect.flatMap(Auth.CurrentAgent, ({ agentId, tenantId }) => agents.history(tenantId, agentId)))
+  }))
