@@ -358,6 +358,54 @@ layer(WorldLive, { excludeTestServices: true })("agents", (it) => {
       expect((yield* api.put("/v1/agents/by-key/bad key!", { token, json: {} })).status).toBe(400)
     }))
 
+  it.effect("spend limits stop a running turn and refuse new prompts with 402", () =>
+    Effect.gen(function*() {
+      const world = yield* WorldTag
+      const { api, token } = yield* tenantWithModel(world, "spend")
+      // 1,000 USD per million tokens: a response of 1,000 in and 1,000 out costs 2 USD.
+      yield* api.put("/v1/providers/paid", {
+        token,
+        json: {
+          type: "openai-completions",
+          baseUrl: `${world.upstream.url}/v1`,
+          models: [{ id: "m1", contextWindow: 100_000, pricing: { input: 1000, output: 1000 } }]
+        }
+      })
+      const agent = (yield* api.post("/v1/agents", { token, json: { model: "paid/m1", spendLimit: { usd: 1 } } })).body
+      world.upstream.script({ toolCalls: [{ name: "lookup", arguments: { q: "x" } }], usage: { input: 1000, output: 1000 } })
+      const first = (yield* api.post(`/v1/agents/${agent.id}/prompt`, { token, json: { text: "go" } })).body
+      const done = yield* settle(api, token, agent.id, first.id)
+      expect(done).toMatchObject({ state: "completed", stopped: "spend_limit" })
+      const refused = yield* api.post(`/v1/agents/${agent.id}/prompt`, { token, json: { text: "more" } })
+      expect(refused.status).toBe(402)
+      expect(refused.body.code).toBe("SPEND_LIMIT")
+      const detail = (yield* api.get(`/v1/agents/${agent.id}`, { token })).body
+      expect(detail.spendLimit.usd).toBe(1)
+      expect(detail.spendLimit.spent).toBeCloseTo(2, 6)
+      // A new budget counts from now.
+      yield* api.post(`/v1/agents/${agent.id}/configure`, { token, json: { spendLimit: { usd: 5 } } })
+      world.upstream.script({ text: "fine", usage: { input: 10, output: 10 } })
+      const again = yield* api.post(`/v1/agents/${agent.id}/prompt`, { token, json: { text: "more" } })
+      expect(again.status).toBe(202)
+      expect((yield* settle(api, token, agent.id, again.body.id)).outcome.result.reply).toBe("fine")
+
+      // A run's own budget ends that run only.
+      const b = (yield* api.post("/v1/agents", { token, json: { model: "paid/m1" } })).body
+      world.upstream.script({ toolCalls: [{ name: "lookup", arguments: {} }], usage: { input: 1000, output: 1000 } })
+      const run = (yield* api.post(`/v1/agents/${b.id}/prompt`, { token, json: { text: "go", spendLimit: { usd: 1 } } }))
+        .body
+      expect(yield* settle(api, token, b.id, run.id)).toMatchObject({ stopped: "spend_limit" })
+      expect((yield* api.post(`/v1/agents/${b.id}/prompt`, { token, json: { text: "next" } })).status).toBe(202)
+
+      // The first prompt of a new agent at its limit is refused in the answer; the agent is made.
+      const broke = yield* api.post("/v1/agents", {
+        token,
+        json: { model: "paid/m1", spendLimit: { usd: 0 }, prompt: { text: "hi" } }
+      })
+      expect(broke.status).toBe(201)
+      expect(broke.body.prompt).toEqual({ error: { code: "SPEND_LIMIT", message: expect.any(String), status: 402 } })
+    }))
+
   it.effect("a missing key ends the run with model_key_missing", () =>
     Effect.gen(function*() {
       const world = yield* WorldTag

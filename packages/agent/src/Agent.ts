@@ -17,7 +17,8 @@ export const PromptPayload = Schema.Struct({
   actor: Schema.optional(Schema.String),
   from: Schema.optional(Input.Sender),
   whileRunning: Schema.optional(Run.WhileRunning),
-  metadata: Schema.optional(Run.PromptMetadata)
+  metadata: Schema.optional(Run.PromptMetadata),
+  spendLimit: Schema.optional(Schema.Struct({ usd: Schema.Number }))
 })
 export type PromptPayload = typeof PromptPayload.Type
 

@@ -13,6 +13,7 @@ import { Agent, ReplayGap } from "./Agent.ts"
 import { type AgentConfig, AgentStore, type RequestRow } from "./AgentStore.ts"
 import * as EventLog from "./EventLog.ts"
 import * as Turn from "./Turn.ts"
+import { UsageLog } from "@agent-runtime/models"
 
 /** A stored request as the API shows it. */
 export const toRecord = (row: RequestRow): Run.RequestRecord => {
@@ -52,6 +53,7 @@ export const layer = Agent.toLayer(
     const address = yield* Entity.CurrentAddress
     const agentId = address.entityId
     const store = yield* AgentStore
+    const usage = yield* UsageLog.UsageLog
     const agent0 = Option.getOrThrowWith(
       yield* Effect.orDie(store.findById(agentId)),
       () => new Error(`agent ${agentId} does not exist`)
@@ -122,6 +124,12 @@ export const layer = Agent.toLayer(
               taken.push(...now)
               return now.map((steered) => ({ requestId: steered.id, ...(steered.input as any) }))
             },
+            overBudget: Effect.gen(function*() {
+              const limit = agent.config.spendLimit
+              if (limit !== undefined && (yield* usage.spent(agentId, { since: limit.since })) >= limit.usd) return true
+              const runLimit = (row.input as { spendLimit?: { usd: number } }).spendLimit
+              return runLimit !== undefined && (yield* usage.spent(agentId, { requestId: row.id })) >= runLimit.usd
+            }),
             emit: frame(row.id),
             append: (index, message) =>
               Effect.zipRight(
@@ -211,7 +219,8 @@ export const layer = Agent.toLayer(
               text: payload.text,
               ...(payload.actor === undefined ? {} : { actor: payload.actor }),
               ...(payload.from === undefined ? {} : { from: payload.from }),
-              ...(payload.metadata === undefined ? {} : { metadata: payload.metadata })
+              ...(payload.metadata === undefined ? {} : { metadata: payload.metadata }),
+              ...(payload.spendLimit === undefined ? {} : { spendLimit: payload.spendLimit })
             }
           }))
           if (payload.whileRunning === "steer" && active !== null && row.state === "queued") {

@@ -15,7 +15,9 @@ export const AgentConfig = Schema.Struct({
   keyScope: Schema.optional(Schema.String),
   modelHeaders: Schema.optional(Schema.Record({ key: Schema.String, value: Schema.String })),
   subject: Schema.optional(Schema.String),
-  maxTurns: Schema.optional(Schema.Number)
+  maxTurns: Schema.optional(Schema.Number),
+  /** USD budget counted from `since` (Unix seconds); a new value restarts at zero. */
+  spendLimit: Schema.optional(Schema.Struct({ usd: Schema.Number, since: Schema.Number }))
 })
 export type AgentConfig = typeof AgentConfig.Type
 

@@ -4,7 +4,7 @@
  * the agent's entity; reads of settled data come from the journal.
  */
 import { Agent as AgentSchemas, ApiError, Common, Run, Session } from "@agent-runtime/domain"
-import { Listing } from "@agent-runtime/models"
+import { Listing, UsageLog } from "@agent-runtime/models"
 import { Ids, SealedSecret } from "@agent-runtime/store"
 import { Duration, Effect, Option } from "effect"
 import * as Crypto from "node:crypto"
@@ -28,6 +28,7 @@ export class Agents extends Effect.Service<Agents>()("@agent-runtime/agent/Agent
     const store = yield* AgentStore
     const sealer = yield* SealedSecret.Sealer
     const listing = yield* Listing.Listing
+    const usage = yield* UsageLog.UsageLog
     const makeClient = yield* Agent.client
 
     /** Agent tokens are derived, not stored: the credentials route can show them again. */
@@ -68,6 +69,28 @@ export class Agents extends Effect.Service<Agents>()("@agent-runtime/agent/Agent
         resume: null
       })
 
+    /** New prompts are refused with 402 once the agent's spend limit is reached. */
+    const checkBudget = (agentId: string) =>
+      Effect.gen(function*() {
+        const agent = yield* Effect.orDie(store.findById(agentId))
+        const limit = Option.flatMap(agent, (agent) => Option.fromNullable(agent.config.spendLimit))
+        if (Option.isNone(limit)) return
+        const spent = yield* usage.spent(agentId, { since: limit.value.since })
+        if (spent >= limit.value.usd) {
+          return yield* new ApiError.SpendLimit({
+            error: `the agent's spend limit of ${limit.value.usd} USD is reached (spent ${spent.toFixed(6)} USD)`
+          })
+        }
+      })
+
+    const spendLimitOf = (agent: AgentRow) =>
+      agent.config.spendLimit === undefined
+        ? Effect.succeed(null)
+        : Effect.map(
+          usage.spent(agent.id, { since: agent.config.spendLimit.since }),
+          (spent) => new AgentSchemas.SpendLimit({ usd: agent.config.spendLimit!.usd, spent })
+        )
+
     const sendPrompt = (agentId: string, input: Run.PromptInput, defaultRequestId: string) => {
       const requestId = input.requestId ?? defaultRequestId
       const payload: PromptPayload = {
@@ -77,9 +100,11 @@ export class Agents extends Effect.Service<Agents>()("@agent-runtime/agent/Agent
         ...(input.actor === undefined ? {} : { actor: input.actor }),
         ...(input.from === undefined ? {} : { from: input.from }),
         ...(input.whileRunning === undefined ? {} : { whileRunning: input.whileRunning }),
-        ...(input.metadata === undefined ? {} : { metadata: input.metadata })
+        ...(input.metadata === undefined ? {} : { metadata: input.metadata }),
+        ...(input.spendLimit === undefined ? {} : { spendLimit: { usd: input.spendLimit.usd } })
       }
       return Effect.gen(function*() {
+        yield* checkBudget(agentId)
         const accepted = yield* Effect.orDie(makeClient(agentId).Prompt(payload))
         if (accepted.fingerprint !== payload.fingerprint) {
           return yield* new ApiError.IdempotencyConflict({
@@ -91,6 +116,17 @@ export class Agents extends Effect.Service<Agents>()("@agent-runtime/agent/Agent
         return Option.match(current, { onNone: () => accepted, onSome: toRecord })
       })
     }
+
+    /** The prompt sent with a create or upsert: a refusal is reported in the answer, the agent is made regardless. */
+    const firstPrompt = (agentId: string, input: Run.PromptInput, defaultRequestId: string) =>
+      sendPrompt(agentId, input, defaultRequestId).pipe(
+        Effect.catchTag("SpendLimit", (refusal) =>
+          Effect.succeed(
+            new AgentSchemas.PromptRefused({
+              error: new Run.RunError({ code: "SPEND_LIMIT", message: refusal.error, status: 402 })
+            })
+          ))
+      )
 
     const create = (tenantId: string, input: AgentSchemas.AgentInput, idempotencyKey: Option.Option<string>) =>
       Effect.gen(function*() {
@@ -114,7 +150,10 @@ export class Agents extends Effect.Service<Agents>()("@agent-runtime/agent/Agent
             ...(settings.thinkingLevel === undefined ? {} : { thinkingLevel: settings.thinkingLevel }),
             ...(settings.keyScope === undefined ? {} : { keyScope: settings.keyScope }),
             ...(settings.modelHeaders === undefined ? {} : { modelHeaders: settings.modelHeaders }),
-            ...(settings.subject === undefined ? {} : { subject: settings.subject })
+            ...(settings.subject === undefined ? {} : { subject: settings.subject }),
+            ...(settings.spendLimit === undefined
+              ? {}
+              : { spendLimit: { usd: settings.spendLimit.usd, since: Math.floor(Date.now() / 1000) } })
           }
           const id = Ids.make("client")
           const ttlSeconds = settings.ttlSeconds !== undefined
@@ -146,7 +185,7 @@ export class Agents extends Effect.Service<Agents>()("@agent-runtime/agent/Agent
         }
         const first = prompt === undefined
           ? undefined
-          : yield* sendPrompt(agent.id, prompt, key === null ? Ids.make("req") : "req_initial")
+          : yield* firstPrompt(agent.id, prompt, key === null ? Ids.make("req") : "req_initial")
         return new AgentSchemas.AgentCreated({
           id: agent.id,
           token: tokenFor(agent.id),
@@ -175,7 +214,7 @@ export class Agents extends Effect.Service<Agents>()("@agent-runtime/agent/Agent
           fingerprint: fingerprint(changes),
           changes
         }))
-        const first = prompt === undefined ? undefined : yield* sendPrompt(agent.id, prompt, Ids.make("req"))
+        const first = prompt === undefined ? undefined : yield* firstPrompt(agent.id, prompt, Ids.make("req"))
         return new AgentSchemas.AgentCreated({
           id: agent.id,
           token: tokenFor(agent.id),
@@ -221,7 +260,14 @@ export class Agents extends Effect.Service<Agents>()("@agent-runtime/agent/Agent
 
     const configure = (tenantId: string, agentId: string, input: AgentSchemas.ConfigureInput) =>
       Effect.flatMap(live(tenantId, agentId), () => {
-        const { requestId, ...changes } = input
+        const { requestId, spendLimit, ...rest } = input
+        const changes = {
+          ...rest,
+          // A new budget counts from now.
+          ...(spendLimit === undefined
+            ? {}
+            : { spendLimit: spendLimit === null ? null : { usd: spendLimit.usd, since: Math.floor(Date.now() / 1000) } })
+        }
         return Effect.orDie(makeClient(agentId).Configure({
           requestId: requestId ?? Ids.make("req"),
           fingerprint: fingerprint(changes),
@@ -246,7 +292,7 @@ export class Agents extends Effect.Service<Agents>()("@agent-runtime/agent/Agent
           keyScope: agent.config.keyScope ?? null,
           modelHeaders: agent.config.modelHeaders ?? null,
           builtins: [],
-          spendLimit: null,
+          spendLimit: yield* spendLimitOf(agent),
           cursor: state.cursor,
           events: [],
           requests: requests.map(toRecord),

@@ -36,6 +36,8 @@ export interface Steered {
 export interface TurnHooks {
   /** Steered prompts waiting for this turn's next step; taking them clears them. */
   readonly takeSteered: () => ReadonlyArray<Steered>
+  /** Whether the agent's or this run's spend limit is reached: checked before each model request. */
+  readonly overBudget: Effect.Effect<boolean>
   /** Emits one display event of this run. */
   readonly emit: (event: Record<string, unknown>) => Effect.Effect<void>
   /** Journals the message at `index` and keeps it in memory. */
@@ -49,7 +51,7 @@ export interface RunResult {
   readonly replyIndex?: number
   readonly messages: number
   readonly error: string | null
-  readonly stopped?: "turn_limit"
+  readonly stopped?: "turn_limit" | "spend_limit"
   readonly toolCalls: ReadonlyArray<{ tool: string; toolCallId: string; ok: boolean; code?: string }>
 }
 
@@ -120,10 +122,15 @@ export const run = (input: TurnInput, hooks: TurnHooks) =>
     let reply: { text: string; index: number } | undefined
     let error: string | null = null
     let code: string | undefined
-    let stopped: "turn_limit" | undefined
+    let stopped: "turn_limit" | "spend_limit" | undefined
     const maxRounds = input.config.maxTurns ?? defaultMaxRounds
 
     for (let round = 0; round < maxRounds; round++) {
+      if (yield* hooks.overBudget) {
+        stopped = "spend_limit"
+        yield* event("spend_limit_reached")
+        break
+      }
       yield* event("turn_start")
       const index = hooks.historySize()
       let started = false
