@@ -406,6 +406,65 @@ layer(WorldLive, { excludeTestServices: true })("agents", (it) => {
       expect(broke.body.prompt).toEqual({ error: { code: "SPEND_LIMIT", message: expect.any(String), status: 402 } })
     }))
 
+  it.effect("a small context window triggers compaction; initialMessages start the history", () =>
+    Effect.gen(function*() {
+      const world = yield* WorldTag
+      const { api, token } = yield* tenantWithModel(world, "compaction")
+      // 1,000 tokens of context, 500 of them kept for the answer.
+      yield* api.put("/v1/providers/tiny", {
+        token,
+        json: { type: "openai-completions", baseUrl: `${world.upstream.url}/v1`, models: [{ id: "m1", contextWindow: 1000 }] }
+      })
+      const agent = (yield* api.post("/v1/agents", {
+        token,
+        json: {
+          model: "tiny/m1",
+          initialMessages: [
+            { role: "compactionSummary", summary: "Earlier: the user likes tea." },
+            { role: "user", content: "What do I like?" },
+            {
+              role: "assistant",
+              content: [{ type: "text", text: "Tea." }],
+              api: "openai-completions",
+              provider: "tiny",
+              model: "m1",
+              usage: { input: 0, output: 0, cacheRead: 0, cacheWrite: 0, totalTokens: 0, cost: { input: 0, output: 0, cacheRead: 0, cacheWrite: 0, total: 0 } },
+              stopReason: "stop"
+            }
+          ]
+        }
+      })).body
+      expect((yield* api.get(`/v1/agents/${agent.id}/history`, { token })).body.total).toBe(3)
+      world.upstream.script({ text: "first answer" })
+      const first = (yield* api.post(`/v1/agents/${agent.id}/prompt`, { token, json: { text: "a".repeat(1200) } })).body
+      yield* settle(api, token, agent.id, first.id)
+      const firstCall = world.upstream.requests().filter((request) => request.protocol === "openai-chat").at(-1)!
+      expect(JSON.stringify(firstCall.body)).toContain("Earlier: the user likes tea.")
+
+      world.upstream.script({ text: "SUMMARY: long a-text discussed.", usage: { input: 700, output: 20 } })
+      world.upstream.script({ text: "second answer" })
+      const second = (yield* api.post(`/v1/agents/${agent.id}/prompt`, { token, json: { text: "b".repeat(1200) } })).body
+      const done = yield* settle(api, token, agent.id, second.id)
+      expect(done.outcome.result.reply).toBe("second answer")
+      const history = (yield* api.get(`/v1/agents/${agent.id}/history`, { token })).body.entries
+      const roles = history.map((entry: any) => entry.message.role)
+      expect(roles.slice(-3)).toEqual(["compactionSummary", "user", "assistant"])
+      expect(history.at(-3).message.summary).toBe("SUMMARY: long a-text discussed.")
+      const lastCall = world.upstream.requests().filter((request) => request.protocol === "openai-chat").at(-1)!
+      const sent = JSON.stringify(lastCall.body)
+      expect(sent).toContain("SUMMARY: long a-text discussed.")
+      expect(sent).not.toContain("a".repeat(100))
+      const events = (yield* api.get(`/v1/agents/${agent.id}/events?poll=1`, { token, headers: { "last-event-id": "0" } }))
+        .body.events.map((event: any) => event.data.event?.type)
+      expect(events).toContain("compaction_start")
+      expect(events).toContain("compaction_end")
+      const kinds = yield* TestDatabase.query(
+        world.databaseUrl,
+        `SELECT kind FROM usage_records WHERE agent_id = '${agent.id}' ORDER BY id`
+      )
+      expect(kinds.map((row) => row.kind)).toEqual(["response", "compaction", "response"])
+    }))
+
   it.effect("a missing key ends the run with model_key_missing", () =>
     Effect.gen(function*() {
       const world = yield* WorldTag

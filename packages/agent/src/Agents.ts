@@ -182,6 +182,13 @@ export class Agents extends Effect.Service<Agents>()("@agent-runtime/agent/Agent
             )
           )
           agent = Option.getOrThrow(inserted)
+          // The starting history, journaled like any other; a compactionSummary stands in for all before it.
+          yield* Effect.forEach(
+            settings.initialMessages ?? [],
+            (message, index) =>
+              Effect.orDie(store.appendMessage(agent.id, index, null, { timestamp: Date.now(), ...message })),
+            { discard: true }
+          )
         }
         const first = prompt === undefined
           ? undefined

@@ -8,8 +8,16 @@ import { ModelClient, ModelError } from "@agent-runtime/models"
 import { Effect, Option, Stream } from "effect"
 import type { AgentConfig } from "./AgentStore.ts"
 
+/** Stands in for every message before it: what compaction (or initialMessages) left of them. */
+export interface CompactionSummary {
+  readonly role: "compactionSummary"
+  readonly summary: string
+  readonly tokensBefore?: number
+  readonly timestamp: number
+}
+
 /** A history entry: a protocol message plus what the runtime keeps beside it (hidden from the model). */
-export type StoredMessage = ModelClient.Message & {
+export type StoredMessage = (ModelClient.Message | CompactionSummary) & {
   readonly requestId?: string
   readonly metadata?: Record<string, string>
   readonly from?: { readonly id: string; readonly name?: string | undefined; readonly username?: string | undefined }
@@ -69,6 +77,13 @@ const neutralise = (text: string) => text.split(senderMarker).join("\u27E8runtim
 
 /** What the model sees of a history entry: the protocol message, without the runtime's notes. */
 export const toModelMessage = (message: StoredMessage): ModelClient.Message => {
+  if (message.role === "compactionSummary") {
+    return {
+      role: "user",
+      content: `${senderMarker} summary of the conversation so far:\n${message.summary}`,
+      timestamp: message.timestamp
+    }
+  }
   if (message.role !== "user") {
     const { from: _from, metadata: _metadata, requestId: _requestId, ...rest } = message as any
     return rest
@@ -82,6 +97,19 @@ export const toModelMessage = (message: StoredMessage): ModelClient.Message => {
   } (id ${message.from.id})\n`
   return { role: "user", content: sender + neutralise(text), timestamp: message.timestamp }
 }
+
+/** The messages the model sees: from the last compaction summary on, which stands in for all before it. */
+export const modelContext = (history: ReadonlyArray<StoredMessage>) => {
+  const start = history.findLastIndex((message) => message.role === "compactionSummary")
+  return (start === -1 ? history : history.slice(start)).map(toModelMessage)
+}
+
+/** A rough token count (4 characters a token), enough to decide when to compact. */
+export const estimateTokens = (value: unknown) => Math.ceil(JSON.stringify(value).length / 4)
+
+const compactionPrompt =
+  "Summarize the conversation above for your own later use: the user's goals, decisions made, facts learned, " +
+  "open questions and work in progress. Be complete but brief; the summary replaces the conversation."
 
 const runErrorCode = (error: ModelError.ModelError) =>
   error._tag === "ModelKeyMissing"
@@ -115,6 +143,53 @@ export const run = (input: TurnInput, hooks: TurnHooks) =>
         yield* event("message_end", { index, message: user })
       })
 
+    const systemPrompt = [input.config.systemPrompt, input.config.systemPromptAppend]
+      .filter((part) => part !== undefined && part !== "").join("\n\n")
+
+    /**
+     * Keeps requests within the model's context window: when the history and
+     * the new message would not leave room for a full response, everything so
+     * far is summarized into one compactionSummary message.
+     */
+    const compactIfNeeded = (incoming: string) =>
+      Effect.gen(function*() {
+        const limits = yield* Effect.either(models.limits({
+          tenantId: input.tenantId,
+          keyScope: Option.fromNullable(input.config.keyScope),
+          model: input.config.model
+        }))
+        if (limits._tag === "Left") return
+        const context = modelContext(hooks.history())
+        const tokens = estimateTokens(context) + estimateTokens(systemPrompt) + estimateTokens(incoming)
+        if (context.length === 0 || tokens <= limits.right.contextWindow - limits.right.maxTokens) return
+        yield* event("compaction_start", { tokens })
+        const summary = yield* models.complete({
+          tenantId: input.tenantId,
+          keyScope: Option.fromNullable(input.config.keyScope),
+          model: input.config.model,
+          context: {
+            ...(systemPrompt === "" ? {} : { systemPrompt }),
+            messages: [...context, { role: "user", content: compactionPrompt, timestamp: Date.now() }]
+          },
+          modelHeaders: input.config.modelHeaders,
+          usage: { kind: "compaction", agentId: input.agentId, requestId: input.requestId }
+        }).pipe(Effect.either)
+        if (summary._tag === "Left") {
+          yield* event("compaction_end", { skipped: summary.left.message })
+          return
+        }
+        const index = hooks.historySize()
+        const message: StoredMessage = {
+          role: "compactionSummary",
+          summary: textOf(summary.right),
+          tokensBefore: tokens,
+          timestamp: Date.now()
+        }
+        yield* hooks.append(index, message)
+        yield* event("compaction_end", { index, message })
+      })
+
+    yield* compactIfNeeded(input.text)
     yield* event("turn_opened", { index: hooks.historySize() })
     yield* event("agent_start")
     yield* addUser(input)
@@ -136,13 +211,8 @@ export const run = (input: TurnInput, hooks: TurnHooks) =>
       let started = false
       let partial: ModelClient.AssistantMessage | undefined
       const context: ModelClient.Context = {
-        ...(input.config.systemPrompt === undefined && input.config.systemPromptAppend === undefined
-          ? {}
-          : {
-            systemPrompt: [input.config.systemPrompt, input.config.systemPromptAppend]
-              .filter((part) => part !== undefined && part !== "").join("\n\n")
-          }),
-        messages: hooks.history().map(toModelMessage)
+        ...(systemPrompt === "" ? {} : { systemPrompt }),
+        messages: modelContext(hooks.history())
       }
       const finished = yield* models.stream({
         tenantId: input.tenantId,

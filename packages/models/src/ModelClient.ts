@@ -248,6 +248,13 @@ export class ModelClient extends Effect.Service<ModelClient>()("@agent-runtime/m
         )
       )
 
+    /** The limits of the model a call would use: context window and output limit. */
+    const limits = (call: Pick<Call, "tenantId" | "keyScope" | "model">) =>
+      Effect.map(credentials.resolve(call), (target) => ({
+        contextWindow: target.model.contextWindow,
+        maxTokens: target.model.maxTokens
+      }))
+
     /** The finished message of a call, its events run to the end. */
     const complete = (call: Call, policy?: RetryPolicy) =>
       stream(call, policy).pipe(
@@ -256,6 +263,6 @@ export class ModelClient extends Effect.Service<ModelClient>()("@agent-runtime/m
         Effect.map(Option.getOrThrow)
       )
 
-    return { stream, complete } as const
+    return { stream, complete, limits } as const
   })
 }) {}
