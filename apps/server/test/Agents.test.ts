@@ -465,6 +465,33 @@ layer(WorldLive, { excludeTestServices: true })("agents", (it) => {
       expect(kinds.map((row) => row.kind)).toEqual(["response", "compaction", "response"])
     }))
 
+  it.effect("history pages hold whole turns, oldest first, and link to older pages", () =>
+    Effect.gen(function*() {
+      const world = yield* WorldTag
+      const { api, token } = yield* tenantWithModel(world, "history")
+      const agentId = (yield* api.post("/v1/agents", { token, json: { model: "fake/m1" } })).body.id as string
+      // Turn 2 has four messages (a tool call and its result); the others two.
+      world.upstream.script({ text: "one" })
+      world.upstream.script({ toolCalls: [{ name: "look", arguments: {} }] })
+      world.upstream.script({ text: "two" })
+      world.upstream.script({ text: "three" })
+      for (const text of ["q1", "q2", "q3"]) {
+        const request = (yield* api.post(`/v1/agents/${agentId}/prompt`, { token, json: { text } })).body
+        yield* settle(api, token, agentId, request.id)
+      }
+      const all = (yield* api.get(`/v1/agents/${agentId}/history`, { token })).body
+      expect(all).toMatchObject({ total: 8, next: null, split: false })
+      expect(all.entries.map((entry: any) => entry.index)).toEqual([0, 1, 2, 3, 4, 5, 6, 7])
+      // Three messages asked: the last turn (2) is short of it, so the page takes the whole turn before (4).
+      const newest = (yield* api.get(`/v1/agents/${agentId}/history?limit=3`, { token })).body
+      expect(newest.entries.map((entry: any) => entry.index)).toEqual([2, 3, 4, 5, 6, 7])
+      expect(newest.next).toBe(2)
+      const older = (yield* api.get(`/v1/agents/${agentId}/history?limit=3&before=2`, { token })).body
+      expect(older).toMatchObject({ next: null, total: 8, split: false })
+      expect(older.entries.map((entry: any) => entry.index)).toEqual([0, 1])
+      expect((yield* api.get(`/v1/agents/${agentId}/history?limit=0`, { token })).status).toBe(400)
+    }))
+
   it.effect("a missing key ends the run with model_key_missing", () =>
     Effect.gen(function*() {
       const world = yield* WorldTag

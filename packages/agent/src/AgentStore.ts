@@ -179,6 +179,18 @@ export class AgentStore extends Effect.Service<AgentStore>()("@agent-runtime/age
     const truncateMessages = (agentId: string, index: number) =>
       sql`DELETE FROM agent_messages WHERE agent_id = ${agentId} AND index >= ${index}`
 
+    /** Messages before `before`, each marked when it opens a turn (the first message of its request). */
+    const messagesBefore = (agentId: string, before: number) =>
+      sql<{ index: number; message: unknown; bytes: number; turnStart: boolean }>`
+        SELECT index, message, octet_length(message::text) AS bytes,
+          (request_id IS NULL OR lag(request_id) OVER (ORDER BY index) IS DISTINCT FROM request_id) AS turn_start
+        FROM agent_messages WHERE agent_id = ${agentId} AND index < ${before} ORDER BY index`
+
+    const messageCount = (agentId: string) =>
+      sql<{ count: number }>`SELECT count(*)::int AS count FROM agent_messages WHERE agent_id = ${agentId}`.pipe(
+        Effect.map((rows) => rows[0]?.count ?? 0)
+      )
+
     const messages = (agentId: string) =>
       sql<{ index: number; requestId: string | null; message: unknown }>`
         SELECT index, request_id, message FROM agent_messages WHERE agent_id = ${agentId} ORDER BY index`
@@ -199,6 +211,8 @@ export class AgentStore extends Effect.Service<AgentStore>()("@agent-runtime/age
       complete,
       agentsWithOpenWork,
       appendMessage,
+      messagesBefore,
+      messageCount,
       truncateMessages,
       updateConfig,
       messages

@@ -22,6 +22,8 @@ export const fingerprint = (value: unknown) =>
   )
 
 const longPollLimit = Duration.seconds(25)
+const defaultHistoryLimit = 50
+const maxHistoryPageBytes = 4 * 1024 * 1024
 
 export class Agents extends Effect.Service<Agents>()("@agent-runtime/agent/Agents", {
   effect: Effect.gen(function*() {
@@ -363,15 +365,42 @@ export class Agents extends Effect.Service<Agents>()("@agent-runtime/agent/Agent
         return new Session.SessionState({ cursor: current.cursor, requests: requests.map(toRecord), resume: null })
       })
 
-    const history = (tenantId: string, agentId: string) =>
+    /**
+     * A page of history, oldest first, ending before `before`: whole turns of
+     * about `limit` messages, at most about 4 MB, unless one turn alone is
+     * larger (then the page starts inside it and says `split`).
+     */
+    const history = (
+      tenantId: string,
+      agentId: string,
+      page: { readonly before?: number | undefined; readonly limit?: number | undefined } = {}
+    ) =>
       Effect.gen(function*() {
         yield* live(tenantId, agentId)
-        const messages = yield* Effect.orDie(store.messages(agentId))
+        const total = yield* Effect.orDie(store.messageCount(agentId))
+        const rows = yield* Effect.orDie(store.messagesBefore(agentId, Math.min(page.before ?? total, total)))
+        const limit = page.limit ?? defaultHistoryLimit
+        let start = rows.length
+        let bytes = 0
+        let split = false
+        // Walk back whole messages until the page is full, then on to the start of the turn it is in.
+        while (start > 0) {
+          const row = rows[start - 1]!
+          const full = rows.length - start >= limit
+          if (full && rows[start]?.turnStart) break
+          if (bytes + row.bytes > maxHistoryPageBytes && start < rows.length) {
+            split = !(rows[start]?.turnStart ?? true)
+            break
+          }
+          bytes += row.bytes
+          start--
+        }
+        const entries = rows.slice(start)
         return new Session.HistoryPage({
-          entries: messages.map((row) => new Session.HistoryEntry({ index: row.index, message: row.message as any })),
-          next: null,
-          total: messages.length,
-          split: false
+          entries: entries.map((row) => new Session.HistoryEntry({ index: row.index, message: row.message as any })),
+          next: start > 0 ? entries[0]?.index ?? null : null,
+          total,
+          split
         })
       })
 

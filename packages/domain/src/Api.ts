@@ -212,6 +212,22 @@ const waitSeconds = Schema.NumberFromString.pipe(Schema.between(0, 25)).annotati
   jsonSchema: { type: "number", minimum: 0, maximum: 25 }
 })
 
+/** A page of history: about `limit` messages (whole turns) before `before`. */
+const HistoryParams = Schema.Struct({
+  before: Schema.optional(
+    Schema.NumberFromString.pipe(Schema.int(), Schema.nonNegative()).annotations({
+      description: "the `next` of the previous page",
+      jsonSchema: { type: "integer", minimum: 0 }
+    })
+  ),
+  limit: Schema.optional(
+    Schema.NumberFromString.pipe(Schema.int(), Schema.between(1, 1000)).annotations({
+      description: "about this many messages, rounded to whole turns (default 50)",
+      jsonSchema: { type: "integer", minimum: 1, maximum: 1000 }
+    })
+  )
+})
+
 export class AgentsGroup extends HttpApiGroup.make("agents")
   .add(
     HttpApiEndpoint.post("create", "/v1/agents")
@@ -304,6 +320,7 @@ export class AgentsGroup extends HttpApiGroup.make("agents")
   )
   .add(
     HttpApiEndpoint.get("history")`/v1/agents/${agentParam}/history`
+      .setUrlParams(HistoryParams)
       .addSuccess(HistoryPage)
       .addError(ApiError.NotFound.Wire)
       .addError(ApiError.Gone.Wire)
@@ -387,6 +404,7 @@ export class ClientsGroup extends HttpApiGroup.make("clients")
   )
   .add(
     HttpApiEndpoint.get("history")`/clients/${clientParam}/history`
+      .setUrlParams(HistoryParams)
       .addSuccess(HistoryPage)
       .addError(ApiError.NotFound.Wire)
       .addError(ApiError.Gone.Wire)

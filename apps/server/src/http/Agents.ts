@@ -27,7 +27,8 @@ export const layer = HttpApiBuilder.group(Api.Api, "agents", (handlers) =>
         Effect.flatMap(tenant, (tenantId) =>
           agents.request(tenantId, path.id, path.requestId, Duration.seconds(urlParams.wait ?? 0))))
       .handle("state", ({ path }) => Effect.flatMap(tenant, (tenantId) => agents.state(tenantId, path.id)))
-      .handle("history", ({ path }) => Effect.flatMap(tenant, (tenantId) => agents.history(tenantId, path.id)))
+      .handle("history", ({ path, urlParams }) =>
+        Effect.flatMap(tenant, (tenantId) => agents.history(tenantId, path.id, urlParams)))
       .handle("upsert", ({ path, payload }) =>
         Effect.flatMap(tenant, (tenantId) => agents.upsert(tenantId, path.key, payload)))
       .handle("credentials", ({ path }) =>

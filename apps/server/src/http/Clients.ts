@@ -36,6 +36,6 @@ export const layer = HttpApiBuilder.group(Api.Api, "clients", (handlers) =>
       .handle("events", ({ headers, urlParams }) =>
         Effect.flatMap(Auth.CurrentAgent, ({ agentId, tenantId }) =>
           events(agents, tenantId, agentId, Option.fromNullable(headers["last-event-id"]), urlParams)))
-      .handle("history", () =>
-        Effect.flatMap(Auth.CurrentAgent, ({ agentId, tenantId }) => agents.history(tenantId, agentId)))
+      .handle("history", ({ urlParams }) =>
+        Effect.flatMap(Auth.CurrentAgent, ({ agentId, tenantId }) => agents.history(tenantId, agentId, urlParams)))
   }))
