@@ -86,6 +86,8 @@ export interface RecordedRequest {
   /** The parsed JSON body; the raw text when it is not JSON; undefined when empty. */
   readonly body: unknown
   readonly protocol: Protocol
+  /** `performance.timeOrigin + performance.now()` when the request arrived, for latency figures. */
+  readonly receivedAt: number
 }
 
 export interface ScriptOptions {
@@ -261,7 +263,7 @@ const respond = async (state: State, req: Http.IncomingMessage, res: Http.Server
   for (const [name, value] of Object.entries(req.headers)) {
     if (value !== undefined) headers[name] = Array.isArray(value) ? value.join(", ") : value
   }
-  record(state, { method, path, url, headers, body, protocol })
+  record(state, { method, path, url, headers, body, protocol, receivedAt: performance.timeOrigin + performance.now() })
 
   const anthropic = protocol === "anthropic-messages" || protocol === "anthropic-count-tokens"
   const fail = (status: number, message: string, param: string | null = null) =>

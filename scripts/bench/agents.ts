@@ -1,0 +1,195 @@
+/**
+ * `node scripts/bench/agents.ts`: figures for the agent runtime, in one run,
+ * against a real node (its own process) on an embedded PostgreSQL, with the
+ * fake upstream on loopback as the model provider.
+ *
+ * - prompt accept latency p50/p99 (POST .../prompt until the RequestRecord arrives)
+ * - first token to SSE frame: from the fake upstream receiving the model
+ *   request (it answers its first token at once) to a watcher reading the
+ *   first text_delta frame
+ * - events/s delivered to 1,000 concurrent watchers of one agent
+ * - memory per 10,000 idle agents (node RSS growth after waking them)
+ *
+ * Environment: BENCH_PROMPTS (default 300), BENCH_WATCHERS (1000), BENCH_AGENTS (10000).
+ */
+import { EmbeddedPostgres } from "@agent-runtime/store"
+import * as FakeUpstream from "@agent-runtime/testing/FakeUpstream"
+import * as Http from "@agent-runtime/testing/Http"
+import * as TestNode from "@agent-runtime/testing/TestNode"
+import { NodeRuntime } from "@effect/platform-node"
+import { Console, Effect, Redacted } from "effect"
+import * as Fs from "node:fs/promises"
+import * as Os from "node:os"
+import * as Path from "node:path"
+
+const prompts = Number(process.env.BENCH_PROMPTS ?? 300)
+const watchers = Number(process.env.BENCH_WATCHERS ?? 1000)
+const idleAgents = Number(process.env.BENCH_AGENTS ?? 10000)
+
+const now = () => performance.timeOrigin + performance.now()
+
+const percentile = (values: ReadonlyArray<number>, p: number) => {
+  const sorted = [...values].sort((a, b) => a - b)
+  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]!
+}
+
+const rssKiB = (pid: number) =>
+  Effect.promise(async () => {
+    const status = await Fs.readFile(`/proc/${pid}/status`, "utf8")
+    return Number(status.match(/VmRSS:\s+(\d+)/)![1])
+  })
+
+/** Opens an event stream and counts its frames; resolves when `until` frames have arrived. */
+const watch = (url: string, token: string) => {
+  const controller = new AbortController()
+  let frames = 0
+  let firstDeltaAt = 0
+  const waiters: Array<{ count: number; resolve: () => void }> = []
+  const ready = fetch(url, { headers: { authorization: `Bearer ${token}` }, signal: controller.signal }).then(
+    async (response) => {
+      const reader = response.body!.getReader()
+      const decoder = new TextDecoder()
+      let pending = ""
+      ;(async () => {
+        try {
+          while (true) {
+            const { done, value } = await reader.read()
+            if (done) break
+            pending += decoder.decode(value, { stream: true })
+            let end: number
+            while ((end = pending.indexOf("\n\n")) !== -1) {
+              const block = pending.slice(0, end)
+              pending = pending.slice(end + 2)
+              if (!block.startsWith("id:")) continue
+              frames++
+              if (firstDeltaAt === 0 && block.includes('"text_delta"')) firstDeltaAt = now()
+              for (const waiter of waiters) if (frames >= waiter.count) waiter.resolve()
+            }
+          }
+        } catch {
+          // closed by the benchmark
+        }
+      })()
+    }
+  )
+  return {
+    ready,
+    frames: () => frames,
+    firstDeltaAt: () => firstDeltaAt,
+    until: (count: number) =>
+      new Promise<void>((resolve) => frames >= count ? resolve() : waiters.push({ count, resolve })),
+    close: () => controller.abort()
+  }
+}
+
+const program = Effect.gen(function*() {
+  const dataDir = yield* Effect.promise(() => Fs.mkdtemp(Path.join(Os.tmpdir(), "bench-agents-")))
+  const postgres = yield* EmbeddedPostgres.start({
+    dataDir,
+    postgresFlags: ["-c", "fsync=off", "-c", "synchronous_commit=off"]
+  })
+  const databaseUrl = Redacted.value(yield* postgres.createDatabase("bench"))
+  const upstream = yield* FakeUpstream.start({ maxRecorded: 1000 })
+  const node = yield* TestNode.start({ databaseUrl, env: { ALLOW_PRIVATE_URLS: "true", LOG_LEVEL: "Warn" } })
+  const api = Http.client(node.rest)
+  const tenant = (yield* api.post("/v1/admin/tenants", { token: node.operatorToken, json: { name: "bench" } })).body
+  const token = tenant.token as string
+  yield* api.put("/v1/providers/fake", {
+    token,
+    json: { type: "openai-completions", baseUrl: `${upstream.url}/v1`, models: [{ id: "m1", contextWindow: 1_000_000 }] }
+  })
+  const agentId = (yield* api.post("/v1/agents", { token, json: { model: "fake/m1" } })).body.id as string
+  // Warm up: the entity starts, the first turn runs.
+  const warm = (yield* api.post(`/v1/agents/${agentId}/prompt`, { token, json: { text: "warm up" } })).body
+  yield* api.get(`/v1/agents/${agentId}/requests/${warm.id}?wait=20`, { token })
+
+  // 1. Accept latency.
+  const accept: Array<number> = []
+  let lastRequest = ""
+  for (let i = 0; i < prompts; i++) {
+    const started = now()
+    const response = yield* api.post(`/v1/agents/${agentId}/prompt`, { token, json: { text: `p${i}` } })
+    accept.push(now() - started)
+    lastRequest = response.body.id
+  }
+  yield* api.get(`/v1/agents/${agentId}/requests/${lastRequest}?wait=25`, { token })
+  for (let i = 0; i < 10; i++) {
+    const state = (yield* api.get(`/v1/agents/${agentId}`, { token })).body
+    if (!state.running && state.queuedRuns.length === 0) break
+    yield* Effect.sleep("1 second")
+  }
+
+  // 2. First token to SSE frame, over 20 turns.
+  const firstToken: Array<number> = []
+  for (let i = 0; i < 20; i++) {
+    const watcher = watch(`${node.rest}/v1/agents/${agentId}/events`, token)
+    yield* Effect.promise(() => watcher.ready)
+    yield* Effect.sleep("50 millis")
+    upstream.script({ text: "a b c d", tokenDelayMs: 0 })
+    const before = upstream.requests().length
+    const request = (yield* api.post(`/v1/agents/${agentId}/prompt`, { token, json: { text: `t${i}` } })).body
+    yield* api.get(`/v1/agents/${agentId}/requests/${request.id}?wait=20`, { token })
+    const modelRequest = upstream.requests().slice(before).find((recorded) => recorded.protocol === "openai-chat")!
+    if (watcher.firstDeltaAt() > 0) firstToken.push(watcher.firstDeltaAt() - modelRequest.receivedAt)
+    watcher.close()
+  }
+
+  // 3. Fan-out to many watchers of one agent.
+  const many = Array.from({ length: watchers }, () => watch(`${node.rest}/v1/agents/${agentId}/events`, token))
+  yield* Effect.promise(() => Promise.all(many.map((watcher) => watcher.ready)))
+  yield* Effect.sleep("1 second")
+  const words = 300
+  upstream.script({ text: Array.from({ length: words }, (_, i) => `w${i}`).join(" "), tokenDelayMs: 0 })
+  const fanStarted = now()
+  const fanRequest = (yield* api.post(`/v1/agents/${agentId}/prompt`, { token, json: { text: "fan out" } })).body
+  yield* api.get(`/v1/agents/${agentId}/requests/${fanRequest.id}?wait=25`, { token })
+  const expected = Math.min(...many.map((watcher) => watcher.frames())) || 1
+  yield* Effect.promise(() =>
+    Promise.race([
+      Promise.all(many.map((watcher) => watcher.until(expected))),
+      new Promise((resolve) => setTimeout(resolve, 30_000))
+    ])
+  )
+  const fanElapsed = (now() - fanStarted) / 1000
+  const delivered = many.reduce((sum, watcher) => sum + watcher.frames(), 0)
+  for (const watcher of many) watcher.close()
+
+  // 4. Memory per idle agent: make them, wake each entity once, compare the node's RSS.
+  yield* Effect.sleep("2 seconds")
+  const rssBefore = yield* rssKiB(node.process.pid!)
+  const ids: Array<string> = []
+  yield* Effect.forEach(
+    Array.from({ length: idleAgents }, (_, i) => i),
+    () =>
+      Effect.map(api.post("/v1/agents", { token, json: { model: "fake/m1" } }), (response) => {
+        ids.push(response.body.id)
+      }),
+    { concurrency: 32, discard: true }
+  )
+  yield* Effect.forEach(ids, (id) => api.get(`/v1/agents/${id}/state`, { token }), { concurrency: 32, discard: true })
+  yield* Effect.sleep("2 seconds")
+  const rssAfter = yield* rssKiB(node.process.pid!)
+
+  const figures = {
+    acceptLatencyMs: { p50: percentile(accept, 50), p99: percentile(accept, 99), samples: accept.length },
+    firstTokenToFrameMs: { p50: percentile(firstToken, 50), p99: percentile(firstToken, 99), samples: firstToken.length },
+    fanOut: {
+      watchers,
+      framesPerWatcher: expected,
+      delivered,
+      eventsPerSecond: Math.round(delivered / fanElapsed),
+      seconds: Number(fanElapsed.toFixed(2))
+    },
+    idleAgents: {
+      agents: ids.length,
+      rssBeforeMiB: Math.round(rssBefore / 1024),
+      rssAfterMiB: Math.round(rssAfter / 1024),
+      bytesPerAgent: Math.round(((rssAfter - rssBefore) * 1024) / Math.max(1, ids.length))
+    }
+  }
+  yield* Console.log(JSON.stringify(figures, null, 2))
+  yield* node.stop()
+  yield* Effect.promise(() => Fs.rm(dataDir, { recursive: true, force: true }))
+})
+
+program.pipe(Effect.scoped, NodeRuntime.runMain({ disablePrettyLogger: true }))
