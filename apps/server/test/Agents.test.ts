@@ -604,7 +604,17 @@ it.scopedLive("a node killed mid-turn finishes the accepted prompt after a resta
     expect(events.events.some((event: any) => event.data.event?.type === "turn_resumed")).toBe(true)
     // Cursors only grow: the new owner hands out ids past everything the first one could have.
     expect(events.events[0].id).toBeGreaterThan(100000)
-    // A cursor from before the restart is behind what the new owner holds.
+    // A cursor from before the restart is behind what the new owner holds: 409, or a snapshot when asked for.
     expect(yield* api2.get(`/v1/agents/${created.id}/events?poll=1`, { token, headers: { "last-event-id": "3" } }))
       .toMatchObject({ status: 409, body: { code: "REPLAY_GAP" } })
+    expect(yield* api2.get(`/v1/agents/${created.id}/events`, { token, headers: { "last-event-id": "3" } }))
+      .toMatchObject({ status: 409, body: { code: "REPLAY_GAP" } })
+    const resumed = yield* Http.sse(second.rest, `/v1/agents/${created.id}/events?snapshot=1`, {
+      token,
+      headers: { "last-event-id": "3" }
+    })
+    const frames = yield* resumed.take((frame) => frame.data?.includes('"snapshot"') ?? false)
+    const snapshot = JSON.parse(frames.find((frame) => frame.data?.includes('"snapshot"'))!.data!)
+    expect(snapshot).toMatchObject({ type: "snapshot", requestId: null, turn: [] })
+    expect(snapshot.cursor).toBeGreaterThan(100000)
   }), { timeout: 90_000 })

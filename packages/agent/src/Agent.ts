@@ -51,6 +51,14 @@ export const ConfigurePayload = Schema.Struct({
   changes: Schema.Record({ key: Schema.String, value: Schema.Unknown })
 })
 
+/** Where a watcher that missed events resumes: the running turn so far, at a cursor. */
+export const Snapshot = Schema.Struct({
+  cursor: Schema.Number,
+  requestId: Schema.NullOr(Schema.String),
+  turn: Schema.Array(Schema.Unknown)
+})
+export type Snapshot = typeof Snapshot.Type
+
 export const Agent = Entity.make("Agent", [
   Rpc.make("Prompt", {
     payload: PromptPayload.fields,
@@ -72,6 +80,7 @@ export const Agent = Entity.make("Agent", [
   /** Loads unfinished work from the journal; sent after restarts so accepted work goes on. */
   Rpc.make("Wake"),
   Rpc.make("Status", { success: Status }),
+  Rpc.make("Snapshot", { success: Snapshot }),
   Rpc.make("Watch", {
     payload: { cursor: Schema.optional(Schema.Number) },
     success: LoggedEvent,

@@ -73,6 +73,7 @@ export const layer = Agent.toLayer(
     let aborting = false
     const wakeup = yield* Queue.sliding<void>(1)
     let active: string | null = null
+    let activeBegan: number | undefined
 
     const enqueue = (row: RequestRow) => {
       const known = (open: RequestRow) => open.id === row.id
@@ -91,8 +92,26 @@ export const layer = Agent.toLayer(
       if (added) yield* Queue.offer(wakeup, void 0)
     })
 
+    /** The assistant message streaming now, rebuilt from its deltas, for snapshots. */
+    let partial: { role: "assistant"; content: Array<Record<string, unknown>> } | undefined
+    const track = (event: Record<string, any>) => {
+      if (event.type === "message_start" && event.message?.role === "assistant") partial = { role: "assistant", content: [] }
+      else if (event.type === "message_end" || event.type === "message_retracted") partial = undefined
+      else if (event.type === "message_update" && partial !== undefined) {
+        const delta = event.assistantMessageEvent
+        const field = delta.type === "text_delta" ? "text" : delta.type === "thinking_delta" ? "thinking" : undefined
+        if (field !== undefined) {
+          const part = partial.content[delta.contentIndex] ??= { type: field, [field]: "" }
+          part[field] = String(part[field] ?? "") + delta.delta
+        }
+      }
+    }
+
     const frame = (requestId: string) => (event: Record<string, unknown>) =>
-      Effect.asVoid(log.publish({ type: "event", requestId, event }))
+      Effect.suspend(() => {
+        track(event)
+        return Effect.asVoid(log.publish({ type: "event", requestId, event }))
+      })
 
     const runOne = (row: RequestRow) =>
       Effect.gen(function*() {
@@ -106,6 +125,7 @@ export const layer = Agent.toLayer(
           yield* frame(row.id)({ type: "turn_resumed", index: from })
         }
         yield* Effect.orDie(store.markRunning(agentId, row.id, history.length))
+        activeBegan = history.length
         aborting = false
         const turn = yield* Effect.fork(Turn.run(
           {
@@ -276,6 +296,15 @@ export const layer = Agent.toLayer(
           activeRequest: active,
           queued: pending.map((row) => row.id)
         })),
+      Snapshot: () =>
+        Effect.map(log.cursor, (cursor) => {
+          const began = active === null ? history.length : (activeBegan ?? history.length)
+          return {
+            cursor,
+            requestId: active,
+            turn: [...history.slice(began), ...(partial === undefined ? [] : [partial])]
+          }
+        }),
       Watch: ({ payload }) =>
         Stream.unwrapScoped(
           Effect.map(

@@ -6,7 +6,7 @@
 import { Agent as AgentSchemas, ApiError, Common, Run, Session } from "@agent-runtime/domain"
 import { Listing, UsageLog } from "@agent-runtime/models"
 import { Ids, SealedSecret } from "@agent-runtime/store"
-import { Duration, Effect, Option } from "effect"
+import { Duration, Effect, Option, Stream } from "effect"
 import * as Crypto from "node:crypto"
 import { Agent, type PromptPayload } from "./Agent.ts"
 import { toRecord } from "./AgentRuntime.ts"
@@ -404,9 +404,34 @@ export class Agents extends Effect.Service<Agents>()("@agent-runtime/agent/Agent
         })
       })
 
-    const watch = (tenantId: string, agentId: string, cursor: Option.Option<number>) =>
-      Effect.map(live(tenantId, agentId), () =>
-        makeClient(agentId).Watch({ ...(Option.isSome(cursor) ? { cursor: cursor.value } : {}) }))
+    /**
+     * The agent's events from `cursor` on. A cursor behind the owner's buffer
+     * is 409 REPLAY_GAP, or, with `snapshot`, starts from a snapshot frame
+     * (the running turn so far) and goes on live from there.
+     */
+    const watch = (tenantId: string, agentId: string, cursor: Option.Option<number>, snapshot: boolean) =>
+      Effect.gen(function*() {
+        yield* live(tenantId, agentId)
+        const client = makeClient(agentId)
+        const behind = Option.isSome(cursor)
+          ? yield* client.Poll({ cursor: cursor.value, waitMillis: 0 }).pipe(
+            Effect.as(false),
+            Effect.catchTag("ReplayGap", () => Effect.succeed(true)),
+            Effect.orDie
+          )
+          : false
+        if (behind && !snapshot) {
+          return yield* new ApiError.ReplayGap({
+            error: "the cursor is behind the replay buffer; read state (or ask for a snapshot) and continue from its cursor"
+          })
+        }
+        if (!behind) return client.Watch({ ...(Option.isSome(cursor) ? { cursor: cursor.value } : {}) })
+        const taken = yield* Effect.orDie(client.Snapshot())
+        return Stream.make({
+          id: taken.cursor,
+          data: { type: "snapshot", cursor: taken.cursor, requestId: taken.requestId, turn: taken.turn }
+        }).pipe(Stream.concat(client.Watch({ cursor: taken.cursor })))
+      })
 
     const poll = (tenantId: string, agentId: string, cursor: number, wait: Duration.Duration) =>
       Effect.flatMap(live(tenantId, agentId), () =>

@@ -394,7 +394,8 @@ export class ClientsGroup extends HttpApiGroup.make("clients")
       .setUrlParams(Schema.Struct({
         poll: Schema.optional(Schema.Literal("1", "true")),
         wait: Schema.optional(waitSeconds),
-        watch: Schema.optional(Schema.Literal("1", "true"))
+        watch: Schema.optional(Schema.Literal("1", "true")),
+        snapshot: Schema.optional(Schema.Literal("1", "true"))
       }))
       .setHeaders(Schema.Struct({ "last-event-id": Schema.optional(Schema.NumberFromString) }))
       .addSuccess(EventPoll)

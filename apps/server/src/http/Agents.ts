@@ -35,7 +35,10 @@ export const layer = HttpApiBuilder.group(Api.Api, "agents", (handlers) =>
         Effect.flatMap(tenant, (tenantId) => agents.credentials(tenantId, path.keyOrId)))
       .handle("events", ({ headers, path, urlParams }) =>
         Effect.flatMap(tenant, (tenantId) =>
-          events(agents, tenantId, path.id, Option.fromNullable(headers["last-event-id"]), urlParams)))
+          events(agents, tenantId, path.id, Option.fromNullable(headers["last-event-id"]), {
+            ...urlParams,
+            snapshot: urlParams.snapshot !== undefined
+          })))
   }))
 
 /** The event stream of an agent: one JSON poll, or server-sent events from the cursor on. */
@@ -44,15 +47,18 @@ export const events = (
   tenantId: string,
   agentId: string,
   cursor: Option.Option<number>,
-  options: { readonly poll?: string | undefined; readonly wait?: number | undefined }
+  options: {
+    readonly poll?: string | undefined
+    readonly wait?: number | undefined
+    /** A cursor behind the buffer gets a snapshot frame instead of 409. */
+    readonly snapshot?: boolean
+  }
 ) =>
   Effect.gen(function*() {
     if (options.poll !== undefined) {
       return yield* agents.poll(tenantId, agentId, Option.getOrElse(cursor, () => 0), Duration.seconds(options.wait ?? 0))
     }
-    // A cursor behind the buffer is refused before the stream starts.
-    if (Option.isSome(cursor)) yield* agents.poll(tenantId, agentId, cursor.value, Duration.zero)
-    const entries = yield* agents.watch(tenantId, agentId, cursor)
+    const entries = yield* agents.watch(tenantId, agentId, cursor, options.snapshot ?? false)
     const body = Sse.toStream({
       ready: { version: streamVersion, agentId, connection: null },
       entries: entries.pipe(Stream.map((entry) => ({ id: entry.id, json: JSON.stringify(entry.data) }))),

@@ -35,7 +35,11 @@ export const layer = HttpApiBuilder.group(Api.Api, "clients", (handlers) =>
           agents.request(tenantId, agentId, path.requestId, Duration.seconds(urlParams.wait ?? 0))))
       .handle("events", ({ headers, urlParams }) =>
         Effect.flatMap(Auth.CurrentAgent, ({ agentId, tenantId }) =>
-          events(agents, tenantId, agentId, Option.fromNullable(headers["last-event-id"]), urlParams)))
+          // Watchers (watch=1) get a snapshot by default when they fell behind.
+          events(agents, tenantId, agentId, Option.fromNullable(headers["last-event-id"]), {
+            ...urlParams,
+            snapshot: urlParams.watch !== undefined || urlParams.snapshot !== undefined
+          })))
       .handle("history", ({ urlParams }) =>
         Effect.flatMap(Auth.CurrentAgent, ({ agentId, tenantId }) => agents.history(tenantId, agentId, urlParams)))
   }))
