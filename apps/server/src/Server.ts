@@ -8,7 +8,7 @@ import { Egress, Resolver } from "@agent-runtime/egress"
 import { Catalog, Credentials, CustomProviders, Keys, KeyScopes, Listing, ModelClient, UsageLog } from "@agent-runtime/models"
 import { Database, SealedSecret } from "@agent-runtime/store"
 import { HttpApiBuilder, HttpApiScalar, HttpMiddleware, HttpServer } from "@effect/platform"
-import { Agents, AgentRuntime, AgentStore } from "@agent-runtime/agent"
+import { Agents, AgentRuntime, AgentStore, EventLog } from "@agent-runtime/agent"
 import { RunnerAddress } from "@effect/cluster"
 import { NodeClusterHttp, NodeHttpServer } from "@effect/platform-node"
 import { Context, Duration, Effect, Layer, Option, Schedule } from "effect"
@@ -115,7 +115,7 @@ const layerResumer = Layer.scopedDiscard(
 const layerAgents = layerResumer.pipe(
   Layer.provideMerge(Agents.Agents.Default),
   Layer.provideMerge(AgentRuntime.layer),
-  Layer.provideMerge(AgentStore.AgentStore.Default),
+  Layer.provideMerge(Layer.mergeAll(AgentStore.AgentStore.Default, EventLog.LocalLogs.Default)),
   Layer.provide(layerCluster)
 )
 

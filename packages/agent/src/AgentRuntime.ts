@@ -63,6 +63,7 @@ export const layer = Agent.toLayer(
       row.message as Turn.StoredMessage
     )
     const log = yield* EventLog.make({ agentId, startCursor: yield* Effect.orDie(store.reserveEvents(agentId)) })
+    yield* (yield* EventLog.LocalLogs).register(agentId, log)
 
     /** Accepted requests not yet run, in arrival order. */
     const pending: Array<RequestRow> = []

@@ -10,6 +10,7 @@ import { Duration, Effect, Option, Stream } from "effect"
 import * as Crypto from "node:crypto"
 import { Agent, type PromptPayload } from "./Agent.ts"
 import { toRecord } from "./AgentRuntime.ts"
+import * as EventLog from "./EventLog.ts"
 import { type AgentConfig, type AgentRow, AgentStore } from "./AgentStore.ts"
 
 export const agentTokenPrefix = "aat_"
@@ -32,6 +33,7 @@ export class Agents extends Effect.Service<Agents>()("@agent-runtime/agent/Agent
     const listing = yield* Listing.Listing
     const usage = yield* UsageLog.UsageLog
     const makeClient = yield* Agent.client
+    const localLogs = yield* EventLog.LocalLogs
 
     /** Agent tokens are derived, not stored: the credentials route can show them again. */
     const tokenFor = (agentId: string) => `${agentTokenPrefix}${agentId}.${sealer.sign("agent-token", agentId)}`
@@ -425,12 +427,26 @@ export class Agents extends Effect.Service<Agents>()("@agent-runtime/agent/Agent
             error: "the cursor is behind the replay buffer; read state (or ask for a snapshot) and continue from its cursor"
           })
         }
-        if (!behind) return client.Watch({ ...(Option.isSome(cursor) ? { cursor: cursor.value } : {}) })
+        if (!behind) {
+          const local = localLogs.get(agentId)
+          if (Option.isSome(local)) {
+            // Owned here: read the log itself, its JSON already made once for every watcher.
+            const entries = yield* local.value.subscribe(cursor).pipe(Effect.orDie)
+            return Stream.catchAll(entries, () => Stream.empty)
+          }
+          return client.Watch({ ...(Option.isSome(cursor) ? { cursor: cursor.value } : {}) }).pipe(
+            Stream.map((entry) => ({ ...entry, json: JSON.stringify(entry.data) }))
+          )
+        }
         const taken = yield* Effect.orDie(client.Snapshot())
-        return Stream.make({
-          id: taken.cursor,
-          data: { type: "snapshot", cursor: taken.cursor, requestId: taken.requestId, turn: taken.turn }
-        }).pipe(Stream.concat(client.Watch({ cursor: taken.cursor })))
+        const data = { type: "snapshot", cursor: taken.cursor, requestId: taken.requestId, turn: taken.turn }
+        return Stream.make({ id: taken.cursor, data, json: JSON.stringify(data) }).pipe(
+          Stream.concat(
+            client.Watch({ cursor: taken.cursor }).pipe(
+              Stream.map((entry) => ({ ...entry, json: JSON.stringify(entry.data) }))
+            )
+          )
+        )
       })
 
     const poll = (tenantId: string, agentId: string, cursor: number, wait: Duration.Duration) =>

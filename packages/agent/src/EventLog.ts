@@ -250,3 +250,23 @@ export const make = (options: Options): Effect.Effect<EventLog, never, Scope.Sco
       subscribers: Effect.sync(() => live.size)
     }
   })
+
+/**
+ * The logs of the agents this node owns, so watchers connected here read
+ * them directly (no cluster round trip, JSON serialized once for all); a
+ * watcher of an agent owned elsewhere reads through the cluster.
+ */
+export class LocalLogs extends Effect.Service<LocalLogs>()("@agent-runtime/agent/EventLog/LocalLogs", {
+  sync: () => {
+    const logs = new Map<string, EventLog>()
+    return {
+      /** Registers the log for as long as the caller's scope (the entity) lives. */
+      register: (agentId: string, log: EventLog) =>
+        Effect.acquireRelease(
+          Effect.sync(() => logs.set(agentId, log)),
+          () => Effect.sync(() => logs.get(agentId) === log && logs.delete(agentId))
+        ),
+      get: (agentId: string) => Option.fromNullable(logs.get(agentId))
+    }
+  }
+}) {}

@@ -1,7 +1,7 @@
 import { Agents, Sse } from "@agent-runtime/agent"
 import { Api, Auth } from "@agent-runtime/domain"
 import { HttpApiBuilder, HttpServerResponse } from "@effect/platform"
-import { Duration, Effect, Option, Stream } from "effect"
+import { Duration, Effect, Option } from "effect"
 
 /** Version of the event stream's frames, sent in the ready frame. */
 const streamVersion = 1
@@ -61,7 +61,7 @@ export const events = (
     const entries = yield* agents.watch(tenantId, agentId, cursor, options.snapshot ?? false)
     const body = Sse.toStream({
       ready: { version: streamVersion, agentId, connection: null },
-      entries: entries.pipe(Stream.map((entry) => ({ id: entry.id, json: JSON.stringify(entry.data) }))),
+      entries,
       heartbeat: Duration.seconds(5)
     })
     return HttpServerResponse.stream(body, {
