@@ -492,6 +492,60 @@ layer(WorldLive, { excludeTestServices: true })("agents", (it) => {
       expect((yield* api.get(`/v1/agents/${agentId}/history?limit=0`, { token })).status).toBe(400)
     }))
 
+  it.effect("fork copies settings and finished turns; the same key returns the same fork", () =>
+    Effect.gen(function*() {
+      const world = yield* WorldTag
+      const { api, token } = yield* tenantWithModel(world, "fork")
+      const source = (yield* api.post("/v1/agents", { token, json: { model: "fake/m1", systemPrompt: "Base." } })).body
+      const ids = []
+      for (const text of ["one", "two", "three"]) {
+        world.upstream.script({ text: `re ${text}` })
+        const request = (yield* api.post(`/v1/agents/${source.id}/prompt`, { token, json: { text } })).body
+        yield* settle(api, token, source.id, request.id)
+        ids.push(request.id)
+      }
+      const whole = yield* api.post(`/v1/agents/${source.id}/fork`, { token, json: { key: "f1", systemPromptAppend: "Forked." } })
+      expect(whole.status).toBe(201)
+      expect(whole.body.forkedFrom).toEqual({ agentId: source.id, atMessage: 5 })
+      const copy = (yield* api.get(`/v1/agents/${whole.body.id}/history`, { token })).body
+      expect(copy.total).toBe(6)
+      const detail = (yield* api.get(`/v1/agents/${whole.body.id}`, { token })).body
+      expect(detail).toMatchObject({ systemPrompt: "Base.", systemPromptAppend: "Forked.", key: "f1", expiresAt: null })
+      const again = (yield* api.post(`/v1/agents/${source.id}/fork`, { token, json: { key: "f1" } })).body
+      expect(again.id).toBe(whole.body.id)
+      // Up to a request (rounded to its turn's end) or an index inside a turn.
+      const atRequest = (yield* api.post(`/v1/agents/${source.id}/fork`, { token, json: { atMessage: ids[0] } })).body
+      expect(atRequest.forkedFrom.atMessage).toBe(1)
+      expect(atRequest.expiresAt).toBeGreaterThan(Date.now() / 1000 + 86000)
+      const atIndex = (yield* api.post(`/v1/agents/${source.id}/fork`, { token, json: { atMessage: 2 } })).body
+      expect(atIndex.forkedFrom.atMessage).toBe(3)
+      // Each goes on independently.
+      world.upstream.script({ text: "fork answer" })
+      const next = (yield* api.post(`/v1/agents/${atIndex.id}/prompt`, { token, json: { text: "four" } })).body
+      const done = yield* settle(api, token, atIndex.id, next.id)
+      expect(done).toMatchObject({ began: 4, outcome: { result: { reply: "fork answer", messages: 6 } } })
+      expect((yield* api.get(`/v1/agents/${source.id}/history`, { token })).body.total).toBe(6)
+      expect((yield* api.post(`/v1/agents/${source.id}/fork`, { token, json: { atMessage: "req_none" } })).status)
+        .toBe(404)
+    }))
+
+  it.effect("continue runs a turn on the history as it is", () =>
+    Effect.gen(function*() {
+      const world = yield* WorldTag
+      const { api, token } = yield* tenantWithModel(world, "continue")
+      const agent = (yield* api.post("/v1/agents", { token, json: { model: "fake/m1", prompt: { text: "hi" } } })).body
+      yield* settle(api, token, agent.id, agent.prompt.id)
+      world.upstream.script({ text: "continuing" })
+      const more = yield* api.post(`/v1/agents/${agent.id}/continue`, { token, json: { requestId: "c-1" } })
+      expect(more.body).toMatchObject({ id: "c-1", method: "continue" })
+      const done = yield* settle(api, token, agent.id, "c-1")
+      expect(done.outcome.result).toMatchObject({ reply: "continuing", messages: 3 })
+      const roles = (yield* api.get(`/v1/agents/${agent.id}/history`, { token })).body.entries.map((entry: any) =>
+        entry.message.role
+      )
+      expect(roles).toEqual(["user", "assistant", "assistant"])
+    }))
+
   it.effect("a missing key ends the run with model_key_missing", () =>
     Effect.gen(function*() {
       const world = yield* WorldTag
@@ -594,7 +648,10 @@ it.scopedLive("a node killed mid-turn finishes the accepted prompt after a resta
     const second = yield* TestNode.start({ databaseUrl, operatorToken, env })
     const api2 = Http.client(second.rest)
     const done = (yield* api2.get(`/v1/agents/${created.id}/requests/${created.prompt.id}?wait=25`, { token })).body
-    expect(done).toMatchObject({ state: "completed", outcome: { result: { reply: "finished after the restart" } } })
+    expect(done).toMatchObject({
+      state: "completed",
+      outcome: { result: { reply: "finished after the restart", resumed: true }, uncertain: false }
+    })
     const history = (yield* api2.get(`/v1/agents/${created.id}/history`, { token })).body
     expect(history.entries.map((entry: any) => entry.message.role)).toEqual(["user", "assistant"])
     const events = (yield* api2.get(`/v1/agents/${created.id}/events?poll=1`, {

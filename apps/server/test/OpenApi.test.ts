@@ -44,6 +44,8 @@ const routes = [
   ["delete", "/v1/agents/{id}"],
   ["post", "/v1/agents/{id}/prompt"],
   ["post", "/v1/agents/{id}/abort"],
+  ["post", "/v1/agents/{id}/fork"],
+  ["post", "/v1/agents/{id}/continue"],
   ["post", "/v1/agents/{id}/configure"],
   ["get", "/v1/agents/{id}/requests/{requestId}"],
   ["get", "/v1/agents/{id}/state"],

@@ -11,6 +11,8 @@ import { Schema } from "effect"
 
 export const PromptPayload = Schema.Struct({
   requestId: Schema.String,
+  /** continue runs a turn on the history as it is, without a new user message. */
+  method: Schema.optional(Schema.Literal("prompt", "continue")),
   /** Hash of the request's input: the same request id with another input is a conflict. */
   fingerprint: Schema.String,
   text: Schema.String,

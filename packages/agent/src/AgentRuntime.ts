@@ -118,7 +118,8 @@ export const layer = Agent.toLayer(
       Effect.gen(function*() {
         active = row.id
         const input = row.input as unknown as Pick<Turn.TurnInput, "text" | "metadata" | "from">
-        if (row.state === "running") {
+        const resumed = row.state === "running"
+        if (resumed) {
           // The node running this turn was lost: take back what it had journaled and run it again.
           const from = row.beganIndex ?? history.length
           yield* Effect.orDie(store.truncateMessages(agentId, from))
@@ -134,6 +135,7 @@ export const layer = Agent.toLayer(
             agentId,
             config: agent.config,
             requestId: row.id,
+            continue: row.method === "continue",
             text: input.text,
             metadata: input.metadata,
             from: input.from
@@ -167,7 +169,9 @@ export const layer = Agent.toLayer(
         const exit = yield* Fiber.await(turn)
         const stored = Exit.match(exit, {
           onSuccess: (outcome): Record<string, unknown> => ({
-            result: outcome.result,
+            // A resumed turn was run again from its start; with no tool effects it is not uncertain.
+            result: resumed ? { ...outcome.result, resumed: true } : outcome.result,
+            ...(resumed ? { uncertain: false } : {}),
             ...(outcome.code === undefined ? {} : { code: outcome.code, error: outcome.result.error })
           }),
           onFailure: (cause) =>
@@ -234,7 +238,7 @@ export const layer = Agent.toLayer(
           const row = yield* Effect.orDie(store.insertRequest({
             agentId,
             id: payload.requestId,
-            method: "prompt",
+            method: payload.method ?? "prompt",
             fingerprint: payload.fingerprint,
             input: {
               text: payload.text,

@@ -16,6 +16,8 @@ export const AgentConfig = Schema.Struct({
   modelHeaders: Schema.optional(Schema.Record({ key: Schema.String, value: Schema.String })),
   subject: Schema.optional(Schema.String),
   maxTurns: Schema.optional(Schema.Number),
+  /** The agent this one was forked from, and the history index the copy ended at. */
+  forkedFrom: Schema.optional(Schema.Struct({ agentId: Schema.String, atMessage: Schema.Number })),
   /** USD budget counted from `since` (Unix seconds); a new value restarts at zero. */
   spendLimit: Schema.optional(Schema.Struct({ usd: Schema.Number, since: Schema.Number }))
 })
@@ -186,6 +188,12 @@ export class AgentStore extends Effect.Service<AgentStore>()("@agent-runtime/age
           (request_id IS NULL OR lag(request_id) OVER (ORDER BY index) IS DISTINCT FROM request_id) AS turn_start
         FROM agent_messages WHERE agent_id = ${agentId} AND index < ${before} ORDER BY index`
 
+    /** Request ids that have settled, to tell finished turns from the running one. */
+    const completedRequests = (agentId: string) =>
+      sql<{ id: string }>`SELECT id FROM agent_requests WHERE agent_id = ${agentId} AND state = 'completed'`.pipe(
+        Effect.map((rows) => new Set(rows.map((row) => row.id)))
+      )
+
     const messageCount = (agentId: string) =>
       sql<{ count: number }>`SELECT count(*)::int AS count FROM agent_messages WHERE agent_id = ${agentId}`.pipe(
         Effect.map((rows) => rows[0]?.count ?? 0)
@@ -212,6 +220,7 @@ export class AgentStore extends Effect.Service<AgentStore>()("@agent-runtime/age
       agentsWithOpenWork,
       appendMessage,
       messagesBefore,
+      completedRequests,
       messageCount,
       truncateMessages,
       updateConfig,

@@ -95,10 +95,16 @@ export class Agents extends Effect.Service<Agents>()("@agent-runtime/agent/Agent
           (spent) => new AgentSchemas.SpendLimit({ usd: agent.config.spendLimit!.usd, spent })
         )
 
-    const sendPrompt = (agentId: string, input: Run.PromptInput, defaultRequestId: string) => {
+    const sendPrompt = (
+      agentId: string,
+      input: Run.PromptInput,
+      defaultRequestId: string,
+      method: "prompt" | "continue" = "prompt"
+    ) => {
       const requestId = input.requestId ?? defaultRequestId
       const payload: PromptPayload = {
         requestId,
+        method,
         fingerprint: fingerprint({ ...input, requestId }),
         text: input.text,
         ...(input.actor === undefined ? {} : { actor: input.actor }),
@@ -234,6 +240,78 @@ export class Agents extends Effect.Service<Agents>()("@agent-runtime/agent/Agent
         })
       })
 
+    /**
+     * A new agent with the source's settings and a copy of its history up to
+     * `atMessage` (an index or a request id), rounded to the end of that turn,
+     * or up to the last finished turn; never into a turn still running. The
+     * same key returns the same fork.
+     */
+    const fork = (tenantId: string, sourceId: string, input: AgentSchemas.ForkInput) =>
+      Effect.gen(function*() {
+        const source = yield* live(tenantId, sourceId)
+        const key = input.key ?? `fork-${Ids.make("k").slice(2)}`
+        const existing = yield* Effect.orDie(store.findByKey(tenantId, key))
+        if (Option.isSome(existing)) {
+          const forkedFrom = existing.value.config.forkedFrom
+          if (forkedFrom?.agentId !== sourceId) {
+            return yield* new ApiError.IdempotencyConflict({ error: `key ${key} names an agent that is not a fork of ${sourceId}` })
+          }
+          return new AgentSchemas.ForkCreated({
+            id: existing.value.id,
+            token: tokenFor(existing.value.id),
+            expiresAt: existing.value.expiresAt,
+            forkedFrom: new AgentSchemas.ForkedFrom({ agentId: sourceId, atMessage: forkedFrom.atMessage })
+          })
+        }
+        const messages = yield* Effect.orDie(store.messages(sourceId))
+        const completed = yield* Effect.orDie(store.completedRequests(sourceId))
+        const finished = (requestId: string | null) => requestId === null || completed.has(requestId)
+        // The last index of each finished turn: where a copy may end.
+        const turnEnds = messages.filter((row, i) =>
+          finished(row.requestId) && (messages[i + 1]?.requestId !== row.requestId || row.requestId === null)
+        ).map((row) => row.index)
+        const wanted = input.atMessage === undefined
+          ? Number.POSITIVE_INFINITY
+          : typeof input.atMessage === "number"
+          ? input.atMessage
+          : messages.findLast((row) => row.requestId === input.atMessage)?.index
+        if (wanted === undefined) return yield* new ApiError.NotFound({ error: `no request ${input.atMessage} in history` })
+        // The end of the finished turn holding `wanted`, else the last finished turn before it.
+        const holding = messages.find((row) => row.index === wanted)
+        const end = holding !== undefined && finished(holding.requestId)
+          ? turnEnds.find((index) => index >= wanted) ?? -1
+          : turnEnds.findLast((index) => index < wanted) ?? -1
+        const config: AgentConfig = {
+          ...source.config,
+          ...(input.systemPromptAppend === undefined ? {} : { systemPromptAppend: input.systemPromptAppend }),
+          ...(input.modelHeaders === undefined ? {} : { modelHeaders: input.modelHeaders }),
+          ...(input.subject === undefined ? {} : { subject: input.subject }),
+          forkedFrom: { agentId: sourceId, atMessage: end }
+        }
+        const id = Ids.make("client")
+        const agent = yield* store.insertAgent({
+          id,
+          tenantId,
+          key,
+          name: input.name ?? id,
+          type: source.type,
+          config,
+          inputFingerprint: fingerprint(input),
+          ttlSeconds: input.ttlSeconds !== undefined ? input.ttlSeconds : input.key === undefined ? 86400 : null
+        }).pipe(Effect.orDie)
+        yield* Effect.forEach(
+          messages.filter((row) => row.index <= end),
+          (row) => Effect.orDie(store.appendMessage(id, row.index, null, row.message)),
+          { discard: true }
+        )
+        return new AgentSchemas.ForkCreated({
+          id: agent.id,
+          token: tokenFor(agent.id),
+          expiresAt: agent.expiresAt,
+          forkedFrom: new AgentSchemas.ForkedFrom({ agentId: sourceId, atMessage: end })
+        })
+      })
+
     /** Credentials of a keyed agent, by key or id. */
     const credentials = (tenantId: string, keyOrId: string) =>
       Effect.gen(function*() {
@@ -261,6 +339,16 @@ export class Agents extends Effect.Service<Agents>()("@agent-runtime/agent/Agent
 
     const prompt = (tenantId: string, agentId: string, input: Run.PromptInput) =>
       Effect.flatMap(live(tenantId, agentId), () => sendPrompt(agentId, input, Ids.make("req")))
+
+    /** A turn on the history as it is, without a new user message. */
+    const continueRun = (tenantId: string, agentId: string, requestId: Option.Option<string>) =>
+      Effect.flatMap(live(tenantId, agentId), () =>
+        sendPrompt(
+          agentId,
+          new Run.PromptInput({ text: "", ...(Option.isSome(requestId) ? { requestId: requestId.value } : {}) }),
+          Ids.make("req"),
+          "continue"
+        ))
 
     const abort = (tenantId: string, agentId: string, requestId: Option.Option<string>) =>
       Effect.flatMap(live(tenantId, agentId), () =>
@@ -473,9 +561,11 @@ export class Agents extends Effect.Service<Agents>()("@agent-runtime/agent/Agent
     return {
       create,
       upsert,
+      fork,
       credentials,
       authenticateToken,
       prompt,
+      continueRun,
       abort,
       configure,
       statusRequest,

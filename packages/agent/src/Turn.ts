@@ -28,6 +28,8 @@ export interface TurnInput {
   readonly agentId: string
   readonly config: AgentConfig
   readonly requestId: string
+  /** Runs on the history as it is, without a new user message. */
+  readonly continue?: boolean
   readonly text: string
   readonly metadata?: Record<string, string> | undefined
   readonly from?: StoredMessage["from"] | undefined
@@ -36,6 +38,8 @@ export interface TurnInput {
 /** A prompt sent with whileRunning steer, taken by the running turn after its current step. */
 export interface Steered {
   readonly requestId: string
+  /** Runs on the history as it is, without a new user message. */
+  readonly continue?: boolean
   readonly text: string
   readonly metadata?: Record<string, string> | undefined
   readonly from?: StoredMessage["from"] | undefined
@@ -192,7 +196,7 @@ export const run = (input: TurnInput, hooks: TurnHooks) =>
     yield* compactIfNeeded(input.text)
     yield* event("turn_opened", { index: hooks.historySize() })
     yield* event("agent_start")
-    yield* addUser(input)
+    if (!input.continue) yield* addUser(input)
 
     let reply: { text: string; index: number } | undefined
     let error: string | null = null

@@ -14,7 +14,9 @@ import {
   AgentInput,
   AgentKey,
   AgentSummary,
-  ConfigureInput
+  ConfigureInput,
+  ForkCreated,
+  ForkInput
 } from "./Agent.ts"
 import { Me } from "./Me.ts"
 import { Model } from "./Model.ts"
@@ -286,6 +288,30 @@ export class AgentsGroup extends HttpApiGroup.make("agents")
       .annotate(OpenApi.Description, "Accepts a prompt and answers its request record at once; poll it for the outcome.")
   )
   .add(
+    HttpApiEndpoint.post("fork")`/v1/agents/${agentParam}/fork`
+      .setPayload(ForkInput)
+      .addSuccess(ForkCreated, created)
+      .addError(ApiError.NotFound.Wire)
+      .addError(ApiError.Gone.Wire)
+      .addError(ApiError.IdempotencyConflict.Wire)
+      .annotate(
+        OpenApi.Description,
+        "A new agent with this one's settings and a copy of its history up to atMessage (an index or a request id, " +
+          "rounded to the end of its turn) or the last finished turn, never mid-turn. The same key returns the same " +
+          "fork; without a key one is made up and the fork lives a day unless ttlSeconds is given."
+      )
+  )
+  .add(
+    HttpApiEndpoint.post("continue")`/v1/agents/${agentParam}/continue`
+      .setPayload(Schema.Struct({ requestId: Schema.optional(Schema.String.pipe(Schema.minLength(1))) }))
+      .addSuccess(RequestRecord, { status: 202 })
+      .addError(ApiError.SpendLimit.Wire)
+      .addError(ApiError.NotFound.Wire)
+      .addError(ApiError.Gone.Wire)
+      .addError(ApiError.IdempotencyConflict.Wire)
+      .annotate(OpenApi.Description, "Runs a turn on the history as it is, without a new user message.")
+  )
+  .add(
     HttpApiEndpoint.post("abort")`/v1/agents/${agentParam}/abort`
       .setPayload(Schema.Struct({ requestId: Schema.optional(Schema.String.pipe(Schema.minLength(1))) }))
       .addSuccess(RequestRecord)
@@ -356,6 +382,10 @@ export const ClientRequest = Schema.Union(
   Schema.Struct({ method: Schema.Literal("prompt", "steer"), ...PromptInput.fields }),
   Schema.Struct({ method: Schema.Literal("abort"), requestId: Schema.optional(Schema.String.pipe(Schema.minLength(1))) }),
   Schema.Struct({ method: Schema.Literal("status") }),
+  Schema.Struct({
+    method: Schema.Literal("continue"),
+    requestId: Schema.optional(Schema.String.pipe(Schema.minLength(1)))
+  }),
   Schema.extend(
     Schema.Struct({ method: Schema.Literal("configure") }),
     Schema.Struct({

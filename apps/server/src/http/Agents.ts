@@ -19,6 +19,9 @@ export const layer = HttpApiBuilder.group(Api.Api, "agents", (handlers) =>
       .handle("delete", ({ path }) => Effect.flatMap(tenant, (tenantId) => agents.remove(tenantId, path.id)))
       .handle("prompt", ({ path, payload }) =>
         Effect.flatMap(tenant, (tenantId) => agents.prompt(tenantId, path.id, payload)))
+      .handle("fork", ({ path, payload }) => Effect.flatMap(tenant, (tenantId) => agents.fork(tenantId, path.id, payload)))
+      .handle("continue", ({ path, payload }) =>
+        Effect.flatMap(tenant, (tenantId) => agents.continueRun(tenantId, path.id, Option.fromNullable(payload.requestId))))
       .handle("abort", ({ path, payload }) =>
         Effect.flatMap(tenant, (tenantId) => agents.abort(tenantId, path.id, Option.fromNullable(payload.requestId))))
       .handle("configure", ({ path, payload }) =>

@@ -28,6 +28,8 @@ export const layer = HttpApiBuilder.group(Api.Api, "clients", (handlers) =>
             }
             case "status":
               return agents.statusRequest(tenantId, agentId)
+            case "continue":
+              return agents.continueRun(tenantId, agentId, Option.fromNullable(payload.requestId))
           }
         }))
       .handle("getRequest", ({ path, urlParams }) =>
