@@ -90,7 +90,15 @@ const program = Effect.gen(function*() {
   })
   const databaseUrl = Redacted.value(yield* postgres.createDatabase("bench"))
   const upstream = yield* FakeUpstream.start({ maxRecorded: 1000 })
-  const node = yield* TestNode.start({ databaseUrl, env: { ALLOW_PRIVATE_URLS: "true", LOG_LEVEL: "Warn" } })
+  const node = yield* TestNode.start({
+    databaseUrl,
+    env: {
+      ALLOW_PRIVATE_URLS: "true",
+      LOG_LEVEL: "Warn",
+      // e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof" to profile the node under load
+      ...(process.env.BENCH_NODE_OPTIONS === undefined ? {} : { NODE_OPTIONS: process.env.BENCH_NODE_OPTIONS })
+    }
+  })
   const api = Http.client(node.rest)
   const tenant = (yield* api.post("/v1/admin/tenants", { token: node.operatorToken, json: { name: "bench" } })).body
   const token = tenant.token as string
