@@ -73,16 +73,9 @@ export class AgentStore extends Effect.Service<AgentStore>()("@agent-runtime/age
     const agentFields = sql.unsafe(agentColumns)
     const requestFields = sql.unsafe(requestColumns)
 
-    const insertAgent = (agent: {
-      readonly id: string
-      readonly tenantId: string
-      readonly key: string | null
-      readonly name: string
-      readonly type: string | null
-      readonly config: AgentConfig
-      readonly inputFingerprint: string
-      readonly ttlSeconds: number | null
-    }) =>
+    const insertAgent = (
+      agent: Omit<AgentRow, "expiresAt" | "createdAt"> & { readonly ttlSeconds: number | null }
+    ) =>
       sql`
         INSERT INTO agents (id, tenant_id, key, name, type, config, input_fingerprint, expires_at)
         VALUES (${agent.id}, ${agent.tenantId}, ${agent.key}, ${agent.name}, ${agent.type},
