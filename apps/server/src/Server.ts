@@ -9,7 +9,7 @@ import { Catalog, Credentials, CustomProviders, Keys, KeyScopes, Listing, ModelC
 import { Database, SealedSecret } from "@agent-runtime/store"
 import { HttpApiBuilder, HttpApiScalar, HttpMiddleware, HttpServer } from "@effect/platform"
 import { Agents, AgentRuntime, AgentStore, EventLog } from "@agent-runtime/agent"
-import { RunnerAddress } from "@effect/cluster"
+import { RunnerAddress, ShardingConfig, SqlMessageStorage, SqlRunnerStorage } from "@effect/cluster"
 import { NodeClusterHttp, NodeHttpServer } from "@effect/platform-node"
 import { Context, Duration, Effect, Layer, Option, Schedule } from "effect"
 import { createServer } from "node:http"
@@ -101,6 +101,20 @@ const layerCluster = Layer.unwrapEffect(
     }))
 )
 
+/**
+ * The cluster's own tables, made before the runner starts and under the
+ * startup lock: nodes started together would otherwise race to create them.
+ */
+const layerClusterTables = Layer.effectDiscard(
+  Database.withStartupLock(
+    Effect.scoped(
+      Layer.build(
+        Layer.mergeAll(SqlMessageStorage.layer, SqlRunnerStorage.layer).pipe(Layer.provide(ShardingConfig.layerDefaults))
+      )
+    )
+  )
+)
+
 /** Wakes agents with accepted but unfinished work: at start, then now and then, so nothing accepted is lost. */
 const layerResumer = Layer.scopedDiscard(
   Effect.flatMap(Agents.Agents, (agents) =>
@@ -116,7 +130,8 @@ const layerAgents = layerResumer.pipe(
   Layer.provideMerge(Agents.Agents.Default),
   Layer.provideMerge(AgentRuntime.layer),
   Layer.provideMerge(Layer.mergeAll(AgentStore.AgentStore.Default, EventLog.LocalLogs.Default)),
-  Layer.provide(layerCluster)
+  Layer.provide(layerCluster),
+  Layer.provide(layerClusterTables)
 )
 
 /** Everything a node needs but its configuration, logger and database. */

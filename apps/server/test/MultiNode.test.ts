@@ -2,7 +2,7 @@
  * Nodes started together against one DATABASE_URL share tenants and keys,
  * and never print a secret.
  */
-import { Http, TestDatabase, TestNode } from "@agent-runtime/testing"
+import { FakeUpstream, Http, TestDatabase, TestNode } from "@agent-runtime/testing"
 import { expect, it } from "@effect/vitest"
 import { Effect } from "effect"
 
@@ -49,3 +49,44 @@ it.scoped("a restarted node finds its data and migrates nothing again", () =>
     expect(second.output()).not.toContain("message=migrated")
     expect((yield* Http.client(second.rest).get("/v1/me", { token: tenant.token })).body.tenant).toBe(tenant.id)
   }), { timeout: 60_000 })
+
+it.scopedLive("agents answer on any node: work goes to the owner, events stream from any node", () =>
+  Effect.gen(function*() {
+    const upstream = yield* FakeUpstream.start()
+    const databaseUrl = yield* TestDatabase.make
+    const operatorToken = `aro_${"c".repeat(43)}`
+    const env = { ALLOW_PRIVATE_URLS: "true" }
+    const [one, two] = yield* Effect.all([
+      TestNode.start({ databaseUrl, operatorToken, env }),
+      TestNode.start({ databaseUrl, operatorToken, env })
+    ], { concurrency: 2 })
+    const api1 = Http.client(one.rest)
+    const api2 = Http.client(two.rest)
+    const tenant = (yield* api1.post("/v1/admin/tenants", { token: operatorToken, json: { name: "cluster" } })).body
+    const token = tenant.token as string
+    yield* api1.put("/v1/providers/fake", {
+      token,
+      json: { type: "openai-completions", baseUrl: `${upstream.url}/v1`, models: [{ id: "m1", contextWindow: 10000 }] }
+    })
+    // Enough agents that both nodes own some.
+    const agents = yield* Effect.forEach(
+      Array.from({ length: 8 }, (_, i) => i),
+      () => Effect.map(api1.post("/v1/agents", { token, json: { model: "fake/m1" } }), (response) => response.body.id as string)
+    )
+    const watched = yield* Http.sse(two.rest, `/v1/agents/${agents[0]}/events`, { token })
+    yield* watched.take((frame) => frame.event === "ready")
+    const requests = yield* Effect.forEach(agents, (id, i) =>
+      Effect.map(
+        (i % 2 === 0 ? api2 : api1).post(`/v1/agents/${id}/prompt`, { token, json: { text: `hello ${i}` } }),
+        (response) => ({ id, requestId: response.body.id as string })
+      ))
+    for (const { id, requestId } of requests) {
+      const done = (yield* api1.get(`/v1/agents/${id}/requests/${requestId}?wait=20`, { token })).body
+      expect(done.state).toBe("completed")
+      expect(done.outcome.result.reply).toBe("ok")
+    }
+    const frames = yield* watched.take((frame) => frame.data?.includes('"type":"response"') ?? false)
+    expect(frames.some((frame) => frame.data?.includes('"type":"response"'))).toBe(true)
+    const state = (yield* api2.get(`/v1/agents/${agents[1]}/state`, { token })).body
+    expect(state.requests[0].state).toBe("completed")
+  }), { timeout: 90_000 })

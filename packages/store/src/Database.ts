@@ -3,6 +3,7 @@
  * under `DATA_DIR` when none is given. Both go through `@effect/sql-pg`, and
  * the schema is migrated before the layer is ready.
  */
+import { SqlClient } from "@effect/sql"
 import { PgClient } from "@effect/sql-pg"
 import { Config, Effect, Layer, Option, Redacted, String } from "effect"
 import * as EmbeddedPostgres from "./EmbeddedPostgres.ts"
@@ -15,9 +16,30 @@ export interface Options {
   readonly maxConnections?: number
 }
 
+/** Any number, the same in every process: it names the lock nodes take while they change the schema. */
+const startupLockKey = 7_424_201
+
+/**
+ * Runs `effect` while holding a session advisory lock that every starting
+ * node takes, so nodes started together change the schema one at a time
+ * (the cluster library's own table creation is not safe to race).
+ */
+export const withStartupLock = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
+  Effect.scoped(
+    Effect.gen(function*() {
+      const sql = yield* SqlClient.SqlClient
+      const connection = yield* sql.reserve
+      yield* connection.executeRaw(`SELECT pg_advisory_lock(${startupLockKey})`, [])
+      yield* Effect.addFinalizer(() =>
+        Effect.ignore(connection.executeRaw(`SELECT pg_advisory_unlock(${startupLockKey})`, []))
+      )
+      return yield* effect
+    })
+  )
+
 /** A client on `url`, with the schema migrated. */
 export const layerClient = (url: Redacted.Redacted<string>, maxConnections = 20) =>
-  Layer.effectDiscard(Migrations.run).pipe(
+  Layer.effectDiscard(withStartupLock(Migrations.run)).pipe(
     Layer.provideMerge(PgClient.layer({
       url,
       maxConnections,
