@@ -297,7 +297,11 @@ export class Agents extends Effect.Service<Agents>()("@agent-runtime/agent/Agent
           type: source.type,
           config,
           inputFingerprint: fingerprint(input),
-          ttlSeconds: input.ttlSeconds !== undefined ? input.ttlSeconds : input.key === undefined ? 86400 : null
+          ttlSeconds: input.ttlSeconds !== undefined
+            ? input.ttlSeconds
+            : input.key === undefined
+            ? AgentSchemas.defaultTtlSeconds
+            : null
         }).pipe(Effect.orDie)
         yield* Effect.forEach(
           messages.filter((row) => row.index <= end),
@@ -487,7 +491,7 @@ export class Agents extends Effect.Service<Agents>()("@agent-runtime/agent/Agent
         }
         const entries = rows.slice(start)
         return new Session.HistoryPage({
-          entries: entries.map((row) => new Session.HistoryEntry({ index: row.index, message: row.message as any })),
+          entries: entries.map((row) => new Session.HistoryEntry({ index: row.index, message: row.message as Session.HistoryMessage })),
           next: start > 0 ? entries[0]?.index ?? null : null,
           total,
           split
