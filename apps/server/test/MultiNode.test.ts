@@ -90,3 +90,40 @@ it.scopedLive("agents answer on any node: work goes to the owner, events stream 
     const state = (yield* api2.get(`/v1/agents/${agents[1]}/state`, { token })).body
     expect(state.requests[0].state).toBe("completed")
   }), { timeout: 90_000 })
+
+it.scopedLive("when a node stops mid-turn, its agents' accepted prompts finish on the other node", () =>
+  Effect.gen(function*() {
+    const upstream = yield* FakeUpstream.start()
+    const databaseUrl = yield* TestDatabase.make
+    const operatorToken = `aro_${"d".repeat(43)}`
+    const env = { ALLOW_PRIVATE_URLS: "true" }
+    const [one, two] = yield* Effect.all([
+      TestNode.start({ databaseUrl, operatorToken, env }),
+      TestNode.start({ databaseUrl, operatorToken, env })
+    ], { concurrency: 2 })
+    const api2 = Http.client(two.rest)
+    const tenant = (yield* api2.post("/v1/admin/tenants", { token: operatorToken, json: { name: "drain" } })).body
+    const token = tenant.token as string
+    yield* api2.put("/v1/providers/fake", {
+      token,
+      json: { type: "openai-completions", baseUrl: `${upstream.url}/v1`, models: [{ id: "m1", contextWindow: 10000 }] }
+    })
+    const agents = yield* Effect.forEach(
+      Array.from({ length: 6 }, (_, i) => i),
+      () => Effect.map(api2.post("/v1/agents", { token, json: { model: "fake/m1" } }), (response) => response.body.id as string)
+    )
+    // Slow answers, so turns are running when the first node stops.
+    for (let i = 0; i < 12; i++) upstream.script({ text: "one two three four five six seven eight", tokenDelayMs: 150 })
+    const requests = yield* Effect.forEach(agents, (id) =>
+      Effect.map(api2.post(`/v1/agents/${id}/prompt`, { token, json: { text: "go" } }), (response) => ({
+        id,
+        requestId: response.body.id as string
+      })))
+    yield* Effect.sleep("400 millis")
+    yield* one.stop("SIGTERM")
+    for (const { id, requestId } of requests) {
+      const done = (yield* api2.get(`/v1/agents/${id}/requests/${requestId}?wait=25`, { token })).body
+      expect(done.state, id).toBe("completed")
+      expect(done.outcome.result.reply).toBe("one two three four five six seven eight")
+    }
+  }), { timeout: 120_000 })
