@@ -602,6 +602,26 @@ layer(WorldLive, { excludeTestServices: true })("agents", (it) => {
       expect(idle.some((frame) => frame.comment === "heartbeat")).toBe(true)
     }))
 
+  it.effect("an agent with a key scope gets a default model that scope can call, and calls through it", () =>
+    Effect.gen(function*() {
+      const world = yield* WorldTag
+      const { api, token } = yield* tenantWithModel(world, "scoped")
+      // No tenant key at all; the scope reaches openai through a gateway (the fake upstream) that holds the key.
+      yield* api.put("/v1/key-scopes/team/providers/openai", { token, json: { baseUrl: `${world.upstream.url}/v1` } })
+      const agent = (yield* api.post("/v1/agents", {
+        token,
+        json: { keyScope: "team", prompt: { text: "hello" } }
+      })).body
+      const detail = (yield* api.get(`/v1/agents/${agent.id}`, { token })).body
+      expect(detail).toMatchObject({ model: "openai/gpt-5.1", keyScope: "team" })
+      const done = yield* settle(api, token, agent.id, agent.prompt.id)
+      expect(done.outcome.result.reply).toBe("ok")
+      const sent = world.upstream.requests().filter((request) => request.protocol === "openai-responses").at(-1)!
+      expect(sent.headers.authorization).toBeUndefined()
+      // Without the scope, the tenant's default is the runtime's first, which it has no key for.
+      expect((yield* api.get("/v1/me", { token })).body.defaultModel).toBe("anthropic/claude-sonnet-4-5")
+    }))
+
   it.effect("a missing key ends the run with model_key_missing", () =>
     Effect.gen(function*() {
       const world = yield* WorldTag

@@ -154,7 +154,7 @@ export class Agents extends Effect.Service<Agents>()("@agent-runtime/agent/Agent
           agent = existing.value
         } else {
           const config: AgentConfig = {
-            model: settings.model ?? (yield* listing.defaultModel(tenantId)),
+            model: settings.model ?? (yield* listing.defaultModel(tenantId, Option.fromNullable(settings.keyScope))),
             ...(settings.systemPrompt === undefined ? {} : { systemPrompt: settings.systemPrompt }),
             ...(settings.systemPromptAppend === undefined ? {} : { systemPromptAppend: settings.systemPromptAppend }),
             ...(settings.thinkingLevel === undefined ? {} : { thinkingLevel: settings.thinkingLevel }),

@@ -3,11 +3,12 @@
  * providers with their key status, and its default model.
  */
 import { ApiError, Model, Provider } from "@agent-runtime/domain"
-import { Config, Effect, Option } from "effect"
+import { Config, Effect, Either, Option } from "effect"
 import { Catalog, type CatalogModel } from "./Catalog.ts"
 import { toCatalogModel } from "./Credentials.ts"
 import { CustomProviders } from "./CustomProviders.ts"
 import { Keys, toolProviders } from "./Keys.ts"
+import { KeyScopes } from "./KeyScopes.ts"
 
 
 const toModel = (model: CatalogModel, available: boolean) =>
@@ -30,6 +31,7 @@ export class Listing extends Effect.Service<Listing>()("@agent-runtime/models/Li
     const catalog = yield* Catalog
     const keys = yield* Keys
     const custom = yield* CustomProviders
+    const scopes = yield* KeyScopes
     const defaults = yield* Config.array(Config.string(), "DEFAULT_MODELS").pipe(
       Config.withDefault(["anthropic/claude-sonnet-4-5", "openai/gpt-5.1", "google/gemini-2.5-pro"])
     )
@@ -78,10 +80,26 @@ export class Listing extends Effect.Service<Listing>()("@agent-runtime/models/Li
           onSome: Effect.succeed
         }))
 
-    /** The first runtime default whose provider the tenant has a key for (else the first default). */
-    const defaultModel = (tenantId: string) =>
-      Effect.map(keys.statusMap(tenantId), (statuses) =>
-        defaults.find((id) => statuses.has(id.split("/")[0]!)) ?? defaults[0] ?? "")
+    /**
+     * The first runtime default whose provider the tenant has a key for (a key
+     * scope's entries count for an agent with that scope), else the first default.
+     */
+    const defaultModel = (tenantId: string, keyScope: Option.Option<string> = Option.none()) =>
+      Effect.gen(function*() {
+        const statuses = yield* keys.statusMap(tenantId)
+        const scoped = Option.isNone(keyScope)
+          ? new Set<string>()
+          : new Set(
+            (yield* Effect.either(scopes.get(tenantId, keyScope.value))).pipe(
+              Either.match({ onLeft: () => [], onRight: (scope) => scope.providers.map((entry) => entry.provider) })
+            )
+          )
+        const usable = (id: string) => {
+          const provider = id.split("/")[0]!
+          return statuses.has(provider) || scoped.has(provider)
+        }
+        return defaults.find(usable) ?? defaults[0] ?? ""
+      })
 
     return { models, providers, provider, defaultModel } as const
   })
