@@ -426,13 +426,24 @@ export class Agents extends Effect.Service<Agents>()("@agent-runtime/agent/Agent
             onSome: Effect.succeed
           }))
         )
-        const deadline = Date.now() + Duration.toMillis(Duration.min(wait, longPollLimit))
-        let row = yield* read
-        while (row.state !== "completed" && Date.now() < deadline) {
-          yield* Effect.sleep("100 millis")
-          row = yield* read
-        }
-        return toRecord(row)
+        const limit = Duration.min(wait, longPollLimit)
+        if (Duration.toMillis(limit) === 0) return toRecord(yield* read)
+        // Watch from the current cursor before reading, so the response frame cannot slip in between.
+        const { cursor } = yield* status(agentId)
+        const first = yield* read
+        if (first.state === "completed") return toRecord(first)
+        yield* Effect.scoped(
+          Effect.flatMap(watch(tenantId, agentId, Option.some(cursor), true), (events) =>
+            events.pipe(
+              Stream.filter((entry) => {
+                const data = entry.data as { type?: string; id?: string }
+                return data.type === "response" && data.id === requestId
+              }),
+              Stream.take(1),
+              Stream.runDrain
+            ))
+        ).pipe(Effect.timeout(limit), Effect.ignore)
+        return toRecord(yield* read)
       })
 
     /** A status request: answered at once, from the owner's view of the agent. */
