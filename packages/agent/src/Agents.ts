@@ -74,15 +74,14 @@ export class Agents extends Effect.Service<Agents>()("@agent-runtime/agent/Agent
       })
 
     /** New prompts are refused with 402 once the agent's spend limit is reached. */
-    const checkBudget = (agentId: string) =>
+    const checkBudget = (agent: AgentRow) =>
       Effect.gen(function*() {
-        const agent = yield* Effect.orDie(store.findById(agentId))
-        const limit = Option.flatMap(agent, (agent) => Option.fromNullable(agent.config.spendLimit))
-        if (Option.isNone(limit)) return
-        const spent = yield* usage.spent(agentId, { since: limit.value.since })
-        if (spent >= limit.value.usd) {
+        const limit = agent.config.spendLimit
+        if (limit === undefined) return
+        const spent = yield* usage.spent(agent.id, { since: limit.since })
+        if (spent >= limit.usd) {
           return yield* new ApiError.SpendLimit({
-            error: `the agent's spend limit of ${limit.value.usd} USD is reached (spent ${spent.toFixed(6)} USD)`
+            error: `the agent's spend limit of ${limit.usd} USD is reached (spent ${spent.toFixed(6)} USD)`
           })
         }
       })
@@ -96,7 +95,7 @@ export class Agents extends Effect.Service<Agents>()("@agent-runtime/agent/Agent
         )
 
     const sendPrompt = (
-      agentId: string,
+      agent: AgentRow,
       input: Run.PromptInput,
       defaultRequestId: string,
       method: "prompt" | "continue" = "prompt"
@@ -114,22 +113,22 @@ export class Agents extends Effect.Service<Agents>()("@agent-runtime/agent/Agent
         ...(input.spendLimit === undefined ? {} : { spendLimit: { usd: input.spendLimit.usd } })
       }
       return Effect.gen(function*() {
-        yield* checkBudget(agentId)
-        const accepted = yield* Effect.orDie(makeClient(agentId).Prompt(payload))
+        yield* checkBudget(agent)
+        const accepted = yield* Effect.orDie(makeClient(agent.id).Prompt(payload))
         if (accepted.fingerprint !== payload.fingerprint) {
           return yield* new ApiError.IdempotencyConflict({
             error: `request id ${requestId} was used for another request`
           })
         }
         // A repeated request id gets the cluster's stored reply from its first delivery: answer how it stands now.
-        const current = yield* Effect.orDie(store.getRequest(agentId, requestId))
+        const current = yield* Effect.orDie(store.getRequest(agent.id, requestId))
         return Option.match(current, { onNone: () => accepted, onSome: toRecord })
       })
     }
 
     /** The prompt sent with a create or upsert: a refusal is reported in the answer, the agent is made regardless. */
-    const firstPrompt = (agentId: string, input: Run.PromptInput, defaultRequestId: string) =>
-      sendPrompt(agentId, input, defaultRequestId).pipe(
+    const firstPrompt = (agent: AgentRow, input: Run.PromptInput, defaultRequestId: string) =>
+      sendPrompt(agent, input, defaultRequestId).pipe(
         Effect.catchTag("SpendLimit", (refusal) =>
           Effect.succeed(
             new AgentSchemas.PromptRefused({
@@ -202,7 +201,7 @@ export class Agents extends Effect.Service<Agents>()("@agent-runtime/agent/Agent
         }
         const first = prompt === undefined
           ? undefined
-          : yield* firstPrompt(agent.id, prompt, key === null ? Ids.make("req") : "req_initial")
+          : yield* firstPrompt(agent, prompt, key === null ? Ids.make("req") : "req_initial")
         return new AgentSchemas.AgentCreated({
           id: agent.id,
           token: tokenFor(agent.id),
@@ -231,7 +230,7 @@ export class Agents extends Effect.Service<Agents>()("@agent-runtime/agent/Agent
           fingerprint: fingerprint(changes),
           changes
         }))
-        const first = prompt === undefined ? undefined : yield* firstPrompt(agent.id, prompt, Ids.make("req"))
+        const first = prompt === undefined ? undefined : yield* firstPrompt(agent, prompt, Ids.make("req"))
         return new AgentSchemas.AgentCreated({
           id: agent.id,
           token: tokenFor(agent.id),
@@ -342,13 +341,13 @@ export class Agents extends Effect.Service<Agents>()("@agent-runtime/agent/Agent
       })
 
     const prompt = (tenantId: string, agentId: string, input: Run.PromptInput) =>
-      Effect.flatMap(live(tenantId, agentId), () => sendPrompt(agentId, input, Ids.make("req")))
+      Effect.flatMap(live(tenantId, agentId), (agent) => sendPrompt(agent, input, Ids.make("req")))
 
     /** A turn on the history as it is, without a new user message. */
     const continueRun = (tenantId: string, agentId: string, requestId: Option.Option<string>) =>
-      Effect.flatMap(live(tenantId, agentId), () =>
+      Effect.flatMap(live(tenantId, agentId), (agent) =>
         sendPrompt(
-          agentId,
+          agent,
           new Run.PromptInput({ text: "", ...(Option.isSome(requestId) ? { requestId: requestId.value } : {}) }),
           Ids.make("req"),
           "continue"
