@@ -622,6 +622,36 @@ layer(WorldLive, { excludeTestServices: true })("agents", (it) => {
       expect((yield* api.get("/v1/me", { token })).body.defaultModel).toBe("anthropic/claude-sonnet-4-5")
     }))
 
+  it.effect("the thinking level reaches the model as its reasoning control, and reasoning streams back", () =>
+    Effect.gen(function*() {
+      const world = yield* WorldTag
+      const { api, token } = yield* tenantWithModel(world, "thinking")
+      yield* api.put("/v1/providers/thinker", {
+        token,
+        json: {
+          type: "anthropic-messages",
+          baseUrl: world.upstream.url,
+          apiKey: "sk-thinker-1",
+          models: [{ id: "m1", contextWindow: 100_000, reasoning: true }]
+        }
+      })
+      const agent = (yield* api.post("/v1/agents", {
+        token,
+        json: { model: "thinker/m1", thinkingLevel: "high" }
+      })).body
+      world.upstream.script({ thinking: "weighing it up", text: "decided" })
+      const request = (yield* api.post(`/v1/agents/${agent.id}/prompt`, { token, json: { text: "think" } })).body
+      const done = yield* settle(api, token, agent.id, request.id)
+      expect(done.outcome.result.reply).toBe("decided")
+      const sent = world.upstream.requests().filter((recorded) => recorded.protocol === "anthropic-messages").at(-1)!
+      expect((sent.body as any).thinking).toBeDefined()
+      const history = (yield* api.get(`/v1/agents/${agent.id}/history`, { token })).body.entries
+      expect(history.at(-1).message.content[0]).toMatchObject({ type: "thinking", thinking: "weighing it up" })
+      const events = (yield* api.get(`/v1/agents/${agent.id}/events?poll=1`, { token, headers: { "last-event-id": "0" } }))
+        .body.events
+      expect(events.some((event: any) => event.data.event?.assistantMessageEvent?.type === "thinking_delta")).toBe(true)
+    }))
+
   it.effect("a missing key ends the run with model_key_missing", () =>
     Effect.gen(function*() {
       const world = yield* WorldTag
