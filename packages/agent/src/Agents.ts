@@ -11,6 +11,7 @@ import * as Crypto from "node:crypto"
 import { Agent, type PromptPayload } from "./Agent.ts"
 import { toRecord } from "./AgentRuntime.ts"
 import * as EventLog from "./EventLog.ts"
+import * as Sse from "./Sse.ts"
 import { type AgentConfig, type AgentRow, AgentStore } from "./AgentStore.ts"
 
 export const agentTokenPrefix = "aat_"
@@ -563,6 +564,27 @@ export class Agents extends Effect.Service<Agents>()("@agent-runtime/agent/Agent
           Effect.catchAll((error) => Effect.die(error))
         ))
 
+    /**
+     * The body of an SSE response: written straight from the agent's log when
+     * this node owns it, else the cluster stream from the owner.
+     */
+    const eventBody = (
+      tenantId: string,
+      agentId: string,
+      cursor: Option.Option<number>,
+      options: { readonly snapshot: boolean; readonly ready: unknown }
+    ) =>
+      Effect.gen(function*() {
+        yield* live(tenantId, agentId)
+        const local = localLogs.get(agentId)
+        if (Option.isSome(local)) {
+          const written = yield* Effect.either(Sse.toNodeStream({ ready: options.ready, log: local.value, cursor }))
+          if (written._tag === "Right") return { _tag: "Node", body: written.right } as const
+        }
+        const entries = yield* watch(tenantId, agentId, cursor, options.snapshot)
+        return { _tag: "Stream", body: Sse.toStream({ ready: options.ready, entries }) } as const
+      })
+
     /** Wakes every agent with unfinished work, so accepted requests go on after a restart. */
     const wakeOpenWork = Effect.gen(function*() {
       const agents = yield* Effect.orDie(store.agentsWithOpenWork)
@@ -590,6 +612,7 @@ export class Agents extends Effect.Service<Agents>()("@agent-runtime/agent/Agent
       state,
       history,
       watch,
+      eventBody,
       poll,
       wakeOpenWork
     } as const

@@ -54,6 +54,21 @@ export interface EventLog {
   readonly poll: (cursor: number, wait: Duration.DurationInput) => Effect.Effect<Poll, ReplayGap>
   /** Open subscriptions (watchers and waiting polls). */
   readonly subscribers: Effect.Effect<number>
+  /**
+   * A plain callback subscription, for writers that need no stream: the
+   * replay after `cursor`, then `listener.entry` for each new entry, in the
+   * same synchronous step as it is published; `listener.close` when the log
+   * closes. `stop` unregisters.
+   */
+  readonly listen: (
+    cursor: Option.Option<number>,
+    listener: Listener
+  ) => Effect.Effect<{ readonly replay: ReadonlyArray<Entry>; readonly stop: () => void }, ReplayGap>
+}
+
+export interface Listener {
+  readonly entry: (entry: Entry) => void
+  readonly close: () => void
 }
 
 export interface Options {
@@ -100,6 +115,7 @@ export const make = (options: Options): Effect.Effect<EventLog, never, Scope.Sco
     let bytes = 0
     let latest = options.startCursor
     const live = new Set<Subscriber>()
+    const listeners = new Set<Listener>()
     let closed = false
 
     const evictOldest = () => {
@@ -149,6 +165,7 @@ export const make = (options: Options): Effect.Effect<EventLog, never, Scope.Sco
             live.delete(subscriber)
           }
         }
+        for (const listener of listeners) listener.entry(entry)
         return entry
       })
 
@@ -237,8 +254,19 @@ export const make = (options: Options): Effect.Effect<EventLog, never, Scope.Sco
           subscriber.queue.unsafeOffer(null)
         }
         live.clear()
+        for (const listener of listeners) listener.close()
+        listeners.clear()
       })
     )
+
+    const listen = (cursor: Option.Option<number>, listener: Listener) =>
+      Effect.suspend(() => {
+        const replay = Option.match(cursor, { onNone: () => Either.right<Array<Entry>>([]), onSome: unsafeSince })
+        if (Either.isLeft(replay)) return Effect.fail(replay.left)
+        if (closed) listener.close()
+        else listeners.add(listener)
+        return Effect.succeed({ replay: replay.right, stop: () => void listeners.delete(listener) })
+      })
 
     return {
       agentId: options.agentId,
@@ -247,7 +275,8 @@ export const make = (options: Options): Effect.Effect<EventLog, never, Scope.Sco
       since: (cursor: number) => Effect.sync(() => unsafeSince(cursor)),
       subscribe,
       poll,
-      subscribers: Effect.sync(() => live.size)
+      subscribers: Effect.sync(() => live.size + listeners.size),
+      listen
     }
   })
 

@@ -3,7 +3,9 @@
  * `data:` frames, a heartbeat comment every few seconds, and a reconnect
  * frame when the runtime ends the stream on purpose.
  */
-import { Duration, Effect, Schedule, Stream } from "effect"
+import { Duration, Effect, type Option, Schedule, Stream } from "effect"
+import { PassThrough } from "node:stream"
+import type * as EventLog from "./EventLog.ts"
 
 const encoder = new TextEncoder()
 
@@ -14,7 +16,17 @@ export const ready = (data: unknown): Uint8Array => encoder.encode(`event: ready
 export const frame = (id: number, json: string): Uint8Array => encoder.encode(`id: ${id}\ndata: ${json}\n\n`)
 
 /** An event log entry as its frame, from the JSON serialized once at publish. */
-export const encode = (entry: { readonly id: number; readonly json: string }): Uint8Array => frame(entry.id, entry.json)
+/** Encoded frames by entry: every watcher of a local log shares one encoding of each entry. */
+const encoded = new WeakMap<object, Uint8Array>()
+
+export const encode = (entry: { readonly id: number; readonly json: string }): Uint8Array => {
+  let bytes = encoded.get(entry)
+  if (bytes === undefined) {
+    bytes = frame(entry.id, entry.json)
+    encoded.set(entry, bytes)
+  }
+  return bytes
+}
 
 /** A comment: keeps proxies from closing an idle stream and lets the client tell a live stream from a dead one. */
 export const heartbeat: Uint8Array = encoder.encode(": heartbeat\n\n")
@@ -60,3 +72,53 @@ export const toStream = <E>(options: Options<E>): Stream.Stream<Uint8Array> => {
       )
     }), 64)
 }
+
+export interface WriterOptions {
+  readonly ready: unknown
+  readonly log: EventLog.EventLog
+  readonly cursor: Option.Option<number>
+  readonly heartbeat?: Duration.DurationInput
+  /** Bytes a watcher may leave unread before it is cut off with a reconnect frame. */
+  readonly maxPendingBytes?: number
+}
+
+/**
+ * An SSE body written straight from the log's callbacks into a Node stream:
+ * no fibers or stream stages per frame, which is what lets one agent feed
+ * many watchers. Each frame is encoded once and shared by every watcher. A
+ * watcher that leaves `maxPendingBytes` unread is cut off with
+ * `event: reconnect` (it reconnects from its cursor) instead of holding memory.
+ */
+export const toNodeStream = (options: WriterOptions) =>
+  Effect.gen(function*() {
+    const body = new PassThrough()
+    const maxPending = options.maxPendingBytes ?? 1024 * 1024
+    let ended = false
+    let stop = () => {}
+    const finish = (last: Uint8Array) => {
+      if (ended) return
+      ended = true
+      stop()
+      clearInterval(timer)
+      body.end(last)
+    }
+    const write = (bytes: Uint8Array) => {
+      if (ended) return
+      body.write(bytes)
+      if (body.writableLength + body.readableLength > maxPending) finish(reconnect)
+    }
+    const timer = setInterval(() => write(heartbeat), Duration.toMillis(options.heartbeat ?? defaultHeartbeat))
+    body.on("close", () => {
+      ended = true
+      stop()
+      clearInterval(timer)
+    })
+    body.write(ready(options.ready))
+    const listening = yield* options.log.listen(options.cursor, {
+      entry: (entry) => write(encode(entry)),
+      close: () => finish(reconnect)
+    }).pipe(Effect.tapError(() => Effect.sync(() => finish(new Uint8Array()))))
+    stop = listening.stop
+    for (const entry of listening.replay) write(encode(entry))
+    return body
+  })

@@ -6,7 +6,7 @@
 import * as EventLog from "@agent-runtime/agent/EventLog"
 import * as Sse from "@agent-runtime/agent/Sse"
 import { describe, expect, it } from "@effect/vitest"
-import { Chunk, Effect, Fiber, Stream, TestClock } from "effect"
+import { Chunk, Effect, Exit, Fiber, Option, Scope, Stream, TestClock } from "effect"
 
 const decoder = new TextDecoder()
 const text = (bytes: Uint8Array) => decoder.decode(bytes)
@@ -72,5 +72,51 @@ describe("Sse", () => {
         ": heartbeat\n\n",
         ": heartbeat\n\n"
       ])
+    }))
+})
+
+describe("toNodeStream", () => {
+  const read = (body: NodeJS.ReadableStream) =>
+    new Promise<string>((resolve) => {
+      let text = ""
+      body.on("data", (chunk: Buffer) => text += chunk.toString())
+      body.on("end", () => resolve(text))
+    })
+
+  it.scoped("writes ready, the replay and live frames, and reconnect when the log closes", () =>
+    Effect.gen(function*() {
+      const scope = yield* Scope.make()
+      const log = yield* EventLog.make({ agentId: "a", startCursor: 0 }).pipe(Scope.extend(scope))
+      yield* log.publish({ n: 1 })
+      const body = yield* Sse.toNodeStream({ ready: { v: 1 }, log, cursor: Option.some(0), heartbeat: "1 hour" })
+      const text = Effect.promise(() => read(body))
+      yield* log.publish({ n: 2 })
+      yield* Scope.close(scope, Exit.void)
+      expect(yield* text).toBe(
+        "event: ready\ndata: {\"v\":1}\n\n" +
+          "id: 1\ndata: {\"n\":1}\n\n" +
+          "id: 2\ndata: {\"n\":2}\n\n" +
+          "event: reconnect\ndata: {}\n\n"
+      )
+    }))
+
+  it.scoped("cuts off a watcher that leaves too much unread, without slowing publishing", () =>
+    Effect.gen(function*() {
+      const log = yield* EventLog.make({ agentId: "a", startCursor: 0 })
+      const body = yield* Sse.toNodeStream({ ready: {}, log, cursor: Option.none(), maxPendingBytes: 4096 })
+      const started = Date.now()
+      for (let i = 0; i < 5000; i++) yield* log.publish({ i, pad: "x".repeat(100) })
+      expect(Date.now() - started).toBeLessThan(2000)
+      const text = yield* Effect.promise(() => read(body))
+      expect(text.endsWith("event: reconnect\ndata: {}\n\n")).toBe(true)
+      expect(text.length).toBeLessThan(4096 + 1024)
+      expect(yield* log.subscribers).toBe(0)
+    }))
+
+  it.scoped("refuses a cursor behind the buffer", () =>
+    Effect.gen(function*() {
+      const log = yield* EventLog.make({ agentId: "a", startCursor: 100 })
+      const result = yield* Effect.either(Sse.toNodeStream({ ready: {}, log, cursor: Option.some(5) }))
+      expect(result._tag).toBe("Left")
     }))
 })

@@ -1,4 +1,4 @@
-import { Agents, Sse } from "@agent-runtime/agent"
+import { Agents } from "@agent-runtime/agent"
 import { Api, Auth } from "@agent-runtime/domain"
 import { HttpApiBuilder, HttpServerResponse } from "@effect/platform"
 import { Duration, Effect, Option } from "effect"
@@ -61,14 +61,10 @@ export const events = (
     if (options.poll !== undefined) {
       return yield* agents.poll(tenantId, agentId, Option.getOrElse(cursor, () => 0), Duration.seconds(options.wait ?? 0))
     }
-    const entries = yield* agents.watch(tenantId, agentId, cursor, options.snapshot ?? false)
-    const body = Sse.toStream({
-      ready: { version: streamVersion, agentId, connection: null },
-      entries,
-      heartbeat: Duration.seconds(5)
+    const sse = yield* agents.eventBody(tenantId, agentId, cursor, {
+      snapshot: options.snapshot ?? false,
+      ready: { version: streamVersion, agentId, connection: null }
     })
-    return HttpServerResponse.stream(body, {
-      contentType: "text/event-stream",
-      headers: { "cache-control": "no-cache", "x-accel-buffering": "no" }
-    })
+    const init = { contentType: "text/event-stream", headers: { "cache-control": "no-cache", "x-accel-buffering": "no" } }
+    return sse._tag === "Node" ? HttpServerResponse.raw(sse.body, init) : HttpServerResponse.stream(sse.body, init)
   })
