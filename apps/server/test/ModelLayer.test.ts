@@ -3,25 +3,15 @@
  * platform), custom providers, key scopes, the egress rules at save time,
  * and secrets that never come back out.
  */
-import { FakeUpstream, Http, TestDatabase, TestNode } from "@agent-runtime/testing"
+import { FakeUpstream, Http, TestDatabase, TestNode, TestWorld } from "@agent-runtime/testing"
 import { describe, expect, it, layer } from "@effect/vitest"
-import { Context, Effect, Layer } from "effect"
+import { Effect } from "effect"
 import * as Fs from "node:fs/promises"
 import * as Os from "node:os"
 import * as Path from "node:path"
 
-interface World {
-  readonly node: TestNode.TestNode
-  readonly upstream: FakeUpstream.FakeUpstream
-  readonly databaseUrl: string
-}
-
-class WorldTag extends Context.Tag("World")<WorldTag, World>() {}
-
-const WorldLive = Layer.scoped(
-  WorldTag,
+const WorldLive = TestWorld.layer((upstream) =>
   Effect.gen(function*() {
-    const upstream = yield* FakeUpstream.start()
     const dir = yield* Effect.promise(() => Fs.mkdtemp(Path.join(Os.tmpdir(), "catalog-")))
     const catalogFile = Path.join(dir, "catalog.json")
     yield* Effect.promise(() =>
@@ -44,16 +34,7 @@ const WorldLive = Layer.scoped(
         })
       )
     )
-    const databaseUrl = yield* TestDatabase.make
-    const node = yield* TestNode.start({
-      databaseUrl,
-      env: {
-        ALLOW_PRIVATE_URLS: "true",
-        MODEL_CATALOG_FILE: catalogFile,
-        DEFAULT_MODELS: "anthropic/claude-sonnet-4-5,acme/model-1"
-      }
-    })
-    return { node, upstream, databaseUrl }
+    return { MODEL_CATALOG_FILE: catalogFile, DEFAULT_MODELS: "anthropic/claude-sonnet-4-5,acme/model-1" }
   })
 )
 
@@ -75,7 +56,7 @@ const customProvider = (upstream: FakeUpstream.FakeUpstream, extra: Record<strin
 layer(WorldLive, { excludeTestServices: true })("model layer over REST", (it) => {
   it.effect("the catalog lists built-in, overridden and file models with availability per tenant", () =>
     Effect.gen(function*() {
-      const { node } = yield* WorldTag
+      const { node } = yield* TestWorld.TestWorld
       const api = Http.client(node.rest)
       const acme = yield* tenant(node, "catalog")
       const before = (yield* api.get("/v1/models", { token: acme.token })).body
@@ -126,7 +107,7 @@ layer(WorldLive, { excludeTestServices: true })("model layer over REST", (it) =>
 
   it.effect("keys are verified with the provider, and only good ones are kept", () =>
     Effect.gen(function*() {
-      const { node, upstream } = yield* WorldTag
+      const { node, upstream } = yield* TestWorld.TestWorld
       const api = Http.client(node.rest)
       const acme = yield* tenant(node, "verify")
       const valid = yield* api.put("/v1/keys/acme", { token: acme.token, json: { apiKey: "sk-good-4444" } })
@@ -155,7 +136,7 @@ layer(WorldLive, { excludeTestServices: true })("model layer over REST", (it) =>
 
   it.effect("operator keys are admin, platform keys reach every tenant, and a tenant's own key wins", () =>
     Effect.gen(function*() {
-      const { node } = yield* WorldTag
+      const { node } = yield* TestWorld.TestWorld
       const api = Http.client(node.rest)
       const a = yield* tenant(node, "admin-a")
       const b = yield* tenant(node, "admin-b")
@@ -185,7 +166,7 @@ layer(WorldLive, { excludeTestServices: true })("model layer over REST", (it) =>
 
   it.effect("custom providers keep or remove their key and headers as the input says", () =>
     Effect.gen(function*() {
-      const { node, upstream } = yield* WorldTag
+      const { node, upstream } = yield* TestWorld.TestWorld
       const api = Http.client(node.rest)
       const t = yield* tenant(node, "custom")
       const created = yield* api.put("/v1/providers/local", { token: t.token, json: customProvider(upstream) })
@@ -252,7 +233,7 @@ layer(WorldLive, { excludeTestServices: true })("model layer over REST", (it) =>
 
   it.effect("key scopes hold entries and their own providers", () =>
     Effect.gen(function*() {
-      const { node, upstream } = yield* WorldTag
+      const { node, upstream } = yield* TestWorld.TestWorld
       const api = Http.client(node.rest)
       const t = yield* tenant(node, "scopes")
       const entry = yield* api.put("/v1/key-scopes/team-a/providers/anthropic", {
@@ -305,7 +286,7 @@ layer(WorldLive, { excludeTestServices: true })("model layer over REST", (it) =>
 
   it.effect("another tenant sees none of it", () =>
     Effect.gen(function*() {
-      const { node, upstream } = yield* WorldTag
+      const { node, upstream } = yield* TestWorld.TestWorld
       const api = Http.client(node.rest)
       const a = yield* tenant(node, "iso-a")
       const b = yield* tenant(node, "iso-b")
@@ -327,7 +308,7 @@ layer(WorldLive, { excludeTestServices: true })("model layer over REST", (it) =>
 
   it.effect("no answer, log line or stored column holds a key or header value", () =>
     Effect.gen(function*() {
-      const { databaseUrl, node, upstream } = yield* WorldTag
+      const { databaseUrl, node, upstream } = yield* TestWorld.TestWorld
       const api = Http.client(node.rest)
       const t = yield* tenant(node, "secrets")
       const secrets = [
