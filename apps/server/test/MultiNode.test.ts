@@ -50,7 +50,11 @@ it.scoped("a restarted node finds its data and migrates nothing again", () =>
     expect((yield* Http.client(second.rest).get("/v1/me", { token: tenant.token })).body.tenant).toBe(tenant.id)
   }), { timeout: 60_000 })
 
-it.scopedLive("agents answer on any node: work goes to the owner, events stream from any node", () =>
+/**
+ * Two nodes started together on one fresh database, a tenant, and `count`
+ * agents on the fake upstream: enough that both nodes own some.
+ */
+const twoNodesWithAgents = (count: number) =>
   Effect.gen(function*() {
     const upstream = yield* FakeUpstream.start()
     const databaseUrl = yield* TestDatabase.make
@@ -68,11 +72,16 @@ it.scopedLive("agents answer on any node: work goes to the owner, events stream 
       token,
       json: { type: "openai-completions", baseUrl: `${upstream.url}/v1`, models: [{ id: "m1", contextWindow: 10000 }] }
     })
-    // Enough agents that both nodes own some.
     const agents = yield* Effect.forEach(
-      Array.from({ length: 8 }, (_, i) => i),
+      Array.from({ length: count }, (_, i) => i),
       () => Effect.map(api1.post("/v1/agents", { token, json: { model: "fake/m1" } }), (response) => response.body.id as string)
     )
+    return { upstream, one, two, api1, api2, token, agents }
+  })
+
+it.scopedLive("agents answer on any node: work goes to the owner, events stream from any node", () =>
+  Effect.gen(function*() {
+    const { agents, api1, api2, token, two } = yield* twoNodesWithAgents(8)
     const watched = yield* Http.sse(two.rest, `/v1/agents/${agents[0]}/events`, { token })
     yield* watched.take((frame) => frame.event === "ready")
     const requests = yield* Effect.forEach(agents, (id, i) =>
@@ -93,25 +102,7 @@ it.scopedLive("agents answer on any node: work goes to the owner, events stream 
 
 it.scopedLive("when a node stops mid-turn, its agents' accepted prompts finish on the other node", () =>
   Effect.gen(function*() {
-    const upstream = yield* FakeUpstream.start()
-    const databaseUrl = yield* TestDatabase.make
-    const operatorToken = `aro_${"d".repeat(43)}`
-    const env = { ALLOW_PRIVATE_URLS: "true" }
-    const [one, two] = yield* Effect.all([
-      TestNode.start({ databaseUrl, operatorToken, env }),
-      TestNode.start({ databaseUrl, operatorToken, env })
-    ], { concurrency: 2 })
-    const api2 = Http.client(two.rest)
-    const tenant = (yield* api2.post("/v1/admin/tenants", { token: operatorToken, json: { name: "drain" } })).body
-    const token = tenant.token as string
-    yield* api2.put("/v1/providers/fake", {
-      token,
-      json: { type: "openai-completions", baseUrl: `${upstream.url}/v1`, models: [{ id: "m1", contextWindow: 10000 }] }
-    })
-    const agents = yield* Effect.forEach(
-      Array.from({ length: 6 }, (_, i) => i),
-      () => Effect.map(api2.post("/v1/agents", { token, json: { model: "fake/m1" } }), (response) => response.body.id as string)
-    )
+    const { agents, api2, one, token, upstream } = yield* twoNodesWithAgents(6)
     // Slow answers, so turns are running when the first node stops.
     for (let i = 0; i < 12; i++) upstream.script({ text: "one two three four five six seven eight", tokenDelayMs: 150 })
     const requests = yield* Effect.forEach(agents, (id) =>

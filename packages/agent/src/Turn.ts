@@ -23,26 +23,20 @@ export type StoredMessage = (ModelClient.Message | CompactionSummary) & {
   readonly from?: { readonly id: string; readonly name?: string | undefined; readonly username?: string | undefined }
 }
 
-export interface TurnInput {
-  readonly tenantId: string
-  readonly agentId: string
-  readonly config: AgentConfig
+/** A user prompt as a run takes it; also a steered prompt, taken by the running turn after its current step. */
+export interface Steered {
   readonly requestId: string
-  /** Runs on the history as it is, without a new user message. */
-  readonly continue?: boolean
   readonly text: string
   readonly metadata?: Record<string, string> | undefined
   readonly from?: StoredMessage["from"] | undefined
 }
 
-/** A prompt sent with whileRunning steer, taken by the running turn after its current step. */
-export interface Steered {
-  readonly requestId: string
+export interface TurnInput extends Steered {
+  readonly tenantId: string
+  readonly agentId: string
+  readonly config: AgentConfig
   /** Runs on the history as it is, without a new user message. */
   readonly continue?: boolean
-  readonly text: string
-  readonly metadata?: Record<string, string> | undefined
-  readonly from?: StoredMessage["from"] | undefined
 }
 
 export interface TurnHooks {

@@ -54,9 +54,10 @@ export class KeyScopes extends Effect.Service<KeyScopes>()("@agent-runtime/model
     const columns = sql`scope, provider, sealed_key, last4, base_url, sealed_headers, header_names, region,
       floor(extract(epoch from set_at))::float8 AS set_at`
 
-    const rows = (tenantId: string, scope: Option.Option<string>) =>
+    const rows = (tenantId: string, scope: Option.Option<string>, provider?: string) =>
       sql<Row>`SELECT ${columns} FROM key_scope_entries WHERE tenant_id = ${tenantId}
         ${Option.match(scope, { onNone: () => sql``, onSome: (scope) => sql`AND scope = ${scope}` })}
+        ${provider === undefined ? sql`` : sql`AND provider = ${provider}`}
         ORDER BY scope, provider`.pipe(Effect.orDie)
 
     const list = (tenantId: string) =>
@@ -110,9 +111,7 @@ export class KeyScopes extends Effect.Service<KeyScopes>()("@agent-runtime/model
             sealed_key = excluded.sealed_key, last4 = excluded.last4, base_url = excluded.base_url,
             sealed_headers = excluded.sealed_headers, header_names = excluded.header_names, region = excluded.region,
             set_at = now()`.pipe(Effect.orDie)
-        const [saved] = yield* rows(tenantId, Option.some(scope)).pipe(
-          Effect.map((entries) => entries.filter((entry) => entry.provider === provider))
-        )
+        const [saved] = yield* rows(tenantId, Option.some(scope), provider)
         return toEntry(saved!)
       })
 
@@ -146,7 +145,7 @@ export class KeyScopes extends Effect.Service<KeyScopes>()("@agent-runtime/model
     /** The entry a call through `scope` uses for `provider`, secrets opened. */
     const find = (tenantId: string, scope: string, provider: string) =>
       Effect.gen(function*() {
-        const [row] = (yield* rows(tenantId, Option.some(scope))).filter((entry) => entry.provider === provider)
+        const [row] = yield* rows(tenantId, Option.some(scope), provider)
         if (row === undefined) return Option.none<StoredEntry>()
         const apiKey = row.sealedKey === null
           ? Option.none()

@@ -105,16 +105,17 @@ export class Keys extends Effect.Service<Keys>()("@agent-runtime/models/Keys", {
         Effect.flatMap(Common.deleted(provider, `no platform key for ${provider}`))
       )
 
-    /** The key a tenant's calls to `provider` use: its own or the operator's, else the platform's. */
-    const statuses = (tenantId: string) =>
-      sql<KeyRow>`
+    /** The keys a tenant's calls use (of one provider, or of all): its own or the operator's, else the platform's. */
+    const statuses = (tenantId: string, provider?: string) => {
+      const only = provider === undefined ? sql`` : sql`AND provider = ${provider}`
+      return sql<KeyRow>`
         SELECT provider, source, sealed_key, last4, floor(extract(epoch from set_at))::float8 AS set_at
-        FROM tenant_keys WHERE tenant_id = ${tenantId}
+        FROM tenant_keys WHERE tenant_id = ${tenantId} ${only}
         UNION ALL
         SELECT provider, 'platform', sealed_key, last4, floor(extract(epoch from set_at))::float8
-        FROM platform_keys WHERE provider NOT IN (SELECT provider FROM tenant_keys WHERE tenant_id = ${tenantId})`.pipe(
-        Effect.orDie
-      )
+        FROM platform_keys WHERE provider NOT IN (SELECT provider FROM tenant_keys WHERE tenant_id = ${tenantId})
+          ${only}`.pipe(Effect.orDie)
+    }
 
     const status = (row: KeyRow) =>
       new Provider.KeyStatus({ provider: row.provider, source: row.source, last4: row.last4, setAt: row.setAt })
@@ -124,8 +125,7 @@ export class Keys extends Effect.Service<Keys>()("@agent-runtime/models/Keys", {
 
     const find = (tenantId: string, provider: string): Effect.Effect<Option.Option<StoredKey>> =>
       Effect.gen(function*() {
-        const rows = yield* statuses(tenantId)
-        const row = rows.find((row) => row.provider === provider)
+        const [row] = yield* statuses(tenantId, provider)
         if (row === undefined) return Option.none()
         const context = row.source === "platform"
           ? Secrets.context.platformKey(provider)
