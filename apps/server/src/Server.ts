@@ -8,7 +8,7 @@ import { Egress, Resolver } from "@agent-runtime/egress"
 import { Catalog, Credentials, CustomProviders, Keys, KeyScopes, Listing, ModelClient, UsageLog } from "@agent-runtime/models"
 import { Database, SealedSecret } from "@agent-runtime/store"
 import { HttpApiBuilder, HttpApiScalar, HttpMiddleware, HttpServer } from "@effect/platform"
-import { Agents, AgentRuntime, AgentStore, EventLog } from "@agent-runtime/agent"
+import { Agents, AgentRuntime, AgentStore, Drain, EventLog, Tools } from "@agent-runtime/agent"
 import { RunnerAddress, ShardingConfig, SqlMessageStorage, SqlRunnerStorage } from "@effect/cluster"
 import { NodeClusterHttp, NodeHttpServer } from "@effect/platform-node"
 import { Context, Duration, Effect, Layer, Option, Schedule } from "effect"
@@ -83,22 +83,21 @@ const layerModels = ModelClient.ModelClient.Default.pipe(
   Layer.provideMerge(Layer.mergeAll(Egress.layerConfig.pipe(Layer.provide(Resolver.layer)), SealedSecret.layerConfig))
 )
 
-/**
- * The cluster runner: cluster storage on the node's PostgreSQL, the runner's
- * own HTTP listener at RUNNER_ADDRESS. Built from our settings, not from the
- * environment, whose HOST and PORT belong to the REST API.
- */
+/** The runner's sharding settings, from our configuration and not the environment, whose HOST and PORT are the REST API's. */
+const shardingConfigOf = (config: ServerConfig.ServerConfig): Partial<ShardingConfig.ShardingConfig["Type"]> => ({
+  runnerAddress: Option.some(RunnerAddress.make(config.runnerAddress.host, config.runnerAddress.port)),
+  runnerListenAddress: Option.some(RunnerAddress.make(config.host, config.runnerAddress.port)),
+  entityMaxIdleTime: Duration.minutes(5)
+})
+
+const layerShardingConfig = Layer.unwrapEffect(
+  Effect.map(ServerConfig.ServerConfig, (config) => ShardingConfig.layer(shardingConfigOf(config)))
+)
+
+/** The cluster runner: cluster storage on the node's PostgreSQL, the runner's own HTTP listener at RUNNER_ADDRESS. */
 const layerCluster = Layer.unwrapEffect(
   Effect.map(ServerConfig.ServerConfig, (config) =>
-    NodeClusterHttp.layer({
-      transport: "http",
-      storage: "sql",
-      shardingConfig: {
-        runnerAddress: Option.some(RunnerAddress.make(config.runnerAddress.host, config.runnerAddress.port)),
-        runnerListenAddress: Option.some(RunnerAddress.make(config.host, config.runnerAddress.port)),
-        entityMaxIdleTime: Duration.minutes(5)
-      }
-    }))
+    NodeClusterHttp.layer({ transport: "http", storage: "sql", shardingConfig: shardingConfigOf(config) }))
 )
 
 /**
@@ -129,9 +128,12 @@ const layerResumer = Layer.scopedDiscard(
 const layerAgents = layerResumer.pipe(
   Layer.provideMerge(Agents.Agents.Default),
   Layer.provideMerge(AgentRuntime.layer),
-  Layer.provideMerge(Layer.mergeAll(AgentStore.AgentStore.Default, EventLog.LocalLogs.Default)),
+  Layer.provideMerge(
+    Layer.mergeAll(AgentStore.AgentStore.Default, EventLog.LocalLogs.Default, Tools.Tools.Default, Drain.Drain.Default)
+  ),
   Layer.provide(layerCluster),
-  Layer.provide(layerClusterTables)
+  Layer.provide(layerClusterTables),
+  Layer.provide(layerShardingConfig)
 )
 
 /** Everything a node needs but its configuration, logger and database. */

@@ -8,22 +8,7 @@ import { Effect } from "effect"
 
 const WorldLive = TestWorld.layer()
 
-/** A tenant whose custom provider `fake` is the fake upstream. */
-const tenantWithModel = (world: { node: TestNode.TestNode; upstream: FakeUpstream.FakeUpstream }, name: string) =>
-  Effect.gen(function*() {
-    const api = Http.client(world.node.rest)
-    const tenant = (yield* api.post("/v1/admin/tenants", { token: world.node.operatorToken, json: { name } })).body
-    const saved = yield* api.put("/v1/providers/fake", {
-      token: tenant.token,
-      json: {
-        type: "openai-completions",
-        baseUrl: `${world.upstream.url}/v1`,
-        models: [{ id: "m1", contextWindow: 100_000 }]
-      }
-    })
-    expect(saved.status).toBe(200)
-    return { api, token: tenant.token as string, tenantId: tenant.id as string }
-  })
+const tenantWithModel = TestWorld.tenantWithModel
 
 const modelCalls = (upstream: FakeUpstream.FakeUpstream) =>
   upstream.requests().filter((request) => request.protocol === "openai-chat").length

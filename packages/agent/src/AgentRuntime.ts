@@ -7,10 +7,11 @@
  * says so with turn_resumed.
  */
 import { Run } from "@agent-runtime/domain"
-import { Entity } from "@effect/cluster"
+import { Entity, ShardingConfig } from "@effect/cluster"
 import { Cause, Effect, Exit, Fiber, Option, Queue, Stream } from "effect"
 import { Agent, ReplayGap } from "./Agent.ts"
 import { type AgentConfig, AgentStore, type RequestRow } from "./AgentStore.ts"
+import { Drain } from "./Drain.ts"
 import * as EventLog from "./EventLog.ts"
 import * as Turn from "./Turn.ts"
 import { UsageLog } from "@agent-runtime/models"
@@ -54,6 +55,16 @@ export const layer = Agent.toLayer(
     const agentId = address.entityId
     const store = yield* AgentStore
     const usage = yield* UsageLog.UsageLog
+    const drain = yield* Drain
+    const runnerAddress = Option.match((yield* ShardingConfig.ShardingConfig).runnerAddress, {
+      onNone: () => "local",
+      onSome: (address) => `${address.host}:${address.port}`
+    })
+    // This node owns the agent from here on: every journal write below carries the epoch, so if the
+    // cluster ever let another node claim it, our writes are refused instead of mixing two turns.
+    const ownership = yield* Effect.orDie(store.claim(agentId, runnerAddress))
+    const epoch = ownership.epoch
+    const fenced = <A, E, R>(write: Effect.Effect<A, E, R>) => Effect.orDie(store.fenced(agentId, epoch, write))
     const agent0 = Option.getOrThrowWith(
       yield* Effect.orDie(store.findById(agentId)),
       () => new Error(`agent ${agentId} does not exist`)
@@ -62,8 +73,16 @@ export const layer = Agent.toLayer(
     const history: Array<Turn.StoredMessage> = (yield* Effect.orDie(store.messages(agentId))).map((row) =>
       row.message as Turn.StoredMessage
     )
-    const log = yield* EventLog.make({ agentId, startCursor: yield* Effect.orDie(store.reserveEvents(agentId)) })
+    const log = yield* EventLog.make({
+      agentId,
+      startCursor: yield* Effect.orDie(store.reserveEvents(agentId)),
+      continuesFrom: ownership.continuesFrom ?? undefined
+    })
     yield* (yield* EventLog.LocalLogs).register(agentId, log)
+    // Stopped on purpose (drain, idle): the next owner continues the event ids without a gap.
+    yield* Effect.addFinalizer(() =>
+      Effect.flatMap(log.cursor, (cursor) => Effect.ignore(store.release(agentId, epoch, cursor)))
+    )
 
     /** Accepted requests not yet run, in arrival order. */
     const pending: Array<RequestRow> = []
@@ -119,15 +138,19 @@ export const layer = Agent.toLayer(
         active = row.id
         const input = row.input as unknown as Pick<Turn.TurnInput, "text" | "metadata" | "from">
         const resumed = row.state === "running"
+        const began = row.beganIndex ?? history.length
         if (resumed) {
-          // The node running this turn was lost: take back what it had journaled and run it again.
-          const from = row.beganIndex ?? history.length
-          yield* Effect.orDie(store.truncateMessages(agentId, from))
-          history.length = Math.min(history.length, from)
-          yield* frame(row.id)({ type: "turn_resumed", index: from })
+          // Another node began this turn: continue from what it journaled.
+          yield* fenced(store.markResumed(agentId, row.id))
+          yield* frame(row.id)({
+            type: "turn_resumed",
+            index: history.length,
+            ...(row.handoff === null ? {} : { handoff: row.handoff })
+          })
+        } else {
+          yield* fenced(store.markRunning(agentId, row.id, history.length))
         }
-        yield* Effect.orDie(store.markRunning(agentId, row.id, history.length))
-        activeBegan = history.length
+        activeBegan = began
         aborting = false
         const turn = yield* Effect.fork(Turn.run(
           {
@@ -136,17 +159,28 @@ export const layer = Agent.toLayer(
             config: agent.config,
             requestId: row.id,
             continue: row.method === "continue",
+            resume: resumed ? { began } : undefined,
             text: input.text,
             metadata: input.metadata,
             from: input.from
           },
           {
-            takeSteered: () => {
+            takeSteered: Effect.suspend(() => {
               const now = steering
               steering = []
               taken.push(...now)
-              return now.map((steered) => ({ requestId: steered.id, ...(steered.input as any) }))
-            },
+              return now.length === 0
+                ? Effect.succeed([])
+                : Effect.as(
+                  fenced(store.markSteered(agentId, now.map((steered) => steered.id), row.id)),
+                  now.map((steered) => ({ requestId: steered.id, ...(steered.input as any) }))
+                )
+            }),
+            toolStarted: (toolCallId, tool) => fenced(store.startToolCall(agentId, row.id, toolCallId, tool)),
+            toolFinished: (toolCallId, result) => fenced(store.finishToolCall(agentId, toolCallId, result)),
+            sentToolCalls: Effect.orDie(store.toolCalls(agentId, row.id)),
+            aborting: () => aborting,
+            handingOff: drain.isDraining,
             overBudget: Effect.gen(function*() {
               const limit = agent.config.spendLimit
               if (limit !== undefined && (yield* usage.spent(agentId, { since: limit.since })) >= limit.usd) return true
@@ -156,7 +190,7 @@ export const layer = Agent.toLayer(
             emit: frame(row.id),
             append: (index, message) =>
               Effect.zipRight(
-                Effect.orDie(store.appendMessage(agentId, index, row.id, message)),
+                fenced(store.appendMessage(agentId, index, row.id, message)),
                 Effect.sync(() => {
                   history[index] = message
                 })
@@ -167,11 +201,18 @@ export const layer = Agent.toLayer(
         ))
         activeTurn = turn
         const exit = yield* Fiber.await(turn)
+        if (Exit.isSuccess(exit) && exit.value.handoff === true) {
+          // Stopped between steps for the next owner, which continues it under the same request id.
+          yield* fenced(store.markHandoff(agentId, row.id, "drain"))
+          taken = []
+          yield* Effect.logInfo("turn handed on").pipe(Effect.annotateLogs({ agentId, requestId: row.id }))
+          return
+        }
         const stored = Exit.match(exit, {
           onSuccess: (outcome): Record<string, unknown> => ({
-            // A resumed turn was run again from its start; with no tool effects it is not uncertain.
+            // A resumed turn says whether a tool call's effect is unknown; otherwise nothing was lost.
             result: resumed ? { ...outcome.result, resumed: true } : outcome.result,
-            ...(resumed ? { uncertain: false } : {}),
+            ...(resumed || outcome.uncertain === true ? { uncertain: outcome.uncertain === true } : {}),
             ...(outcome.code === undefined ? {} : { code: outcome.code, error: outcome.result.error })
           }),
           onFailure: (cause) =>
@@ -180,8 +221,11 @@ export const layer = Agent.toLayer(
               : { error: `the runtime could not run the turn: ${Cause.pretty(cause).split("\n")[0]}` }
         })
         yield* settle(row.id, stored)
-        // Steered prompts the turn took end with it; those it did not reach run as their own turns.
-        for (const steered of taken) yield* settle(steered.id, stored, row.id)
+        // Steered prompts the turn took (here or on a node before) end with it; those it did not reach
+        // run as their own turns.
+        for (const steered of yield* Effect.orDie(store.steeredInto(agentId, row.id))) {
+          yield* settle(steered, stored, row.id)
+        }
         taken = []
         pending.unshift(...steering)
         pending.sort((a, b) => a.seq - b.seq)
@@ -194,7 +238,7 @@ export const layer = Agent.toLayer(
     /** Ends a request with its outcome and tells watchers. */
     const settle = (requestId: string, outcome: Record<string, unknown>, steeredInto?: string) =>
       Effect.gen(function*() {
-        yield* Effect.orDie(store.complete(agentId, requestId, outcome, steeredInto))
+        yield* fenced(store.complete(agentId, requestId, outcome, steeredInto))
         const finished = Option.getOrThrow(yield* Effect.orDie(store.getRequest(agentId, requestId)))
         yield* log.publish({ type: "response", id: requestId, outcome: toRecord(finished).outcome })
         return finished
@@ -223,9 +267,10 @@ export const layer = Agent.toLayer(
     yield* Effect.gen(function*() {
       while (true) {
         yield* Queue.take(wakeup)
-        while (pending.length > 0) {
+        // A draining node starts nothing new: open work stays journaled for the next owner.
+        while (pending.length > 0 && !drain.isDraining()) {
           yield* Entity.keepAlive(true)
-          yield* runOne(pending.shift()!)
+          yield* drain.track(runOne(pending.shift()!))
         }
         yield* Entity.keepAlive(false)
       }
@@ -289,7 +334,7 @@ export const layer = Agent.toLayer(
               else next[field] = value
             }
             agent.config = next as AgentConfig
-            yield* Effect.orDie(store.updateConfig(agentId, agent.config))
+            yield* fenced(store.updateConfig(agentId, agent.config))
             return { config: agent.config }
           })
         ),

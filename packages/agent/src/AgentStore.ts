@@ -6,6 +6,12 @@
 import { SqlClient } from "@effect/sql"
 import { Effect, Option, Schema } from "effect"
 
+/** A journal write by a node that no longer owns the agent: another node claimed it since. */
+export class Fenced extends Schema.TaggedError<Fenced>()("Fenced", {
+  agentId: Schema.String,
+  epoch: Schema.Number
+}) {}
+
 /** An agent's settings as kept: what its turns need. */
 export const AgentConfig = Schema.Struct({
   model: Schema.String,
@@ -18,6 +24,7 @@ export const AgentConfig = Schema.Struct({
   maxTurns: Schema.optional(Schema.Number),
   /** The agent this one was forked from, and the history index the copy ended at. */
   forkedFrom: Schema.optional(Schema.Struct({ agentId: Schema.String, atMessage: Schema.Number })),
+  builtins: Schema.optional(Schema.Array(Schema.String)),
   /** USD budget counted from `since` (Unix seconds); a new value restarts at zero. */
   spendLimit: Schema.optional(Schema.Struct({ usd: Schema.Number, since: Schema.Number }))
 })
@@ -46,6 +53,10 @@ export interface RequestRow {
   readonly beganIndex: number | null
   readonly outcome: Record<string, unknown> | null
   readonly steeredInto: string | null
+  /** Set when the last owner handed the running turn on (drain) rather than losing it. */
+  readonly handoff: string | null
+  /** How many times a node other than the one that began it took the turn over. */
+  readonly resumes: number
   readonly startedAt: number
   readonly beganAt: number | null
   readonly endedAt: number | null
@@ -57,7 +68,7 @@ const agentColumns = `id, tenant_id, key, name, type, config, input_fingerprint,
   ${epoch("expires_at")} AS expires_at, ${epoch("created_at")} AS created_at`
 
 const requestColumns = `agent_id, id, seq::float8 AS seq, method, state, fingerprint, input, began_index, outcome,
-  steered_into, ${epoch("started_at")} AS started_at, ${epoch("began_at")} AS began_at,
+  steered_into, handoff, resumes, ${epoch("started_at")} AS started_at, ${epoch("began_at")} AS began_at,
   ${epoch("ended_at")} AS ended_at`
 
 const decodeConfig = Schema.decodeUnknownSync(AgentConfig)
@@ -141,20 +152,86 @@ export class AgentStore extends Effect.Service<AgentStore>()("@agent-runtime/age
     /** Requests not yet completed, in arrival order. */
     const openRequests = (agentId: string) =>
       sql<RequestRow>`SELECT ${requestFields} FROM agent_requests
-        WHERE agent_id = ${agentId} AND state <> 'completed' ORDER BY seq`
+        WHERE agent_id = ${agentId} AND state <> 'completed' AND steered_into IS NULL ORDER BY seq`
+
+    /** Steered prompts a running turn took: they end with it. */
+    const markSteered = (agentId: string, ids: ReadonlyArray<string>, into: string) =>
+      sql`UPDATE agent_requests SET steered_into = ${into}, began_at = now()
+        WHERE agent_id = ${agentId} AND id IN ${sql.in(ids)} AND state <> 'completed'`
+
+    /** Open requests a turn took as steered prompts. */
+    const steeredInto = (agentId: string, into: string) =>
+      sql<{ id: string }>`SELECT id FROM agent_requests
+        WHERE agent_id = ${agentId} AND steered_into = ${into} AND state <> 'completed'`.pipe(
+        Effect.map((rows) => rows.map((row) => row.id))
+      )
 
     /** The latest requests: the running and the most recently settled. */
     const recentRequests = (agentId: string, limit: number) =>
       sql<RequestRow>`SELECT ${requestFields} FROM agent_requests
         WHERE agent_id = ${agentId} ORDER BY seq DESC LIMIT ${limit}`.pipe(Effect.map((rows) => rows.toReversed()))
 
+    /** Makes the caller the agent's owner: a new epoch, which every later journal write must carry. */
+    const claim = (agentId: string, owner: string) =>
+      sql<{ epoch: number; continuesFrom: number | null }>`
+        UPDATE agents a SET owner_epoch = a.owner_epoch + 1, owner = ${owner}, released_cursor = NULL
+        FROM (SELECT id, released_cursor FROM agents WHERE id = ${agentId} FOR UPDATE) previous
+        WHERE a.id = previous.id
+        RETURNING a.owner_epoch::float8 AS epoch, previous.released_cursor::float8 AS continues_from`.pipe(
+        Effect.map((rows) => rows[0] ?? { epoch: 0, continuesFrom: null })
+      )
+
+    /**
+     * Lets go of the agent on purpose (drain, idle): any node may pick up its
+     * open work, and the next owner's event log continues from `cursor`.
+     */
+    const release = (agentId: string, epoch: number, cursor: number) =>
+      sql`UPDATE agents SET owner = NULL, released_cursor = ${cursor} WHERE id = ${agentId} AND owner_epoch = ${epoch}`
+
+    /**
+     * Runs a journal write only while `epoch` is still the agent's: the row
+     * lock holds off a new claim until the write commits, and a stale owner's
+     * write fails with Fenced and changes nothing.
+     */
+    const fenced = <A, E, R>(agentId: string, epoch: number, write: Effect.Effect<A, E, R>) =>
+      sql.withTransaction(Effect.gen(function*() {
+        const rows = yield* sql<{ epoch: number }>`
+          SELECT owner_epoch::float8 AS epoch FROM agents WHERE id = ${agentId} FOR SHARE`
+        if (rows[0]?.epoch !== epoch) return yield* new Fenced({ agentId, epoch })
+        return yield* write
+      }))
+
     const markRunning = (agentId: string, id: string, beganIndex: number) =>
       sql`UPDATE agent_requests SET state = 'running', began_index = ${beganIndex}, began_at = coalesce(began_at, now())
         WHERE agent_id = ${agentId} AND id = ${id}`
 
+    /** A node took over the running turn: its handoff note is consumed. */
+    const markResumed = (agentId: string, id: string) =>
+      sql`UPDATE agent_requests SET handoff = NULL, resumes = resumes + 1 WHERE agent_id = ${agentId} AND id = ${id}`
+
+    /** The owner stops the running turn between steps, for another node to continue it. */
+    const markHandoff = (agentId: string, id: string, reason: string) =>
+      sql`UPDATE agent_requests SET handoff = ${reason} WHERE agent_id = ${agentId} AND id = ${id} AND state = 'running'`
+
+    /** Recorded before a tool call is sent: a call with a start and no result has an unknown outcome. */
+    const startToolCall = (agentId: string, requestId: string, toolCallId: string, tool: string) =>
+      sql`INSERT INTO agent_tool_calls (agent_id, tool_call_id, request_id, tool)
+        VALUES (${agentId}, ${toolCallId}, ${requestId}, ${tool}) ON CONFLICT DO NOTHING`
+
+    const finishToolCall = (agentId: string, toolCallId: string, result: unknown) =>
+      sql`UPDATE agent_tool_calls SET result = ${JSON.stringify(result)}::jsonb, ended_at = now()
+        WHERE agent_id = ${agentId} AND tool_call_id = ${toolCallId}`
+
+    /** The request's tool calls that were sent, with their results where they came back. */
+    const toolCalls = (agentId: string, requestId: string) =>
+      sql<{ toolCallId: string; result: unknown }>`SELECT tool_call_id, result FROM agent_tool_calls
+        WHERE agent_id = ${agentId} AND request_id = ${requestId}`.pipe(
+        Effect.map((rows) => new Map(rows.map((row) => [row.toolCallId, row.result ?? undefined])))
+      )
+
     const complete = (agentId: string, id: string, outcome: Record<string, unknown>, steeredInto?: string) =>
       sql`UPDATE agent_requests SET state = 'completed', outcome = ${JSON.stringify(outcome)}::jsonb,
-          steered_into = ${steeredInto ?? null}, ended_at = now()
+          steered_into = coalesce(${steeredInto ?? null}, steered_into), ended_at = now()
         WHERE agent_id = ${agentId} AND id = ${id} AND state <> 'completed'`
 
     /** Agents with work not yet completed: what a restarted cluster must pick up again. */
@@ -169,10 +246,6 @@ export class AgentStore extends Effect.Service<AgentStore>()("@agent-runtime/age
       sql`INSERT INTO agent_messages (agent_id, index, request_id, message)
         VALUES (${agentId}, ${index}, ${requestId}, ${JSON.stringify(message)}::jsonb)
         ON CONFLICT (agent_id, index) DO UPDATE SET message = excluded.message, request_id = excluded.request_id`
-
-    /** Messages from `index` on are taken back (a turn cut short is run again from its start). */
-    const truncateMessages = (agentId: string, index: number) =>
-      sql`DELETE FROM agent_messages WHERE agent_id = ${agentId} AND index >= ${index}`
 
     /** Messages before `before`, each marked when it opens a turn (the first message of its request). */
     const messagesBefore = (agentId: string, before: number) =>
@@ -207,15 +280,24 @@ export class AgentStore extends Effect.Service<AgentStore>()("@agent-runtime/age
       insertRequest,
       getRequest,
       openRequests,
+      markSteered,
+      steeredInto,
       recentRequests,
+      claim,
+      release,
+      fenced,
       markRunning,
+      markResumed,
+      markHandoff,
+      startToolCall,
+      finishToolCall,
+      toolCalls,
       complete,
       agentsWithOpenWork,
       appendMessage,
       messagesBefore,
       completedRequests,
       messageCount,
-      truncateMessages,
       updateConfig,
       messages
     } as const

@@ -13,6 +13,7 @@ import { toRecord } from "./AgentRuntime.ts"
 import * as EventLog from "./EventLog.ts"
 import * as Sse from "./Sse.ts"
 import { type AgentConfig, type AgentRow, AgentStore } from "./AgentStore.ts"
+import { Tools } from "./Tools.ts"
 
 export const agentTokenPrefix = "aat_"
 
@@ -30,6 +31,7 @@ const maxHistoryPageBytes = 4 * 1024 * 1024
 export class Agents extends Effect.Service<Agents>()("@agent-runtime/agent/Agents", {
   effect: Effect.gen(function*() {
     const store = yield* AgentStore
+    const tools = yield* Tools
     const sealer = yield* SealedSecret.Sealer
     const listing = yield* Listing.Listing
     const usage = yield* UsageLog.UsageLog
@@ -161,6 +163,7 @@ export class Agents extends Effect.Service<Agents>()("@agent-runtime/agent/Agent
             ...(settings.keyScope === undefined ? {} : { keyScope: settings.keyScope }),
             ...(settings.modelHeaders === undefined ? {} : { modelHeaders: settings.modelHeaders }),
             ...(settings.subject === undefined ? {} : { subject: settings.subject }),
+            ...(settings.builtins === undefined ? {} : { builtins: settings.builtins }),
             ...(settings.spendLimit === undefined
               ? {}
               : { spendLimit: { usd: settings.spendLimit.usd, since: Math.floor(Date.now() / 1000) } })
@@ -224,7 +227,8 @@ export class Agents extends Effect.Service<Agents>()("@agent-runtime/agent/Agent
           systemPromptAppend: settings.systemPromptAppend ?? null,
           thinkingLevel: settings.thinkingLevel ?? null,
           keyScope: settings.keyScope ?? null,
-          modelHeaders: settings.modelHeaders ?? null
+          modelHeaders: settings.modelHeaders ?? null,
+          builtins: settings.builtins ?? null
         }
         yield* Effect.orDie(makeClient(agent.id).Configure({
           requestId: `upsert_${fingerprint(changes)}`,
@@ -388,13 +392,13 @@ export class Agents extends Effect.Service<Agents>()("@agent-runtime/agent/Agent
         return new AgentSchemas.AgentDetail({
           ...summary(agent, state.running),
           tools: [],
-          toolSources: [],
+          toolSources: tools.forAgent(agent.config).sources,
           mounts: [],
           systemPrompt: agent.config.systemPrompt ?? "",
           ...(agent.config.systemPromptAppend === undefined ? {} : { systemPromptAppend: agent.config.systemPromptAppend }),
           keyScope: agent.config.keyScope ?? null,
           modelHeaders: agent.config.modelHeaders ?? null,
-          builtins: [],
+          builtins: (agent.config.builtins ?? []) as Array<AgentSchemas.Builtin>,
           spendLimit: yield* spendLimitOf(agent),
           cursor: state.cursor,
           events: [],

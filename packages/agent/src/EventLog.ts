@@ -73,8 +73,13 @@ export interface Listener {
 
 export interface Options {
   readonly agentId: string
-  /** Ids continue after this one; a cursor below it is a gap (events from before a restart or move). */
+  /** Ids continue after this one; a cursor below it is a gap (events from before a restart or move)... */
   readonly startCursor: number
+  /**
+   * ...unless it is at or after this one: the last id the previous owner
+   * published before it let the agent go on purpose, so nothing lies between.
+   */
+  readonly continuesFrom?: number | undefined
   readonly maxEvents?: number
   readonly maxBytes?: number
   readonly subscriberBuffer?: number
@@ -141,8 +146,10 @@ export const make = (options: Options): Effect.Effect<EventLog, never, Scope.Sco
 
     const unsafeSince = (cursor: number): Either.Either<Array<Entry>, ReplayGap> => {
       const first = oldest()
+      const seamless = options.continuesFrom !== undefined && cursor >= options.continuesFrom &&
+        cursor <= options.startCursor && first === options.startCursor + 1
       // Equal to the id just before the oldest buffered one (or to the start cursor): nothing is missing.
-      if (cursor < first - 1) return Either.left(new ReplayGap({ cursor, oldest: first }))
+      if (cursor < first - 1 && !seamless) return Either.left(new ReplayGap({ cursor, oldest: first }))
       const out: Array<Entry> = []
       // Ids are consecutive in the ring, so the first wanted entry is found by offset.
       for (let i = Math.max(0, cursor + 1 - first); i < count; i++) out.push(ring[(head + i) % maxEvents]!)

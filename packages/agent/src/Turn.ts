@@ -7,6 +7,7 @@
 import { ModelClient, ModelError } from "@agent-runtime/models"
 import { Effect, Option, Stream } from "effect"
 import type { AgentConfig } from "./AgentStore.ts"
+import * as Tools from "./Tools.ts"
 
 /** Stands in for every message before it: what compaction (or initialMessages) left of them. */
 export interface CompactionSummary {
@@ -37,11 +38,24 @@ export interface TurnInput extends Steered {
   readonly config: AgentConfig
   /** Runs on the history as it is, without a new user message. */
   readonly continue?: boolean
+  /**
+   * Continues a turn another node began (history from `began` is journaled):
+   * a step whose tool calls are unanswered is finished first, and a turn whose
+   * last response was final is not asked again.
+   */
+  readonly resume?: { readonly began: number } | undefined
+}
+
+export interface ToolCallRecord {
+  readonly tool: string
+  readonly toolCallId: string
+  readonly ok: boolean
+  readonly code?: string
 }
 
 export interface TurnHooks {
   /** Steered prompts waiting for this turn's next step; taking them clears them. */
-  readonly takeSteered: () => ReadonlyArray<Steered>
+  readonly takeSteered: Effect.Effect<ReadonlyArray<Steered>>
   /** Whether the agent's or this run's spend limit is reached: checked before each model request. */
   readonly overBudget: Effect.Effect<boolean>
   /** Emits one display event of this run. */
@@ -50,6 +64,15 @@ export interface TurnHooks {
   readonly append: (index: number, message: StoredMessage) => Effect.Effect<void>
   readonly historySize: () => number
   readonly history: () => ReadonlyArray<StoredMessage>
+  /** Journals that a call is about to be sent, and its result once it is back. */
+  readonly toolStarted: (toolCallId: string, tool: string) => Effect.Effect<void>
+  readonly toolFinished: (toolCallId: string, result: Tools.ToolResult) => Effect.Effect<void>
+  /** The calls of this request that were sent, with results where they came back (for a resumed turn). */
+  readonly sentToolCalls: Effect.Effect<ReadonlyMap<string, unknown>>
+  /** Whether an abort request stopped the turn (rather than its node stopping). */
+  readonly aborting: () => boolean
+  /** Whether the node is handing its agents on: the turn stops after its current step. */
+  readonly handingOff: () => boolean
 }
 
 export interface RunResult {
@@ -58,13 +81,19 @@ export interface RunResult {
   readonly messages: number
   readonly error: string | null
   readonly stopped?: "turn_limit" | "spend_limit"
-  readonly toolCalls: ReadonlyArray<{ tool: string; toolCallId: string; ok: boolean; code?: string }>
+  /** Calls that failed (the tool's own error, unavailable, unknown outcome, aborted). */
+  readonly toolErrors: number
+  readonly toolCalls: ReadonlyArray<ToolCallRecord>
 }
 
 export interface TurnOutcome {
   readonly result: RunResult
   /** A run failure code (model_key_missing, model_key_invalid) when the run could not go on. */
   readonly code?: string
+  /** A tool call was cut short by a lost node: whether it took effect is unknown. */
+  readonly uncertain?: boolean
+  /** The turn stopped between steps for another node to continue it; the request stays open. */
+  readonly handoff?: boolean
 }
 
 const defaultMaxRounds = 25
@@ -119,10 +148,26 @@ const runErrorCode = (error: ModelError.ModelError) =>
 const textOf = (message: ModelClient.AssistantMessage) =>
   message.content.flatMap((part) => part.type === "text" ? [part.text] : []).join("")
 
+const toolCallsOf = (message: StoredMessage) =>
+  message.role === "assistant" ? message.content.flatMap((part) => part.type === "toolCall" ? [part] : []) : []
+
+type ToolCall = ReturnType<typeof toolCallsOf>[number]
+
+/** At most one tool_execution_update every 250 ms per call. */
+const updateInterval = 250
+
 export const run = (input: TurnInput, hooks: TurnHooks) =>
   Effect.gen(function*() {
     const models = yield* ModelClient.ModelClient
-    const toolCalls: Array<{ tool: string; toolCallId: string; ok: boolean; code?: string }> = []
+    const toolSet = (yield* Tools.Tools).forAgent(input.config)
+    const modelTools: Array<ModelClient.Tool> = [...toolSet.direct.values()].map((tool) => ({
+      name: tool.name,
+      description: tool.description,
+      parameters: tool.parameters as any
+    }))
+    const toolCalls: Array<ToolCallRecord> = []
+    let toolErrors = 0
+    let uncertain = false
     const event = (type: string, fields: Record<string, unknown> = {}) => hooks.emit({ type, ...fields })
 
     const addUser = (prompt: Steered) =>
@@ -158,7 +203,8 @@ export const run = (input: TurnInput, hooks: TurnHooks) =>
         }))
         if (limits._tag === "Left") return
         const context = modelContext(hooks.history())
-        const tokens = estimateTokens(context) + estimateTokens(systemPrompt) + estimateTokens(incoming)
+        const tokens = estimateTokens(context) + estimateTokens(systemPrompt) + estimateTokens(incoming) +
+          estimateTokens(modelTools)
         if (context.length === 0 || tokens <= limits.right.contextWindow - limits.right.maxTokens) return
         yield* event("compaction_start", { tokens })
         const summary = yield* models.complete({
@@ -187,18 +233,136 @@ export const run = (input: TurnInput, hooks: TurnHooks) =>
         yield* event("compaction_end", { index, message })
       })
 
-    yield* compactIfNeeded(input.text)
-    yield* event("turn_opened", { index: hooks.historySize() })
-    yield* event("agent_start")
-    if (!input.continue) yield* addUser(input)
+    /** One call: answered from the journal when a lost node already sent it, else run once. */
+    const runCall = (call: ToolCall, sent: ReadonlyMap<string, unknown>) =>
+      Effect.gen(function*() {
+        yield* event("tool_execution_start", { toolCallId: call.id, toolName: call.name, args: call.arguments })
+        let result: Tools.ToolResult
+        if (sent.has(call.id)) {
+          const journaled = sent.get(call.id) as Tools.ToolResult | undefined
+          if (journaled === undefined) uncertain = true
+          result = journaled ?? Tools.unknownOutcome
+        } else {
+          const tool = toolSet.direct.get(call.name)
+          if (tool === undefined) {
+            result = Tools.text(`tool ${call.name} is not available`, true, "unavailable")
+          } else {
+            let lastUpdate = 0
+            const update = (partialResult: unknown) =>
+              Effect.suspend(() => {
+                const now = Date.now()
+                if (now - lastUpdate < updateInterval) return Effect.void
+                lastUpdate = now
+                return event("tool_execution_update", { toolCallId: call.id, toolName: call.name, partialResult })
+              })
+            yield* hooks.toolStarted(call.id, call.name)
+            result = yield* tool.execute(call.arguments, { toolCallId: call.id, update })
+            yield* hooks.toolFinished(call.id, result)
+          }
+        }
+        yield* event("tool_execution_end", {
+          toolCallId: call.id,
+          toolName: call.name,
+          result: result.content,
+          isError: result.isError
+        })
+        return result
+      })
+
+    /** A response's tool calls, by their execution modes; the results join history in call order. */
+    const runCalls = (calls: ReadonlyArray<ToolCall>, sent: ReadonlyMap<string, unknown>) => {
+      let appended = 0
+      const appendResult = (call: ToolCall, result: Tools.ToolResult) =>
+        Effect.gen(function*() {
+          const index = hooks.historySize()
+          const message: StoredMessage = {
+            role: "toolResult",
+            toolCallId: call.id,
+            toolName: call.name,
+            content: [...result.content],
+            isError: result.isError,
+            timestamp: Date.now()
+          }
+          yield* event("message_start", { index, message })
+          yield* hooks.append(index, message)
+          yield* event("message_end", { index, message })
+          appended++
+          if (result.isError) toolErrors++
+          if (toolCalls.length < 100) {
+            toolCalls.push({
+              tool: call.name,
+              toolCallId: call.id,
+              ok: !result.isError,
+              ...(result.code === undefined ? {} : { code: result.code })
+            })
+          }
+        })
+      return Tools.executeAll(
+        calls,
+        (call) => toolSet.direct.get(call.name)?.executionMode ?? "parallel",
+        (call) => runCall(call, sent)
+      ).pipe(
+        Effect.flatMap((results) => Effect.forEach(calls, (call, i) => appendResult(call, results[i]!), { discard: true })),
+        // Aborted while tools ran: every call still gets an answer, so the history stays valid for the model.
+        // A node stopping answers nothing: the next owner finds which calls were sent.
+        Effect.onInterrupt(() =>
+          !hooks.aborting() ? Effect.void : Effect.forEach(
+            calls.slice(appended),
+            (call) => appendResult(call, Tools.text("aborted before this tool call finished", true, "aborted")),
+            { discard: true }
+          )
+        )
+      )
+    }
 
     let reply: { text: string; index: number } | undefined
     let error: string | null = null
     let code: string | undefined
     let stopped: "turn_limit" | "spend_limit" | undefined
+    let handoff = false
+    let finished = false
     const maxRounds = input.config.maxTurns ?? defaultMaxRounds
 
-    for (let round = 0; round < maxRounds; round++) {
+    /** After a step: steered prompts join, and a node handing on stops here. Whether the turn goes on. */
+    const afterStep = (calls: number) =>
+      Effect.gen(function*() {
+        const steered = yield* hooks.takeSteered
+        for (const prompt of steered) yield* addUser(prompt)
+        if (calls === 0 && steered.length === 0) return false
+        if (hooks.handingOff()) {
+          handoff = true
+          return false
+        }
+        return true
+      })
+
+    if (input.resume === undefined) {
+      yield* compactIfNeeded(input.text)
+      yield* event("turn_opened", { index: hooks.historySize() })
+      yield* event("agent_start")
+      if (!input.continue) yield* addUser(input)
+    } else {
+      // The step the lost node was in: a final response ends the turn; unanswered calls are answered first.
+      const history = hooks.history()
+      const last = history.findLastIndex((message) => message.role === "assistant")
+      if (last >= input.resume.began) {
+        const message = history[last] as ModelClient.AssistantMessage
+        const answered = new Set(history.slice(last + 1).flatMap((entry) =>
+          entry.role === "toolResult" ? [entry.toolCallId] : []
+        ))
+        const calls = toolCallsOf(message).filter((call) => !answered.has(call.id))
+        const text = textOf(message)
+        if (text !== "") reply = { text, index: last }
+        if (toolCallsOf(message).length === 0 && last === history.length - 1) {
+          finished = !(yield* afterStep(0)) && !handoff
+        } else if (calls.length > 0) {
+          yield* runCalls(calls, yield* hooks.sentToolCalls)
+          finished = !(yield* afterStep(calls.length)) && !handoff
+        }
+      }
+    }
+
+    for (let round = 0; round < maxRounds && !finished && !handoff; round++) {
       if (yield* hooks.overBudget) {
         stopped = "spend_limit"
         yield* event("spend_limit_reached")
@@ -210,9 +374,10 @@ export const run = (input: TurnInput, hooks: TurnHooks) =>
       let partial: ModelClient.AssistantMessage | undefined
       const context: ModelClient.Context = {
         ...(systemPrompt === "" ? {} : { systemPrompt }),
-        messages: modelContext(hooks.history())
+        messages: modelContext(hooks.history()),
+        ...(modelTools.length === 0 ? {} : { tools: modelTools })
       }
-      const finished = yield* models.stream({
+      const response = yield* models.stream({
         tenantId: input.tenantId,
         keyScope: Option.fromNullable(input.config.keyScope),
         model: input.config.model,
@@ -258,9 +423,10 @@ export const run = (input: TurnInput, hooks: TurnHooks) =>
           }
         ),
         Effect.either,
-        // Aborted mid-response: what was said so far stays in history.
+        // Aborted mid-response: what was said so far stays in history. A node stopping keeps nothing:
+        // the next owner asks again.
         Effect.onInterrupt(() =>
-          partial === undefined || partial.content.length === 0
+          !hooks.aborting() || partial === undefined || partial.content.length === 0
             ? Effect.void
             : Effect.gen(function*() {
               const kept = { ...partial!, stopReason: "aborted" as const }
@@ -271,44 +437,29 @@ export const run = (input: TurnInput, hooks: TurnHooks) =>
             })
         )
       )
-      if (finished._tag === "Left") {
-        const failure = finished.left
+      if (response._tag === "Left") {
+        const failure = response.left
         if (started) yield* event("message_retracted", { index })
         error = failure.message
         code = runErrorCode(failure)
         yield* event("turn_end", { error })
         break
       }
-      const message = Option.getOrThrow(finished.right)
+      const message = Option.getOrThrow(response.right)
       yield* hooks.append(index, message)
       yield* event("message_end", { index, message })
       const text = textOf(message)
       if (text !== "") reply = { text, index }
 
-      const calls = message.content.flatMap((part) => part.type === "toolCall" ? [part] : [])
-      for (const call of calls) {
-        // Tool sources land later; until then every call answers that the tool is not available.
-        yield* event("tool_execution_start", { toolCallId: call.id, toolName: call.name, args: call.arguments })
-        const result: StoredMessage = {
-          role: "toolResult",
-          toolCallId: call.id,
-          toolName: call.name,
-          content: [{ type: "text", text: `tool ${call.name} is not available` }],
-          isError: true,
-          timestamp: Date.now()
-        }
-        const resultIndex = hooks.historySize()
-        yield* event("message_start", { index: resultIndex, message: result })
-        yield* hooks.append(resultIndex, result)
-        yield* event("message_end", { index: resultIndex, message: result })
-        yield* event("tool_execution_end", { toolCallId: call.id, result: result.content, isError: true })
-        if (toolCalls.length < 100) toolCalls.push({ tool: call.name, toolCallId: call.id, ok: false, code: "unavailable" })
-      }
+      const calls = toolCallsOf(message)
+      if (calls.length > 0) yield* runCalls(calls, new Map())
       yield* event("turn_end")
-      const steered = hooks.takeSteered()
-      for (const prompt of steered) yield* addUser(prompt)
-      if (calls.length === 0 && steered.length === 0) break
+      if (!(yield* afterStep(calls.length))) break
       if (round === maxRounds - 1) stopped = "turn_limit"
+    }
+    if (handoff) {
+      const handedOn: TurnOutcome = { result: { messages: hooks.historySize(), error: null, toolErrors, toolCalls }, handoff }
+      return handedOn
     }
     yield* event("agent_end")
     const result: RunResult = {
@@ -316,7 +467,13 @@ export const run = (input: TurnInput, hooks: TurnHooks) =>
       messages: hooks.historySize(),
       error,
       ...(stopped === undefined ? {} : { stopped }),
+      toolErrors,
       toolCalls
     }
-    return { result, ...(code === undefined ? {} : { code }) } satisfies TurnOutcome
+    const outcome: TurnOutcome = {
+      result,
+      ...(code === undefined ? {} : { code }),
+      ...(uncertain ? { uncertain } : {})
+    }
+    return outcome
   })

@@ -151,10 +151,34 @@ const agents = Effect.gen(function*() {
     )`
 })
 
+/**
+ * Tool calls as they start and end, so a node taking over a turn knows which
+ * calls were sent (never sent again) and which results exist; and the
+ * agent's ownership epoch, which fences a stale owner's journal writes.
+ */
+const journal = Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
+  yield* sql`
+    CREATE TABLE agent_tool_calls (
+      agent_id text NOT NULL REFERENCES agents (id) ON DELETE CASCADE,
+      tool_call_id text NOT NULL,
+      request_id text NOT NULL,
+      tool text NOT NULL,
+      result jsonb,
+      started_at timestamptz NOT NULL DEFAULT now(),
+      ended_at timestamptz,
+      PRIMARY KEY (agent_id, tool_call_id)
+    )`
+  yield* sql`ALTER TABLE agents ADD COLUMN owner text, ADD COLUMN owner_epoch bigint NOT NULL DEFAULT 0,
+    ADD COLUMN released_cursor bigint`
+  yield* sql`ALTER TABLE agent_requests ADD COLUMN handoff text, ADD COLUMN resumes integer NOT NULL DEFAULT 0`
+})
+
 export const migrations = {
   "1_tenants": tenants,
   "2_models": models,
-  "3_agents": agents
+  "3_agents": agents,
+  "4_journal": journal
 }
 
 const table = "agent_runtime_migrations"

@@ -5,6 +5,7 @@
  */
 import { Context, Effect, Layer, type Scope } from "effect"
 import * as FakeUpstream from "./FakeUpstream.ts"
+import * as Http from "./Http.ts"
 import * as TestDatabase from "./TestDatabase.ts"
 import * as TestNode from "./TestNode.ts"
 
@@ -33,3 +34,23 @@ export const layer = (
       return { node, upstream, databaseUrl }
     })
   )
+
+/** A new tenant whose custom provider `fake` is the fake upstream (model `fake/m1`), with its API key. */
+export const tenantWithModel = (
+  world: { readonly node: TestNode.TestNode; readonly upstream: FakeUpstream.FakeUpstream },
+  name: string
+) =>
+  Effect.gen(function*() {
+    const api = Http.client(world.node.rest)
+    const tenant = (yield* api.post("/v1/admin/tenants", { token: world.node.operatorToken, json: { name } })).body
+    const saved = yield* api.put("/v1/providers/fake", {
+      token: tenant.token,
+      json: {
+        type: "openai-completions",
+        baseUrl: `${world.upstream.url}/v1`,
+        models: [{ id: "m1", contextWindow: 100_000 }]
+      }
+    })
+    if (saved.status !== 200) return yield* Effect.die(new Error(`saving the fake provider answered ${saved.status}`))
+    return { api, token: tenant.token as string, tenantId: tenant.id as string }
+  })
