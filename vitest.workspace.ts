@@ -9,5 +9,6 @@ export default defineWorkspace([
   { test: { name: "egress", root: "./packages/egress" } },
   { test: { name: "models", root: "./packages/models", testTimeout: 30_000 } },
   { test: { name: "agent", root: "./packages/agent" } },
+  { test: { name: "gateway", root: "./packages/gateway" } },
   { test: { name: "server", root: "./apps/server", testTimeout: 60_000, hookTimeout: 60_000 } }
 ])

@@ -1,16 +1,38 @@
 /**
- * The model gateway's listener on GATEWAY_PORT. Its protocol endpoints land
- * with the gateway; until then it answers health and the error body.
+ * The model gateway's listener on GATEWAY_PORT: a plain node:http server
+ * whose one request listener is the gateway package's handler, built once
+ * in the node's runtime (no per-request router or middleware on the hot
+ * path). Closing the scope stops accepting and lets open calls finish.
  */
-import { HttpRouter, HttpServerResponse } from "@effect/platform"
-import { Effect } from "effect"
+import { Authenticator, Gateway, GatewayConfig, Slots, Targets, TenantSettings, UsageBatch } from "@agent-runtime/gateway"
+import { Effect, Layer } from "effect"
+import * as Http from "node:http"
+import type { AddressInfo } from "node:net"
+import * as ServerConfig from "./ServerConfig.ts"
 
-export const app = HttpRouter.empty.pipe(
-  HttpRouter.get("/healthz", HttpServerResponse.json({ status: "ok" })),
-  HttpRouter.all(
-    "*",
-    Effect.succeed(
-      HttpServerResponse.unsafeJson({ error: "the gateway serves no routes yet", code: "NOT_FOUND" }, { status: 404 })
-    )
+/** Serves the gateway until the scope closes; its base URL. */
+export const serve = Effect.gen(function*() {
+  const config = yield* ServerConfig.ServerConfig
+  const { handle } = yield* Gateway.Gateway
+  const server = Http.createServer({ keepAliveTimeout: 65_000 }, handle)
+  yield* Effect.acquireRelease(
+    Effect.async<void, Error>((resume) => {
+      server.once("error", (error) => resume(Effect.fail(error)))
+      server.listen(config.gatewayPort, config.host, () => resume(Effect.void))
+    }),
+    () =>
+      Effect.async<void>((resume) => {
+        server.close(() => resume(Effect.void))
+        server.closeIdleConnections()
+      })
   )
+  const address = server.address() as AddressInfo
+  return `http://${address.address.includes(":") ? `[${address.address}]` : address.address}:${address.port}`
+}).pipe(Effect.orDie)
+
+/** The gateway's services; needs the model layer, accounts and the database. */
+export const layer = Gateway.Gateway.Default.pipe(
+  Layer.provide(Layer.mergeAll(Authenticator.Authenticator.Default, Targets.Targets.Default, Slots.Slots.Default)),
+  Layer.provideMerge(Layer.mergeAll(UsageBatch.UsageBatch.Default, TenantSettings.TenantSettings.Default)),
+  Layer.provideMerge(GatewayConfig.layer)
 )

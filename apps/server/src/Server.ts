@@ -69,10 +69,7 @@ const layerRest = Layer.effect(RestAddress, baseUrl).pipe(
   Layer.provide(listen((config) => config.port))
 )
 
-const layerGateway = Layer.effect(GatewayAddress, baseUrl).pipe(
-  Layer.provideMerge(HttpServer.serve(Gateway.app, HttpMiddleware.logger)),
-  Layer.provide(listen((config) => config.gatewayPort))
-)
+const layerGateway = Layer.scoped(GatewayAddress, Gateway.serve).pipe(Layer.provide(Gateway.layer))
 
 /** The model layer: catalog, keys, key scopes, custom providers, calls and their usage. */
 const layerModels = ModelClient.ModelClient.Default.pipe(

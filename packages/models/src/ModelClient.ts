@@ -51,6 +51,8 @@ export interface Call {
   readonly temperature?: number | undefined
   /** Non-secret headers, sent after the key scope's or custom provider's own. */
   readonly modelHeaders?: Record<string, string> | undefined
+  /** What the fields above do not say: the gateway's tool choice, thinking budgets and payload edits. */
+  readonly options?: Pick<Pi.SimpleStreamOptions, "toolChoice" | "thinkingBudgets" | "onPayload"> | undefined
   readonly usage: {
     readonly kind: "response" | "compaction"
     readonly agentId?: string | undefined
@@ -153,6 +155,7 @@ export class ModelClient extends Effect.Service<ModelClient>()("@agent-runtime/m
           )
         const apiKey = apiKeyFor(target)
         const events = Pi.streamSimple(target.model, call.context, {
+          ...call.options,
           ...(apiKey === undefined ? {} : { apiKey }),
           headers: headersFor(target, call.modelHeaders),
           fetch,

@@ -36,26 +36,31 @@ export class UsageLog extends Effect.Service<UsageLog>()("@agent-runtime/models/
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
 
-    const record = (entry: Entry) =>
-      sql`INSERT INTO usage_records ${
-        sql.insert({
-          tenantId: entry.tenantId,
-          agentId: entry.agentId ?? null,
-          requestId: entry.requestId ?? null,
-          keyScope: entry.keyScope ?? null,
-          keySource: entry.keySource,
-          provider: entry.provider,
-          model: entry.model,
-          kind: entry.kind,
-          input: entry.input,
-          output: entry.output,
-          cacheRead: entry.cacheRead,
-          cacheWrite: entry.cacheWrite,
-          reasoning: entry.reasoning ?? null,
-          costUsd: entry.costUsd,
-          costSource: entry.costSource
-        })
-      }`.pipe(Effect.asVoid, Effect.orDie)
+    const row = (entry: Entry) => ({
+      tenantId: entry.tenantId,
+      agentId: entry.agentId ?? null,
+      requestId: entry.requestId ?? null,
+      keyScope: entry.keyScope ?? null,
+      keySource: entry.keySource,
+      provider: entry.provider,
+      model: entry.model,
+      kind: entry.kind,
+      input: entry.input,
+      output: entry.output,
+      cacheRead: entry.cacheRead,
+      cacheWrite: entry.cacheWrite,
+      reasoning: entry.reasoning ?? null,
+      costUsd: entry.costUsd,
+      costSource: entry.costSource
+    })
+
+    const record = (entry: Entry) => sql`INSERT INTO usage_records ${sql.insert(row(entry))}`.pipe(Effect.asVoid, Effect.orDie)
+
+    /** Many entries in one statement: the gateway records in batches off the response path. */
+    const recordAll = (entries: ReadonlyArray<Entry>) =>
+      entries.length === 0
+        ? Effect.void
+        : sql`INSERT INTO usage_records ${sql.insert(entries.map(row))}`.pipe(Effect.asVoid, Effect.orDie)
 
     const totals = (tenantId: string) =>
       sql<Totals>`
@@ -75,6 +80,6 @@ export class UsageLog extends Effect.Service<UsageLog>()("@agent-runtime/models/
         Effect.orDie
       )
 
-    return { record, totals, spent } as const
+    return { record, recordAll, totals, spent } as const
   })
 }) {}

@@ -174,11 +174,22 @@ const journal = Effect.gen(function*() {
   yield* sql`ALTER TABLE agent_requests ADD COLUMN handoff text, ADD COLUMN resumes integer NOT NULL DEFAULT 0`
 })
 
+/** The gateway's per-tenant settings, set by the operator: stream slots (none means the node's default). */
+const gateway = Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
+  yield* sql`
+    CREATE TABLE gateway_settings (
+      tenant_id text PRIMARY KEY REFERENCES tenants (id) ON DELETE CASCADE,
+      stream_slots integer NOT NULL CHECK (stream_slots > 0)
+    )`
+})
+
 export const migrations = {
   "1_tenants": tenants,
   "2_models": models,
   "3_agents": agents,
-  "4_journal": journal
+  "4_journal": journal,
+  "5_gateway": gateway
 }
 
 const table = "agent_runtime_migrations"

@@ -18,6 +18,7 @@ export type {
   Context,
   Message,
   Model,
+  SimpleStreamOptions,
   ThinkingLevel,
   Tool,
   Usage

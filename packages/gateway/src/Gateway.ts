@@ -1,0 +1,347 @@
+/**
+ * The model gateway as one node:http request handler, built once inside
+ * the node's Effect runtime. The hot path (cached key, cached model,
+ * free slot, same protocol) runs as plain callbacks and promises; Effects
+ * run only where they do real work (cache misses, translated calls through
+ * `ModelClient`, admin). See docs/gateway.md.
+ */
+import { Operator, Tenants } from "@agent-runtime/accounts"
+import { Egress } from "@agent-runtime/egress"
+import { Credentials, Listing, ModelClient, type ModelError, UsageLog } from "@agent-runtime/models"
+import { Cause, Effect, Exit, Layer, Option, Runtime, Stream } from "effect"
+import type * as Http from "node:http"
+import { Authenticator, type Principal } from "./Authenticator.ts"
+import * as Canonical from "./Canonical.ts"
+import * as ChatCompletions from "./ChatCompletions.ts"
+import type { Codec } from "./Codec.ts"
+import { GatewayConfig } from "./GatewayConfig.ts"
+import * as GatewayError from "./GatewayError.ts"
+import * as Messages from "./Messages.ts"
+import * as ModelList from "./ModelList.ts"
+import * as Passthrough from "./Passthrough.ts"
+import * as Responses from "./Responses.ts"
+import { Slots } from "./Slots.ts"
+import { Targets } from "./Targets.ts"
+import { TenantSettings } from "./TenantSettings.ts"
+import * as TokenCount from "./TokenCount.ts"
+import * as TokenUsage from "./TokenUsage.ts"
+import { UsageBatch } from "./UsageBatch.ts"
+import * as Translate from "./Translate.ts"
+
+/** Names the key scope whose keys a call uses first (the tenant's own, like an agent's `keyScope`). */
+export const keyScopeHeader = "x-agent-runtime-key-scope"
+
+/** A translated call is tried once: the client sees the upstream's 429 or 5xx with its Retry-After and retries itself. */
+const once: ModelClient.RetryPolicy = { ...ModelClient.defaultRetryPolicy, maxAttempts: 1 }
+
+const sseHeaders = { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache" }
+
+const sendJson = (res: Http.ServerResponse, status: number, value: unknown, headers: Record<string, string> = {}) => {
+  const text = JSON.stringify(value)
+  res.writeHead(status, { "content-type": "application/json", "content-length": Buffer.byteLength(text), ...headers })
+  res.end(text)
+}
+
+const sendError = (res: Http.ServerResponse, codec: Codec, error: GatewayError.GatewayError) => {
+  if (res.headersSent) {
+    if (!res.writableEnded) res.end(codec.streamError(error))
+    return
+  }
+  sendJson(
+    res,
+    error.status,
+    codec.errorBody(error),
+    error.retryAfter === undefined ? {} : { "retry-after": String(error.retryAfter) }
+  )
+}
+
+const bearer = (req: Http.IncomingMessage) => {
+  const header = req.headers.authorization
+  return header !== undefined && header.length > 7 && header.slice(0, 7).toLowerCase() === "bearer "
+    ? header.slice(7).trim()
+    : undefined
+}
+
+/** messages takes `x-api-key` (its SDK's way); a bearer token is accepted too. */
+const apiKeyOf = (req: Http.IncomingMessage, codec: Codec) => {
+  if (codec.protocol === "messages") {
+    const key = req.headers["x-api-key"]
+    if (typeof key === "string" && key !== "") return key
+  }
+  return bearer(req)
+}
+
+const readBody = (req: Http.IncomingMessage, limit: number) =>
+  new Promise<string>((resolve, reject) => {
+    const tooLarge = () =>
+      new GatewayError.GatewayError({ status: 413, code: "TOO_LARGE", message: `the body exceeds ${limit} bytes` })
+    if (Number(req.headers["content-length"] ?? 0) > limit) return reject(tooLarge())
+    const chunks: Array<Buffer> = []
+    let size = 0
+    req.on("data", (chunk: Buffer) => {
+      size += chunk.length
+      if (size > limit) {
+        req.removeAllListeners("data")
+        req.resume()
+        return reject(tooLarge())
+      }
+      chunks.push(chunk)
+    })
+    req.on("end", () => resolve(chunks.length === 1 ? chunks[0]!.toString("utf8") : Buffer.concat(chunks).toString("utf8")))
+    req.on("error", reject)
+  })
+
+const parseJson = (text: string): Canonical.Json => {
+  let body: unknown
+  try {
+    body = JSON.parse(text)
+  } catch {
+    return GatewayError.invalid("the body is not valid JSON")
+  }
+  return Canonical.isObject(body) ? body : GatewayError.invalid("the body must be a JSON object")
+}
+
+const codecs: Record<string, Codec> = {
+  "/v1/chat/completions": ChatCompletions.codec,
+  "/v1/responses": Responses.codec,
+  "/v1/messages": Messages.codec
+}
+
+export class Gateway extends Effect.Service<Gateway>()("@agent-runtime/gateway/Gateway", {
+  effect: Effect.gen(function*() {
+    const config = yield* GatewayConfig
+    const runtime = yield* Effect.runtime<never>()
+    const runPromiseExit = Runtime.runPromiseExit(runtime)
+    const auth = yield* Authenticator
+    const targets = yield* Targets
+    const slots = yield* Slots
+    const usage = yield* UsageBatch
+    const settings = yield* TenantSettings
+    const { dispatcher } = yield* Egress.Egress
+    const listing = yield* Listing.Listing
+    const operator = yield* Operator.Operator
+    const tenants = yield* Tenants.Tenants
+    // The model layer's client, answering credentials from the gateway's cache and recording usage in batches.
+    const client = yield* ModelClient.ModelClient.pipe(
+      Effect.provide(ModelClient.ModelClient.Default.pipe(
+        Layer.provide(Layer.succeed(Credentials.Credentials, targets.credentials)),
+        Layer.provide(Layer.succeed(UsageLog.UsageLog, usage.usageLog))
+      ))
+    )
+
+    /** Runs an Effect from a callback; a failure is thrown as the `GatewayError` it maps to. */
+    const run = <A, E>(effect: Effect.Effect<A, E>, toError: (error: E) => GatewayError.GatewayError) =>
+      runPromiseExit(effect).then((exit) => {
+        if (Exit.isSuccess(exit)) return exit.value
+        const failure = Cause.failureOption(exit.cause)
+        if (Option.isSome(failure)) throw toError(failure.value)
+        throw exit.cause
+      })
+
+    const authenticate = async (req: Http.IncomingMessage, codec: Codec): Promise<Principal> => {
+      const key = apiKeyOf(req, codec)
+      if (key === undefined) {
+        throw GatewayError.unauthorized(
+          codec.protocol === "messages" ? "send your API key in the x-api-key header" : "send your API key as a bearer token"
+        )
+      }
+      const principal = await auth.authenticate(key)
+      if (principal === undefined) throw GatewayError.unauthorized("invalid API key")
+      return principal
+    }
+
+    const keyScopeOf = (req: Http.IncomingMessage) => {
+      const scope = req.headers[keyScopeHeader]
+      return typeof scope === "string" && scope !== "" ? Option.some(scope) : Option.none<string>()
+    }
+
+    const resolve = (principal: Principal, req: Http.IncomingMessage, model: string) => {
+      const scope = keyScopeOf(req)
+      return targets.cached(principal.tenantId, scope, model) ??
+        run(targets.resolve(principal.tenantId, scope, model), GatewayError.fromModelError)
+    }
+
+    const recordUsage = (principal: Principal, target: Credentials.Target) => (tokens: TokenUsage.TokenUsage) =>
+      usage.add(TokenUsage.entry(principal.tenantId, target, tokens))
+
+    /** Decodes, resolves and takes a slot: what every model call shares. */
+    const prepare = async (req: Http.IncomingMessage, codec: Codec) => {
+      const principal = await authenticate(req, codec)
+      const body = parseJson(await readBody(req, config.maxBodyBytes))
+      if (typeof body.model !== "string" || body.model === "") return GatewayError.invalid("model is required", "model")
+      if (codec.protocol === "messages") {
+        if (typeof req.headers["anthropic-version"] !== "string") {
+          GatewayError.invalid("anthropic-version: header is required")
+        }
+      }
+      const target = await resolve(principal, req, body.model)
+      return { principal, body, target }
+    }
+
+    const acquire = (principal: Principal) => slots.acquire(principal.tenantId, principal.streamSlots)
+
+    /** A call to a target of another protocol, through the model layer, encoded back in the client's protocol. */
+    const translated = (
+      codec: Codec,
+      principal: Principal,
+      target: Credentials.Target,
+      request: Canonical.Request,
+      res: Http.ServerResponse
+    ) =>
+      new Promise<void>((done) => {
+        const call = Translate.toCall(principal.tenantId, target, request)
+        let effect: Effect.Effect<void, ModelError.ModelError>
+        if (request.stream) {
+          const encoder = codec.encoder(request)
+          const settle = Translate.settleReasoning()
+          effect = Stream.runForEach(client.stream(call, once), (event) =>
+            Effect.sync(() => {
+              if (!res.headersSent) res.writeHead(200, sseHeaders)
+              const settled = settle(event)
+              const text = settled === undefined ? "" : encoder.event(settled)
+              if (text !== "") res.write(text)
+            }))
+        } else {
+          effect = Effect.map(client.complete(call, once), (message) => sendJson(res, 200, codec.encode(message, request)))
+        }
+        const fiber = Runtime.runFork(runtime)(effect)
+        const onClose = () => {
+          if (!res.writableFinished) fiber.unsafeInterruptAsFork(fiber.id())
+        }
+        res.once("close", onClose)
+        fiber.addObserver((exit) => {
+          res.off("close", onClose)
+          if (Exit.isSuccess(exit)) {
+            if (!res.writableEnded) res.end()
+          } else if (!Exit.isInterrupted(exit)) {
+            const failure = Cause.failureOption(exit.cause)
+            if (Option.isNone(failure)) {
+              Runtime.runFork(runtime)(Effect.logError("gateway call failed", exit.cause))
+            }
+            sendError(res, codec, Option.match(failure, { onNone: GatewayError.internal, onSome: GatewayError.fromModelError }))
+          }
+          done()
+        })
+      })
+
+    const modelCall = async (req: Http.IncomingMessage, res: Http.ServerResponse, codec: Codec) => {
+      const { body, principal, target } = await prepare(req, codec)
+      const native = target.model.api === Canonical.nativeApi[codec.protocol]
+      if (codec.protocol === "messages") Messages.validate(body)
+      // Decoded before a slot is taken, so a request we cannot translate is refused at once.
+      const request = native ? undefined : codec.decode(body)
+      const granted = acquire(principal)
+      const release = typeof granted === "function" ? granted : await granted
+      try {
+        if (request === undefined) {
+          await Passthrough.forward({
+            dispatcher,
+            codec,
+            target,
+            body,
+            incoming: req.headers,
+            res,
+            onUsage: recordUsage(principal, target)
+          })
+        } else {
+          await translated(codec, principal, target, request, res)
+        }
+      } finally {
+        release()
+      }
+    }
+
+    const countTokens = async (req: Http.IncomingMessage, res: Http.ServerResponse) => {
+      const codec = Messages.codec
+      const { body, principal, target } = await prepare(req, codec)
+      if (!Array.isArray(body.messages)) GatewayError.invalid("messages: Field required", "messages")
+      const request = target.model.api === "anthropic-messages" ? undefined : codec.decode(body)
+      // The spec has count_tokens take a stream slot like any upstream call.
+      const granted = acquire(principal)
+      const release = typeof granted === "function" ? granted : await granted
+      try {
+        if (request === undefined) {
+          await Passthrough.forward({
+            dispatcher,
+            codec,
+            target,
+            body,
+            incoming: req.headers,
+            res,
+            path: "/v1/messages/count_tokens",
+            onUsage: () => {}
+          })
+        } else {
+          sendJson(res, 200, { input_tokens: TokenCount.estimate(request) })
+        }
+      } finally {
+        release()
+      }
+    }
+
+    const models = async (req: Http.IncomingMessage, res: Http.ServerResponse) => {
+      // Both SDKs list models: OpenAI's with a bearer token, Anthropic's with x-api-key.
+      const principal = await authenticate(req, req.headers["x-api-key"] !== undefined ? Messages.codec : ChatCompletions.codec)
+      const all = await run(listing.models(principal.tenantId), () => GatewayError.internal())
+      sendJson(res, 200, ModelList.encode(all))
+    }
+
+    /** `GET`/`PUT /v1/admin/tenants/{id}/gateway`: the operator reads or sets a tenant's stream slots. */
+    const admin = async (req: Http.IncomingMessage, res: Http.ServerResponse, tenantId: string) => {
+      const token = bearer(req)
+      if (token === undefined || !operator.verify(token)) throw GatewayError.unauthorized("the operator token is required")
+      const tenant = await run(tenants.find(tenantId), () => GatewayError.internal())
+      if (Option.isNone(tenant)) throw GatewayError.notFound(`no tenant ${tenantId}`)
+      if (req.method === "PUT") {
+        const body = parseJson(await readBody(req, 4096))
+        const slots = body.streamSlots
+        if (slots !== null && !(typeof slots === "number" && Number.isInteger(slots) && slots >= 1 && slots <= 10_000)) {
+          GatewayError.invalid("streamSlots must be an integer from 1 to 10000, or null for the default", "streamSlots")
+        }
+        await run(settings.setStreamSlots(tenantId, Option.fromNullable(slots as number | null)), () => GatewayError.internal())
+        auth.invalidate()
+      } else if (req.method !== "GET") throw GatewayError.notFound(`no route ${req.method} ${req.url}`)
+      const stored = await run(settings.streamSlots(tenantId), () => GatewayError.internal())
+      sendJson(res, 200, {
+        tenant: tenantId,
+        streamSlots: Option.getOrElse(stored, () => config.streamSlots),
+        override: Option.getOrNull(stored),
+        default: config.streamSlots
+      })
+    }
+
+    const adminPath = /^\/v1\/admin\/tenants\/([^/]+)\/gateway$/
+
+    const route = (req: Http.IncomingMessage, res: Http.ServerResponse, path: string): Promise<void> | void => {
+      const codec = codecs[path]
+      if (codec !== undefined && req.method === "POST") return modelCall(req, res, codec)
+      if (path === "/v1/messages/count_tokens" && req.method === "POST") return countTokens(req, res)
+      if (path === "/v1/models" && req.method === "GET") return models(req, res)
+      if (path === "/healthz") return sendJson(res, 200, { status: "ok" })
+      const admin_ = adminPath.exec(path)
+      if (admin_ !== null) return admin(req, res, decodeURIComponent(admin_[1]!))
+      throw GatewayError.notFound(`no route ${req.method} ${path}`)
+    }
+
+    /** The node:http request listener. */
+    const handle = (req: Http.IncomingMessage, res: Http.ServerResponse): void => {
+      const url = req.url ?? "/"
+      const query = url.indexOf("?")
+      const path = query === -1 ? url : url.slice(0, query)
+      const codec = path.startsWith("/v1/messages") ? Messages.codec : ChatCompletions.codec
+      const fail = (error: unknown) => {
+        if (error instanceof GatewayError.GatewayError) return sendError(res, codec, error)
+        Runtime.runFork(runtime)(Effect.logError("gateway request failed", Cause.isCause(error) ? error : Cause.die(error)))
+        sendError(res, codec, GatewayError.internal())
+      }
+      try {
+        const pending = route(req, res, path)
+        if (pending !== undefined) pending.catch(fail)
+      } catch (error) {
+        fail(error)
+      }
+    }
+
+    return { handle, slots } as const
+  })
+}) {}

@@ -1,0 +1,157 @@
+/**
+ * Same protocol in and out: the client's body goes upstream as it came,
+ * with only the model id replaced (and, for a chat stream, usage asked
+ * for), and the upstream's bytes come back as they are, frame by frame.
+ * Fields the gateway does not know (cache_control, metadata, betas) thus
+ * survive. Usage is read from the frames on the way through.
+ */
+import type { Credentials } from "@agent-runtime/models"
+import { Option, Redacted } from "effect"
+import type * as Http from "node:http"
+import type { Dispatcher } from "undici"
+import * as Canonical from "./Canonical.ts"
+import type { Codec } from "./Codec.ts"
+import { GatewayError } from "./GatewayError.ts"
+import * as Sse from "./Sse.ts"
+import type { TokenUsage } from "./TokenUsage.ts"
+
+/** Client headers that belong to the protocol and go upstream unchanged. */
+const forwardedHeaders = ["anthropic-version", "anthropic-beta", "openai-beta"]
+
+/** Upstream answer headers the client gets back. */
+const answerHeaders = ["content-type", "retry-after", "request-id", "x-request-id", "anthropic-organization-id"]
+
+const urls = new Map<string, URL>()
+const urlOf = (base: string, path: string) => {
+  const key = base + path
+  let url = urls.get(key)
+  if (url === undefined) {
+    url = new URL(base.replace(/\/+$/, "") + path)
+    urls.set(key, url)
+  }
+  return url
+}
+
+export const upstreamHeaders = (
+  target: Credentials.Target,
+  anthropic: boolean,
+  incoming: Http.IncomingHttpHeaders
+): Record<string, string> => {
+  const headers: Record<string, string> = { ...target.headers, "content-type": "application/json" }
+  for (const name of forwardedHeaders) {
+    const value = incoming[name]
+    if (typeof value === "string") headers[name] = value
+  }
+  if (Option.isSome(target.apiKey)) {
+    const key = Redacted.value(target.apiKey.value)
+    if (anthropic && !target.bearer) headers["x-api-key"] = key
+    else headers.authorization = `Bearer ${key}`
+  }
+  return headers
+}
+
+const pick = (headers: Record<string, string | Array<string> | undefined>, status: number) => {
+  const out: Record<string, string> = {}
+  for (const name of answerHeaders) {
+    const value = headers[name]
+    if (value !== undefined) out[name] = Array.isArray(value) ? value.join(", ") : value
+  }
+  // 429 and 503 always say when to come back.
+  if ((status === 429 || status === 503) && out["retry-after"] === undefined) out["retry-after"] = "1"
+  return out
+}
+
+export interface Options {
+  readonly dispatcher: Dispatcher
+  readonly codec: Codec
+  readonly target: Credentials.Target
+  readonly body: Canonical.Json
+  readonly incoming: Http.IncomingHttpHeaders
+  readonly res: Http.ServerResponse
+  /** Upstream path when it is not the codec's own (count_tokens). */
+  readonly path?: string
+  /** Called once with the usage of a finished answer. */
+  readonly onUsage: (usage: TokenUsage) => void
+}
+
+/** Sends the request and relays the answer; resolves when the client has it all (or left). */
+export const forward = async (options: Options): Promise<void> => {
+  const { body, codec, res, target } = options
+  const stream = body.stream === true
+  const upstreamBody: Record<string, unknown> = { ...body, model: target.model.id }
+  if (stream && codec.protocol === "chat") {
+    // Without it the upstream sends no usage at all; the tap drops the extra chunk if the client did not ask.
+    upstreamBody.stream_options = { ...(Canonical.isObject(body.stream_options) ? body.stream_options : {}), include_usage: true }
+  }
+  const url = urlOf(target.model.baseUrl, options.path ?? codec.upstreamPath)
+  const controller = new AbortController()
+  const onClose = () => controller.abort()
+  res.once("close", onClose)
+  try {
+    const answer = await options.dispatcher.request({
+      origin: url.origin,
+      path: url.pathname + url.search,
+      method: "POST",
+      headers: upstreamHeaders(target, codec.protocol === "messages", options.incoming),
+      body: JSON.stringify(upstreamBody),
+      signal: controller.signal
+    })
+    const status = answer.statusCode
+    if (status === 401 || status === 403) {
+      await answer.body.dump()
+      throw new GatewayError({
+        status: 502,
+        code: "model_key_invalid",
+        message: `provider ${target.provider} refused the key (${status})`
+      })
+    }
+    const headers = pick(answer.headers, status)
+    if (!stream || status >= 300) {
+      const text = await answer.body.text()
+      if (status < 300) {
+        try {
+          const usage = codec.usageOfBody(JSON.parse(text))
+          if (usage !== undefined) options.onUsage(usage)
+        } catch {
+          // An answer that is not JSON is still the upstream's answer.
+        }
+      }
+      res.writeHead(status, { ...headers, "content-length": Buffer.byteLength(text) })
+      res.end(text)
+      return
+    }
+    res.writeHead(status, { ...headers, "cache-control": "no-cache" })
+    const tap = codec.usageTap(body)
+    const splitter = new Sse.Splitter()
+    await new Promise<void>((resolve) => {
+      answer.body.setEncoding("utf8")
+      answer.body.on("data", (chunk: string) => {
+        let out = ""
+        for (const frame of splitter.push(chunk)) if (tap.frame(frame)) out += frame
+        if (out !== "") res.write(out)
+      })
+      answer.body.on("end", () => {
+        const rest = splitter.rest()
+        const usage = tap.usage()
+        if (usage !== undefined) options.onUsage(usage)
+        res.end(rest)
+        resolve()
+      })
+      answer.body.on("error", () => {
+        // A stream cut upstream is cut for the client too: it must not look complete.
+        res.destroy()
+        resolve()
+      })
+    })
+  } catch (error) {
+    if (controller.signal.aborted) return
+    if (error instanceof GatewayError) throw error
+    throw new GatewayError({
+      status: 502,
+      code: "UPSTREAM_UNREACHABLE",
+      message: `provider ${target.provider} unreachable: ${(error as { code?: string }).code ?? String(error)}`
+    })
+  } finally {
+    res.off("close", onClose)
+  }
+}

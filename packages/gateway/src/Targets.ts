@@ -1,0 +1,61 @@
+/**
+ * Which upstream a model name means for a tenant (and key scope), resolved
+ * through the model layer's `Credentials` (and `Listing` for `auto`) and
+ * reused for `GATEWAY_CACHE_SECONDS`: a changed key or provider is seen
+ * within that time, and the hot path reads no database.
+ */
+import { Credentials, Listing, type ModelError } from "@agent-runtime/models"
+import { Effect, Option } from "effect"
+import { GatewayConfig } from "./GatewayConfig.ts"
+
+interface Entry {
+  readonly target: Credentials.Target
+  readonly expires: number
+}
+
+const maxEntries = 50_000
+
+export class Targets extends Effect.Service<Targets>()("@agent-runtime/gateway/Targets", {
+  effect: Effect.gen(function*() {
+    const config = yield* GatewayConfig
+    const credentials = yield* Credentials.Credentials
+    const listing = yield* Listing.Listing
+    const cache = new Map<string, Entry>()
+
+    const keyOf = (tenantId: string, keyScope: Option.Option<string>, model: string) =>
+      `${tenantId}\u0000${Option.getOrElse(keyScope, () => "")}\u0000${model}`
+
+    /** A cached resolution, if a fresh one exists. */
+    const cached = (tenantId: string, keyScope: Option.Option<string>, model: string) => {
+      const hit = cache.get(keyOf(tenantId, keyScope, model))
+      return hit !== undefined && hit.expires > Date.now() ? hit.target : undefined
+    }
+
+    const resolve = (
+      tenantId: string,
+      keyScope: Option.Option<string>,
+      model: string
+    ): Effect.Effect<Credentials.Target, ModelError.UnknownModel | ModelError.ModelKeyMissing> =>
+      Effect.suspend(() => {
+        const hit = cached(tenantId, keyScope, model)
+        if (hit !== undefined) return Effect.succeed(hit)
+        const named = model === "auto" ? listing.defaultModel(tenantId, keyScope) : Effect.succeed(model)
+        return named.pipe(
+          Effect.flatMap((id) => credentials.resolve({ tenantId, keyScope, model: id })),
+          Effect.tap((target) =>
+            Effect.sync(() => {
+              if (cache.size >= maxEntries) cache.clear()
+              cache.set(keyOf(tenantId, keyScope, model), { target, expires: Date.now() + config.cacheMs })
+            })
+          )
+        )
+      })
+
+    /** The model layer's `Credentials` answered from this cache (for translated calls). */
+    const credentialsService = Credentials.Credentials.make({
+      resolve: (request) => resolve(request.tenantId, request.keyScope, request.model)
+    })
+
+    return { cached, resolve, credentials: credentialsService } as const
+  })
+}) {}
