@@ -8,6 +8,7 @@ import Anthropic from "@anthropic-ai/sdk"
 import { type FakeUpstream, Http, type TestNode, TestWorld } from "@agent-runtime/testing"
 import { Context, Effect, Layer, type Scope } from "effect"
 import OpenAI from "openai"
+import Pg from "pg"
 
 export type Inbound = "chat" | "responses" | "messages"
 export type Upstream = "openai-completions" | "openai-responses" | "anthropic-messages"
@@ -325,3 +326,36 @@ export class GatewayWorld extends Context.Tag("GatewayWorld")<
 export const layer = (
   env?: (upstream: FakeUpstream.FakeUpstream) => Effect.Effect<Record<string, string>, never, Scope.Scope>
 ) => Layer.effect(GatewayWorld, setup).pipe(Layer.provide(TestWorld.layer(env)))
+
+export interface UsageRow {
+  readonly provider: string
+  readonly model: string
+  readonly kind: string
+  readonly keySource: string
+  readonly input: number
+  readonly output: number
+  readonly costUsd: number
+}
+
+/** The tenant's usage records, oldest first, once at least `count` exist (they are written in batches). */
+export const usageRows = (databaseUrl: string, tenantId: string, count: number) =>
+  Effect.acquireUseRelease(
+    Effect.promise(async () => {
+      const client = new Pg.Client({ connectionString: databaseUrl })
+      await client.connect()
+      return client
+    }),
+    (client) =>
+      Effect.promise(async () => {
+        for (let attempt = 0;; attempt++) {
+          const { rows } = await client.query(
+            `SELECT provider, model, kind, key_source AS "keySource", input::float8 AS input, output::float8 AS output,
+              cost_usd::float8 AS "costUsd" FROM usage_records WHERE tenant_id = $1 ORDER BY at, id`,
+            [tenantId]
+          )
+          if (rows.length >= count || attempt > 50) return rows as Array<UsageRow>
+          await new Promise((resolve) => setTimeout(resolve, 50))
+        }
+      }),
+    (client) => Effect.promise(() => client.end())
+  )
