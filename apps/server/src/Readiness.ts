@@ -2,6 +2,7 @@
  * Whether the node takes traffic: starting until its servers listen, then
  * ready, then draining from the first shutdown signal on.
  */
+import { Drain } from "@agent-runtime/agent"
 import { Duration, Effect, Layer, Ref } from "effect"
 import { ServerConfig } from "./ServerConfig.ts"
 
@@ -15,20 +16,39 @@ export class Readiness extends Effect.Service<Readiness>()("@agent-runtime/serve
 }) {}
 
 /**
- * Marks the node ready once built. On shutdown it reports draining and keeps
- * serving for `DRAIN_GRACE_SECONDS`, so load balancers polling /readyz stop
- * sending traffic before the listener closes.
+ * Marks the node ready once built. On shutdown (SIGTERM, or an operator's
+ * drain) it reports draining on /readyz, keeps serving for
+ * `DRAIN_GRACE_SECONDS` so load balancers stop sending traffic, and hands
+ * its agents on: running turns finish their current step (at most
+ * `DRAIN_TIMEOUT_SECONDS`) and stop there with their requests open, then
+ * event streams are closed with `event: reconnect`. Only then do the
+ * servers and the cluster runner stop, and the next owners continue the
+ * turns.
  */
 export const layerServing = Layer.scopedDiscard(
   Effect.gen(function*() {
     const readiness = yield* Readiness
-    const { drainGraceSeconds } = yield* ServerConfig
+    const drain = yield* Drain.Drain
+    const { drainGraceSeconds, drainTimeoutSeconds } = yield* ServerConfig
     yield* readiness.set("ready")
     yield* Effect.addFinalizer(() =>
-      Effect.zipRight(
-        readiness.set("draining"),
-        Effect.sleep(Duration.seconds(drainGraceSeconds))
-      )
+      Effect.gen(function*() {
+        yield* readiness.set("draining")
+        yield* drain.begin
+        const turns = drain.running()
+        yield* Effect.logInfo("draining").pipe(Effect.annotateLogs("turnsRunning", turns))
+        const [, waited] = yield* Effect.all([
+          Effect.sleep(Duration.seconds(drainGraceSeconds)),
+          drain.idle.pipe(Effect.timeout(Duration.seconds(drainTimeoutSeconds)), Effect.either, Effect.timed)
+        ], { concurrency: "unbounded" })
+        yield* drain.close
+        const [took, finished] = waited
+        yield* Effect.logInfo(
+          finished._tag === "Right"
+            ? "drained: running turns stopped after their step and move to other runners"
+            : "drain timed out: turns still running are cut and resumed by their next owners"
+        ).pipe(Effect.annotateLogs({ turns, stillRunning: drain.running(), ms: Math.round(Duration.toMillis(took)) }))
+      })
     )
   })
 )

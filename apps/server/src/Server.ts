@@ -24,6 +24,7 @@ import * as Me from "./http/Me.ts"
 import * as Models from "./http/Models.ts"
 import * as Tokens_ from "./http/Tokens.ts"
 import * as Readiness from "./Readiness.ts"
+import * as Runners from "./Runners.ts"
 import * as ServerConfig from "./ServerConfig.ts"
 
 /** Where the REST API listens, as a base URL. */
@@ -84,7 +85,13 @@ const layerModels = ModelClient.ModelClient.Default.pipe(
 const shardingConfigOf = (config: ServerConfig.ServerConfig): Partial<ShardingConfig.ShardingConfig["Type"]> => ({
   runnerAddress: Option.some(RunnerAddress.make(config.runnerAddress.host, config.runnerAddress.port)),
   runnerListenAddress: Option.some(RunnerAddress.make(config.host, config.runnerAddress.port)),
-  entityMaxIdleTime: Duration.minutes(5)
+  entityMaxIdleTime: Duration.minutes(5),
+  // Crash detection: a runner silent for the lease leaves the ring and its shards move. The lease is
+  // renewed three times within it, so one slow renewal under load does not cost a runner its shards.
+  shardLockExpiration: Duration.seconds(config.runnerLeaseSeconds),
+  shardLockRefreshInterval: Duration.seconds(config.runnerLeaseSeconds / 3),
+  refreshAssignmentsInterval: Duration.seconds(1),
+  shardsPerGroup: Runners.shardsPerGroup
 })
 
 const layerShardingConfig = Layer.unwrapEffect(
@@ -113,17 +120,20 @@ const layerClusterTables = Layer.effectDiscard(
 
 /** Wakes agents with accepted but unfinished work: at start, then now and then, so nothing accepted is lost. */
 const layerResumer = Layer.scopedDiscard(
-  Effect.flatMap(Agents.Agents, (agents) =>
-    agents.wakeOpenWork.pipe(
+  Effect.gen(function*() {
+    const agents = yield* Agents.Agents
+    const config = yield* ServerConfig.ServerConfig
+    yield* agents.wakeOpenWork(config.runnerLeaseSeconds).pipe(
       Effect.catchAllCause((cause) => Effect.logWarning("waking agents failed", cause)),
-      Effect.repeat(Schedule.spaced("10 seconds")),
+      Effect.repeat(Schedule.spaced(Duration.seconds(config.runnerLeaseSeconds / 2))),
       Effect.forkScoped
-    ))
+    )
+  })
 )
 
 /** The agent runtime: the entity on this runner and the service the API calls. */
 const layerAgents = layerResumer.pipe(
-  Layer.provideMerge(Agents.Agents.Default),
+  Layer.provideMerge(Layer.mergeAll(Agents.Agents.Default, Runners.Runners.Default)),
   Layer.provideMerge(AgentRuntime.layer),
   Layer.provideMerge(
     Layer.mergeAll(AgentStore.AgentStore.Default, EventLog.LocalLogs.Default, Tools.Tools.Default, Drain.Drain.Default)
@@ -138,10 +148,16 @@ const layerServices = layerAgents.pipe(
   Layer.provideMerge(Layer.mergeAll(Tenants.Tenants.Default, Tokens.Tokens.Default, Operator.layerConfig, layerModels))
 )
 
+/** The node's database, its sessions named for the runner so a stale runner's can be told apart. */
+const layerDatabase = Layer.unwrapEffect(
+  Effect.map(ServerConfig.ServerConfig, (config) =>
+    Database.layerConfig({ applicationName: Runners.sessionName(Runners.addressOf(config)) }))
+)
+
 export const layer = Readiness.layerServing.pipe(
   Layer.provideMerge(Layer.mergeAll(layerRest, layerGateway)),
   Layer.provide(layerServices),
   Layer.provideMerge(Readiness.Readiness.Default),
-  Layer.provide(Database.layerConfig),
+  Layer.provide(layerDatabase),
   Layer.provideMerge(ServerConfig.layer)
 )

@@ -15,6 +15,10 @@ export interface ServerConfig {
   readonly runnerAddress: { readonly host: string; readonly port: number }
   /** How long a stopping node reports draining on /readyz while it still serves. */
   readonly drainGraceSeconds: number
+  /** How long a stopping node waits for running turns to finish their current step before it hands them on. */
+  readonly drainTimeoutSeconds: number
+  /** How long a silent runner keeps its shards: the crash detection time. */
+  readonly runnerLeaseSeconds: number
 }
 
 export const ServerConfig = Context.GenericTag<ServerConfig>("@agent-runtime/server/ServerConfig")
@@ -43,6 +47,11 @@ export const config: Config.Config<ServerConfig> = Config.all({
     })
   ),
   drainGraceSeconds: Config.number("DRAIN_GRACE_SECONDS").pipe(Config.withDefault(0)),
+  drainTimeoutSeconds: Config.number("DRAIN_TIMEOUT_SECONDS").pipe(Config.withDefault(30)),
+  runnerLeaseSeconds: Config.number("RUNNER_LEASE_SECONDS").pipe(
+    Config.validate({ message: "Expected at least 3 seconds", validation: (n) => n >= 3 }),
+    Config.withDefault(6)
+  ),
   maxBodyBytes: Config.integer("MAX_BODY_BYTES").pipe(Config.withDefault(24 * 1024 * 1024))
 })
 

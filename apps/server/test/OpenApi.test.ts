@@ -23,6 +23,8 @@ const routes = [
   ["get", "/v1/admin/tenants/{id}"],
   ["put", "/v1/admin/platform-keys/{provider}"],
   ["delete", "/v1/admin/platform-keys/{provider}"],
+  ["get", "/v1/admin/runners"],
+  ["post", "/v1/admin/runners/{address}/drain"],
   ["get", "/v1/models"],
   ["get", "/v1/providers"],
   ["get", "/v1/providers/{name}"],

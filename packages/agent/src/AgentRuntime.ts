@@ -10,7 +10,7 @@ import { Run } from "@agent-runtime/domain"
 import { Entity, ShardingConfig } from "@effect/cluster"
 import { Cause, Effect, Exit, Fiber, Option, Queue, Stream } from "effect"
 import { Agent, ReplayGap } from "./Agent.ts"
-import { type AgentConfig, AgentStore, type RequestRow } from "./AgentStore.ts"
+import { type AgentConfig, AgentStore, Fenced, type RequestRow } from "./AgentStore.ts"
 import { Drain } from "./Drain.ts"
 import * as EventLog from "./EventLog.ts"
 import * as Turn from "./Turn.ts"
@@ -264,6 +264,8 @@ export const layer = Agent.toLayer(
       })
 
     // The runner: one request at a time, in arrival order; the entity stays alive while work is open.
+    // The entity is kept alive while work is open; the cluster keeps that as a message, so when the node
+    // stops or is lost, the next owner of the shard starts the agent at once and it picks the work up.
     yield* Effect.gen(function*() {
       while (true) {
         yield* Queue.take(wakeup)
@@ -272,9 +274,19 @@ export const layer = Agent.toLayer(
           yield* Entity.keepAlive(true)
           yield* drain.track(runOne(pending.shift()!))
         }
-        yield* Entity.keepAlive(false)
+        if (!drain.isDraining()) yield* Entity.keepAlive(false)
       }
-    }).pipe(Effect.forkScoped)
+    }).pipe(
+      // The epoch moved on: the cluster gave the agent to another runner while this one was cut off.
+      Effect.catchAllDefect((defect) =>
+        defect instanceof Fenced
+          ? Effect.logWarning("another runner owns the agent now; this one stops running it").pipe(
+            Effect.annotateLogs({ agentId, epoch })
+          )
+          : Effect.die(defect)
+      ),
+      Effect.forkScoped
+    )
     yield* loadOpenWork
 
     return {
@@ -293,7 +305,10 @@ export const layer = Agent.toLayer(
               ...(payload.spendLimit === undefined ? {} : { spendLimit: payload.spendLimit })
             }
           }))
-          if (payload.whileRunning === "steer" && active !== null && row.state === "queued") {
+          if (drain.isDraining() && row.state !== "completed") {
+            // Accepted here, run by the next owner, which the kept-alive entity brings up at once.
+            yield* Effect.provideService(Entity.keepAlive(true), Entity.CurrentAddress, address)
+          } else if (payload.whileRunning === "steer" && active !== null && row.state === "queued") {
             if (!steering.some((open) => open.id === row.id) && !taken.some((open) => open.id === row.id)) {
               steering.push(row)
             }
@@ -363,14 +378,19 @@ export const layer = Agent.toLayer(
             (entries) =>
               entries.pipe(
                 Stream.map((entry) => ({ id: entry.id, data: entry.data })),
-                // A lagging watcher's stream just ends; the client reconnects from its cursor.
-                Stream.catchAll(() => Stream.empty)
+                // A lagging watcher's stream just ends; the client reconnects from its cursor. So does
+                // every stream when the node closes its streams to hand the agent on.
+                Stream.catchAll(() => Stream.empty),
+                Stream.interruptWhen(drain.closed)
               )
           )
         ),
       Poll: ({ payload }) =>
         Effect.mapError(
-          log.poll(payload.cursor, `${payload.waitMillis} millis`),
+          Effect.raceFirst(
+            log.poll(payload.cursor, `${payload.waitMillis} millis`),
+            Effect.zipRight(drain.closed, log.poll(payload.cursor, 0))
+          ),
           (gap) => new ReplayGap({ cursor: gap.cursor, oldest: gap.oldest })
         )
     }

@@ -40,6 +40,9 @@ export interface AgentRow {
   readonly inputFingerprint: string
   readonly expiresAt: number | null
   readonly createdAt: number
+  /** Failed attempts to wake its unfinished work, and when the next may happen. */
+  readonly resumeFailures: number
+  readonly resumeAfter: number | null
 }
 
 export interface RequestRow {
@@ -65,7 +68,8 @@ export interface RequestRow {
 const epoch = (column: string) => `floor(extract(epoch from ${column}))::float8`
 
 const agentColumns = `id, tenant_id, key, name, type, config, input_fingerprint,
-  ${epoch("expires_at")} AS expires_at, ${epoch("created_at")} AS created_at`
+  ${epoch("expires_at")} AS expires_at, ${epoch("created_at")} AS created_at,
+  resume_failures, ${epoch("resume_after")} AS resume_after`
 
 const requestColumns = `agent_id, id, seq::float8 AS seq, method, state, fingerprint, input, began_index, outcome,
   steered_into, handoff, resumes, ${epoch("started_at")} AS started_at, ${epoch("began_at")} AS began_at,
@@ -85,7 +89,7 @@ export class AgentStore extends Effect.Service<AgentStore>()("@agent-runtime/age
     const requestFields = sql.unsafe(requestColumns)
 
     const insertAgent = (
-      agent: Omit<AgentRow, "expiresAt" | "createdAt"> & { readonly ttlSeconds: number | null }
+      agent: Omit<AgentRow, "expiresAt" | "createdAt" | "resumeFailures" | "resumeAfter"> & { readonly ttlSeconds: number | null }
     ) =>
       sql`
         INSERT INTO agents (id, tenant_id, key, name, type, config, input_fingerprint, expires_at)
@@ -235,9 +239,26 @@ export class AgentStore extends Effect.Service<AgentStore>()("@agent-runtime/age
         WHERE agent_id = ${agentId} AND id = ${id} AND state <> 'completed'`
 
     /** Agents with work not yet completed: what a restarted cluster must pick up again. */
-    const agentsWithOpenWork = sql<{ agentId: string }>`
-      SELECT DISTINCT r.agent_id FROM agent_requests r JOIN agents a ON a.id = r.agent_id
-      WHERE r.state <> 'completed' AND a.deleted_at IS NULL`.pipe(Effect.map((rows) => rows.map((row) => row.agentId)))
+    /**
+     * Agents with unfinished work that no live runner holds (let go, or their
+     * runner went silent past `leaseSeconds`), whose next wake-up is due.
+     */
+    const agentsToWake = (leaseSeconds: number) =>
+      sql<{ agentId: string; resumeFailures: number }>`
+        SELECT a.id AS agent_id, a.resume_failures FROM agents a
+        WHERE a.deleted_at IS NULL AND (a.resume_after IS NULL OR a.resume_after <= now())
+          AND EXISTS (SELECT 1 FROM agent_requests r WHERE r.agent_id = a.id AND r.state <> 'completed')
+          AND (a.owner IS NULL OR NOT EXISTS (SELECT 1 FROM runner_reports w
+            WHERE w.address = a.owner AND w.reported_at > now() - make_interval(secs => ${leaseSeconds})))`
+
+    /** Waking the agent's work failed: the next attempt waits twice as long as the last, at most an hour. */
+    const resumeFailed = (agentId: string) =>
+      sql`UPDATE agents SET resume_failures = resume_failures + 1,
+          resume_after = now() + make_interval(secs => least(3600, power(2, resume_failures)::int))
+        WHERE id = ${agentId}`
+
+    const resumeSucceeded = (agentId: string) =>
+      sql`UPDATE agents SET resume_failures = 0, resume_after = NULL WHERE id = ${agentId} AND resume_failures > 0`
 
     const updateConfig = (agentId: string, config: AgentConfig) =>
       sql`UPDATE agents SET config = ${JSON.stringify(config)}::jsonb WHERE id = ${agentId}`
@@ -293,7 +314,9 @@ export class AgentStore extends Effect.Service<AgentStore>()("@agent-runtime/age
       finishToolCall,
       toolCalls,
       complete,
-      agentsWithOpenWork,
+      agentsToWake,
+      resumeFailed,
+      resumeSucceeded,
       appendMessage,
       messagesBefore,
       completedRequests,

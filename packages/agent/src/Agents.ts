@@ -13,6 +13,7 @@ import { toRecord } from "./AgentRuntime.ts"
 import * as EventLog from "./EventLog.ts"
 import * as Sse from "./Sse.ts"
 import { type AgentConfig, type AgentRow, AgentStore } from "./AgentStore.ts"
+import { Drain } from "./Drain.ts"
 import { Tools } from "./Tools.ts"
 
 export const agentTokenPrefix = "aat_"
@@ -32,6 +33,7 @@ export class Agents extends Effect.Service<Agents>()("@agent-runtime/agent/Agent
   effect: Effect.gen(function*() {
     const store = yield* AgentStore
     const tools = yield* Tools
+    const drain = yield* Drain
     const sealer = yield* SealedSecret.Sealer
     const listing = yield* Listing.Listing
     const usage = yield* UsageLog.UsageLog
@@ -63,6 +65,11 @@ export class Agents extends Effect.Service<Agents>()("@agent-runtime/agent/Agent
         return agent.value
       })
 
+    const resumeOf = (agent: AgentRow) =>
+      agent.resumeFailures === 0 || agent.resumeAfter === null
+        ? null
+        : new AgentSchemas.AgentResume({ failures: agent.resumeFailures, after: agent.resumeAfter })
+
     const summary = (agent: AgentRow, running: boolean) =>
       new AgentSchemas.AgentSummary({
         id: agent.id,
@@ -73,7 +80,7 @@ export class Agents extends Effect.Service<Agents>()("@agent-runtime/agent/Agent
         connected: false,
         running,
         expiresAt: agent.expiresAt,
-        resume: null
+        resume: resumeOf(agent)
       })
 
     /** New prompts are refused with 402 once the agent's spend limit is reached. */
@@ -468,10 +475,14 @@ export class Agents extends Effect.Service<Agents>()("@agent-runtime/agent/Agent
 
     const state = (tenantId: string, agentId: string) =>
       Effect.gen(function*() {
-        yield* live(tenantId, agentId)
+        const agent = yield* live(tenantId, agentId)
         const current = yield* status(agentId)
         const requests = yield* Effect.orDie(store.recentRequests(agentId, 10))
-        return new Session.SessionState({ cursor: current.cursor, requests: requests.map(toRecord), resume: null })
+        return new Session.SessionState({
+          cursor: current.cursor,
+          requests: requests.map(toRecord),
+          resume: resumeOf(agent)
+        })
       })
 
     /**
@@ -582,21 +593,42 @@ export class Agents extends Effect.Service<Agents>()("@agent-runtime/agent/Agent
         yield* live(tenantId, agentId)
         const local = localLogs.get(agentId)
         if (Option.isSome(local)) {
-          const written = yield* Effect.either(Sse.toNodeStream({ ready: options.ready, log: local.value, cursor }))
+          const written = yield* Effect.either(
+            Sse.toNodeStream({ ready: options.ready, log: local.value, cursor, endWhen: drain.onClose })
+          )
           if (written._tag === "Right") return { _tag: "Node", body: written.right } as const
         }
         const entries = yield* watch(tenantId, agentId, cursor, options.snapshot)
-        return { _tag: "Stream", body: Sse.toStream({ ready: options.ready, entries }) } as const
+        return {
+          _tag: "Stream",
+          body: Sse.toStream({ ready: options.ready, entries: Stream.interruptWhen(entries, drain.closed) })
+        } as const
       })
 
-    /** Wakes every agent with unfinished work, so accepted requests go on after a restart. */
-    const wakeOpenWork = Effect.gen(function*() {
-      const agents = yield* Effect.orDie(store.agentsWithOpenWork)
-      yield* Effect.forEach(agents, (agentId) => Effect.ignore(makeClient(agentId).Wake()), {
-        concurrency: 16,
-        discard: true
+    /**
+     * Wakes agents whose unfinished work no live runner holds, so accepted
+     * requests go on after a restart or a lost runner. A wake-up that fails
+     * is retried later, doubling the wait up to an hour, never given up.
+     */
+    const wakeOpenWork = (leaseSeconds: number) =>
+      Effect.gen(function*() {
+        const agents = yield* Effect.orDie(store.agentsToWake(leaseSeconds))
+        yield* Effect.forEach(agents, ({ agentId, resumeFailures }) =>
+          makeClient(agentId).Wake().pipe(
+            // A shard that has no owner yet makes the send wait; the next round tries again.
+            Effect.timeout(Duration.seconds(15)),
+            Effect.matchCauseEffect({
+              onSuccess: () => resumeFailures > 0 ? Effect.ignore(store.resumeSucceeded(agentId)) : Effect.void,
+              onFailure: (cause) =>
+                Effect.zipRight(
+                  Effect.logWarning("waking an agent's unfinished work failed", cause).pipe(
+                    Effect.annotateLogs({ agentId, failures: resumeFailures + 1 })
+                  ),
+                  Effect.ignore(store.resumeFailed(agentId))
+                )
+            })
+          ), { concurrency: 16, discard: true })
       })
-    })
 
     return {
       create,

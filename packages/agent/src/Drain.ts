@@ -1,37 +1,25 @@
 /**
- * A node handing its agents on: once a drain begins, running turns stop
- * after their current step (the request stays open for the next owner),
- * no new work starts here, and watchers are told to reconnect. `idle`
- * waits until no turn runs on this node, so shards move only after that.
+ * A node handing its agents on, in two phases. `begin`: running turns stop
+ * after their current step (the request stays open for the next owner) and
+ * no new work starts here; `idle` waits until no turn runs. `close`: event
+ * streams served from here end (watchers get `event: reconnect`), so the
+ * cluster can move the shards at once instead of waiting on open streams.
  */
-import { Effect, Scope } from "effect"
+import { Deferred, Effect } from "effect"
 
 export class Drain extends Effect.Service<Drain>()("@agent-runtime/agent/Drain", {
-  sync: () => {
+  effect: Effect.gen(function*() {
     let draining = false
     let running = 0
-    const onBegin = new Set<() => void>()
+    let isClosed = false
+    const closed = yield* Deferred.make<void>()
+    const onClose = new Set<() => void>()
     const onIdle = new Set<() => void>()
-    const settle = () => {
-      if (running > 0) return
-      for (const wake of onIdle) wake()
-    }
     return {
       isDraining: () => draining,
       begin: Effect.sync(() => {
-        if (draining) return
         draining = true
-        for (const listener of onBegin) listener()
       }),
-      /** Registers a callback for the start of a drain (at once when one began); removed with the scope. */
-      listen: (listener: () => void): Effect.Effect<void, never, Scope.Scope> =>
-        Effect.acquireRelease(
-          Effect.sync(() => {
-            onBegin.add(listener)
-            if (draining) listener()
-          }),
-          () => Effect.sync(() => onBegin.delete(listener))
-        ),
       /** Counts a turn running on this node for as long as `effect` runs. */
       track: <A, E, R>(effect: Effect.Effect<A, E, R>) =>
         Effect.acquireUseRelease(
@@ -40,7 +28,7 @@ export class Drain extends Effect.Service<Drain>()("@agent-runtime/agent/Drain",
           () =>
             Effect.sync(() => {
               running--
-              settle()
+              if (running === 0) for (const wake of onIdle) wake()
             })
         ),
       running: () => running,
@@ -52,7 +40,24 @@ export class Drain extends Effect.Service<Drain>()("@agent-runtime/agent/Drain",
         }
         onIdle.add(wake)
         return Effect.sync(() => onIdle.delete(wake))
-      })
+      }),
+      close: Effect.suspend(() => {
+        isClosed = true
+        for (const listener of onClose) listener()
+        onClose.clear()
+        return Deferred.succeed(closed, void 0)
+      }),
+      /** Completes when the node closes its streams. */
+      closed: Deferred.await(closed),
+      /** A plain callback for the close (at once when already closed); the result unregisters it. */
+      onClose: (listener: () => void): () => void => {
+        if (isClosed) {
+          listener()
+          return () => {}
+        }
+        onClose.add(listener)
+        return () => onClose.delete(listener)
+      }
     }
-  }
+  })
 }) {}

@@ -80,6 +80,8 @@ export interface WriterOptions {
   readonly heartbeat?: Duration.DurationInput
   /** Bytes a watcher may leave unread before it is cut off with a reconnect frame. */
   readonly maxPendingBytes?: number
+  /** Registers a callback that ends the stream with a reconnect frame (a node draining); returns its removal. */
+  readonly endWhen?: (end: () => void) => () => void
 }
 
 /**
@@ -99,6 +101,7 @@ export const toNodeStream = (options: WriterOptions) =>
       if (ended) return
       ended = true
       stop()
+      unregister()
       clearInterval(timer)
       body.end(last)
     }
@@ -107,10 +110,12 @@ export const toNodeStream = (options: WriterOptions) =>
       body.write(bytes)
       if (body.writableLength + body.readableLength > maxPending) finish(reconnect)
     }
+    let unregister = () => {}
     const timer = setInterval(() => write(heartbeat), Duration.toMillis(options.heartbeat ?? defaultHeartbeat))
     body.on("close", () => {
       ended = true
       stop()
+      unregister()
       clearInterval(timer)
     })
     body.write(ready(options.ready))
@@ -120,5 +125,6 @@ export const toNodeStream = (options: WriterOptions) =>
     }).pipe(Effect.tapError(() => Effect.sync(() => finish(new Uint8Array()))))
     stop = listening.stop
     for (const entry of listening.replay) write(encode(entry))
+    unregister = options.endWhen?.(() => finish(reconnect)) ?? unregister
     return body
   })

@@ -30,12 +30,17 @@ import {
   Provider
 } from "./Provider.ts"
 import { PromptInput, RequestRecord } from "./Run.ts"
+import { DrainStarted, RunnerList } from "./Runner.ts"
 import { EventPoll, HistoryPage, SessionState } from "./Session.ts"
 import { Tenant, TenantCreated, TenantInput } from "./Tenant.ts"
 import { Token, TokenCreated, TokenInput } from "./Token.ts"
 
 const idParam = HttpApiSchema.param("id", Schema.String)
 const providerParam = HttpApiSchema.param("provider", Schema.String)
+const runnerAddressParam = HttpApiSchema.param(
+  "address",
+  Schema.String.annotations({ description: "the runner's host:port (URL-encoded)" })
+)
 const nameParam = HttpApiSchema.param(
   "name",
   Schema.String.pipe(Schema.pattern(/^[A-Za-z0-9_-]{1,80}$/)).annotations({
@@ -474,9 +479,28 @@ export class AdminGroup extends HttpApiGroup.make("admin")
       .addSuccess(Deleted)
       .addError(ApiError.NotFound.Wire)
   )
+  .add(
+    HttpApiEndpoint.get("listRunners", "/v1/admin/runners")
+      .addSuccess(RunnerList)
+      .annotate(
+        OpenApi.Description,
+        "The cluster's runners: state, lease, shard counts and load (agents, running turns, waiting requests)."
+      )
+  )
+  .add(
+    HttpApiEndpoint.post("drainRunner")`/v1/admin/runners/${runnerAddressParam}/drain`
+      .addSuccess(DrainStarted, { status: 202 })
+      .addError(ApiError.NotFound.Wire)
+      .annotate(
+        OpenApi.Description,
+        "Drains a runner as SIGTERM does: /readyz answers 503, running turns finish their current step and " +
+          "continue on other runners (turn_resumed, handoff drain), event streams get `event: reconnect`, then " +
+          "the process exits. Idempotent while it drains."
+      )
+  )
   .middleware(OperatorAuthentication)
   .annotate(OpenApi.Title, "Operator")
-  .annotate(OpenApi.Description, "Tenant administration with the operator token.")
+  .annotate(OpenApi.Description, "Tenant and cluster administration with the operator token.")
 {}
 
 /**

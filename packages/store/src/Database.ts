@@ -14,6 +14,8 @@ export interface Options {
   readonly url: Option.Option<Redacted.Redacted<string>>
   readonly dataDir: string
   readonly maxConnections?: number
+  /** Names every session of this process in pg_stat_activity (nodes of a cluster name themselves apart). */
+  readonly applicationName?: string
 }
 
 /** Any number, the same in every process: it names the lock nodes take while they change the schema. */
@@ -38,12 +40,12 @@ export const withStartupLock = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
   )
 
 /** A client on `url`, with the schema migrated. */
-export const layerClient = (url: Redacted.Redacted<string>, maxConnections = 20) =>
+export const layerClient = (url: Redacted.Redacted<string>, options: Omit<Options, "url" | "dataDir"> = {}) =>
   Layer.effectDiscard(withStartupLock(Migrations.run)).pipe(
     Layer.provideMerge(PgClient.layer({
       url,
-      maxConnections,
-      applicationName: "agent-runtime",
+      maxConnections: options.maxConnections ?? 20,
+      applicationName: options.applicationName ?? "agent-runtime",
       transformQueryNames: String.camelToSnake,
       transformResultNames: String.snakeToCamel
     }))
@@ -51,21 +53,23 @@ export const layerClient = (url: Redacted.Redacted<string>, maxConnections = 20)
 
 export const layer = (options: Options) =>
   Option.match(options.url, {
-    onSome: (url) => layerClient(url, options.maxConnections),
+    onSome: (url) => layerClient(url, options),
     onNone: () =>
       Layer.unwrapScoped(
         Effect.gen(function*() {
           const server = yield* EmbeddedPostgres.start({ dataDir: options.dataDir })
           yield* Effect.logInfo("embedded postgres ready").pipe(Effect.annotateLogs("port", server.port))
-          return layerClient(server.url, options.maxConnections)
+          return layerClient(server.url, options)
         })
       )
   })
 
-export const layerConfig = Layer.unwrapEffect(
-  Effect.gen(function*() {
-    const url = yield* Config.option(Config.redacted("DATABASE_URL"))
-    const dataDir = yield* Config.string("DATA_DIR").pipe(Config.withDefault("./.data"))
-    return layer({ url, dataDir })
-  })
-)
+/** DATABASE_URL, or an embedded server under DATA_DIR. */
+export const layerConfig = (options: Omit<Options, "url" | "dataDir"> = {}) =>
+  Layer.unwrapEffect(
+    Effect.gen(function*() {
+      const url = yield* Config.option(Config.redacted("DATABASE_URL"))
+      const dataDir = yield* Config.string("DATA_DIR").pipe(Config.withDefault("./.data"))
+      return layer({ ...options, url, dataDir })
+    })
+  )

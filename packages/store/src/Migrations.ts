@@ -172,6 +172,22 @@ const journal = Effect.gen(function*() {
   yield* sql`ALTER TABLE agents ADD COLUMN owner text, ADD COLUMN owner_epoch bigint NOT NULL DEFAULT 0,
     ADD COLUMN released_cursor bigint`
   yield* sql`ALTER TABLE agent_requests ADD COLUMN handoff text, ADD COLUMN resumes integer NOT NULL DEFAULT 0`
+  // Waking an agent's unfinished work failed this many times; the next attempt waits until resume_after.
+  yield* sql`ALTER TABLE agents ADD COLUMN resume_failures integer NOT NULL DEFAULT 0, ADD COLUMN resume_after timestamptz`
+  yield* sql`CREATE INDEX agents_owner ON agents (owner) WHERE owner IS NOT NULL`
+  // What each runner last reported of itself, and an operator's request that it drain.
+  yield* sql`
+    CREATE TABLE runner_reports (
+      address text PRIMARY KEY,
+      started_at timestamptz NOT NULL,
+      reported_at timestamptz NOT NULL,
+      state text NOT NULL CHECK (state IN ('active', 'draining')),
+      shards integer NOT NULL DEFAULT 0,
+      agents integer NOT NULL DEFAULT 0,
+      turns_running integer NOT NULL DEFAULT 0,
+      mailbox_depth integer NOT NULL DEFAULT 0,
+      drain_requested_at timestamptz
+    )`
 })
 
 /** The gateway's per-tenant settings, set by the operator: stream slots (none means the node's default). */
