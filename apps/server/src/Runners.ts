@@ -81,6 +81,8 @@ export class Runners extends Effect.Service<Runners>()("@agent-runtime/server/Ru
         SELECT r.address, count(pg_terminate_backend(a.pid))::int AS sessions
         FROM runner_reports r JOIN pg_stat_activity a ON a.application_name = 'agent-runtime runner ' || r.address
         WHERE r.address <> ${me} AND r.reported_at < now() - make_interval(secs => ${lease})
+          -- Only the silent process's own sessions: a new process at the same address opens its after that.
+          AND a.backend_start < r.reported_at
         GROUP BY r.address`
       for (const runner of ended) {
         yield* Effect.logWarning("runner silent past its lease: ended its database sessions so its shards move").pipe(

@@ -8,7 +8,7 @@
  */
 import { Run } from "@agent-runtime/domain"
 import { Entity, ShardingConfig } from "@effect/cluster"
-import { Cause, Effect, Exit, Fiber, Option, Queue, Stream } from "effect"
+import { Cause, Duration, Effect, Exit, Fiber, Option, Queue, Schedule, Stream } from "effect"
 import { Agent, ReplayGap } from "./Agent.ts"
 import { type AgentConfig, AgentStore, Fenced, type RequestRow } from "./AgentStore.ts"
 import { Drain } from "./Drain.ts"
@@ -49,6 +49,9 @@ export const toRecord = (row: RequestRow): Run.RequestRecord => {
   })
 }
 
+/** How long a moving agent's turn may take to finish its step before it is cut (and resumed as after a crash). */
+const handOnTimeout = Duration.seconds(30)
+
 export const layer = Agent.toLayer(
   Effect.gen(function*() {
     const address = yield* Entity.CurrentAddress
@@ -76,14 +79,20 @@ export const layer = Agent.toLayer(
     const log = yield* EventLog.make({
       agentId,
       startCursor: yield* Effect.orDie(store.reserveEvents(agentId)),
-      continuesFrom: ownership.continuesFrom ?? undefined
+      continuesFrom: ownership.continuesFrom ?? undefined,
+      inherited: ownership.inherited ?? undefined
     })
     yield* (yield* EventLog.LocalLogs).register(agentId, log)
-    // Stopped on purpose (drain, idle): the next owner continues the event ids without a gap.
+    // Stopped on purpose (drain, rebalance, idle): the next owner's log goes on from this one's, without a gap.
     yield* Effect.addFinalizer(() =>
-      Effect.flatMap(log.cursor, (cursor) => Effect.ignore(store.release(agentId, epoch, cursor)))
+      Effect.gen(function*() {
+        const cursor = yield* log.cursor
+        yield* Effect.ignore(store.release(agentId, epoch, cursor, yield* log.buffered))
+      })
     )
 
+    /** The cluster is moving the agent (rebalance, drain): the running turn stops after its step. */
+    let releasing = false
     /** Accepted requests not yet run, in arrival order. */
     const pending: Array<RequestRow> = []
     /** Steered prompts waiting for the running turn's next step, and those it took. */
@@ -180,7 +189,7 @@ export const layer = Agent.toLayer(
             toolFinished: (toolCallId, result) => fenced(store.finishToolCall(agentId, toolCallId, result)),
             sentToolCalls: Effect.orDie(store.toolCalls(agentId, row.id)),
             aborting: () => aborting,
-            handingOff: drain.isDraining,
+            handingOff: () => releasing || drain.isDraining(),
             overBudget: Effect.gen(function*() {
               const limit = agent.config.spendLimit
               if (limit !== undefined && (yield* usage.spent(agentId, { since: limit.since })) >= limit.usd) return true
@@ -270,11 +279,11 @@ export const layer = Agent.toLayer(
       while (true) {
         yield* Queue.take(wakeup)
         // A draining node starts nothing new: open work stays journaled for the next owner.
-        while (pending.length > 0 && !drain.isDraining()) {
+        while (pending.length > 0 && !drain.isDraining() && !releasing) {
           yield* Entity.keepAlive(true)
           yield* drain.track(runOne(pending.shift()!))
         }
-        if (!drain.isDraining()) yield* Entity.keepAlive(false)
+        if (!drain.isDraining() && !releasing) yield* Entity.keepAlive(false)
       }
     }).pipe(
       // The epoch moved on: the cluster gave the agent to another runner while this one was cut off.
@@ -286,6 +295,17 @@ export const layer = Agent.toLayer(
           : Effect.die(defect)
       ),
       Effect.forkScoped
+    )
+    // Runs before the runner is interrupted (finalizers run in reverse): a turn moved with its shard
+    // finishes its current step and hands on, rather than being cut and resumed as after a crash.
+    yield* Effect.addFinalizer(() =>
+      Effect.suspend(() => {
+        releasing = true
+        return Effect.repeat(Effect.sync(() => active), {
+          until: (running) => running === null,
+          schedule: Schedule.spaced("50 millis")
+        }).pipe(Effect.timeout(handOnTimeout), Effect.ignore)
+      })
     )
     yield* loadOpenWork
 

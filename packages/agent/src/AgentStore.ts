@@ -177,20 +177,29 @@ export class AgentStore extends Effect.Service<AgentStore>()("@agent-runtime/age
 
     /** Makes the caller the agent's owner: a new epoch, which every later journal write must carry. */
     const claim = (agentId: string, owner: string) =>
-      sql<{ epoch: number; continuesFrom: number | null }>`
-        UPDATE agents a SET owner_epoch = a.owner_epoch + 1, owner = ${owner}, released_cursor = NULL
-        FROM (SELECT id, released_cursor FROM agents WHERE id = ${agentId} FOR UPDATE) previous
+      sql<{ epoch: number; continuesFrom: number | null; inherited: Array<{ id: number; data: unknown }> | null }>`
+        UPDATE agents a SET owner_epoch = a.owner_epoch + 1, owner = ${owner}, released_cursor = NULL,
+          released_events = NULL
+        FROM (SELECT id, released_cursor, released_events FROM agents WHERE id = ${agentId} FOR UPDATE) previous
         WHERE a.id = previous.id
-        RETURNING a.owner_epoch::float8 AS epoch, previous.released_cursor::float8 AS continues_from`.pipe(
-        Effect.map((rows) => rows[0] ?? { epoch: 0, continuesFrom: null })
+        RETURNING a.owner_epoch::float8 AS epoch, previous.released_cursor::float8 AS continues_from,
+          previous.released_events AS inherited`.pipe(
+        Effect.map((rows) => rows[0] ?? { epoch: 0, continuesFrom: null, inherited: null })
       )
 
     /**
-     * Lets go of the agent on purpose (drain, idle): any node may pick up its
-     * open work, and the next owner's event log continues from `cursor`.
+     * Lets go of the agent on purpose (drain, rebalance, idle): any node may
+     * pick up its open work, and the next owner's event log goes on from
+     * `cursor` with the buffered `events`, so watchers miss nothing.
      */
-    const release = (agentId: string, epoch: number, cursor: number) =>
-      sql`UPDATE agents SET owner = NULL, released_cursor = ${cursor} WHERE id = ${agentId} AND owner_epoch = ${epoch}`
+    const release = (
+      agentId: string,
+      epoch: number,
+      cursor: number,
+      events: ReadonlyArray<{ readonly id: number; readonly data: unknown }>
+    ) =>
+      sql`UPDATE agents SET owner = NULL, released_cursor = ${cursor}, released_events = ${JSON.stringify(events)}::jsonb
+        WHERE id = ${agentId} AND owner_epoch = ${epoch}`
 
     /**
      * Runs a journal write only while `epoch` is still the agent's: the row

@@ -530,6 +530,11 @@ export class Agents extends Effect.Service<Agents>()("@agent-runtime/agent/Agent
      * (the running turn so far) and goes on live from there.
      */
     const watch = (tenantId: string, agentId: string, cursor: Option.Option<number>, snapshot: boolean) =>
+      Effect.map(watchFrom(tenantId, agentId, cursor, snapshot), (entries) =>
+        // A draining node ends its streams, so its agents can move at once.
+        Stream.interruptWhen(entries, drain.closed))
+
+    const watchFrom = (tenantId: string, agentId: string, cursor: Option.Option<number>, snapshot: boolean) =>
       Effect.gen(function*() {
         yield* live(tenantId, agentId)
         const client = makeClient(agentId)
@@ -601,7 +606,7 @@ export class Agents extends Effect.Service<Agents>()("@agent-runtime/agent/Agent
         const entries = yield* watch(tenantId, agentId, cursor, options.snapshot)
         return {
           _tag: "Stream",
-          body: Sse.toStream({ ready: options.ready, entries: Stream.interruptWhen(entries, drain.closed) })
+          body: Sse.toStream({ ready: options.ready, entries })
         } as const
       })
 

@@ -54,6 +54,8 @@ export interface EventLog {
   readonly poll: (cursor: number, wait: Duration.DurationInput) => Effect.Effect<Poll, ReplayGap>
   /** Open subscriptions (watchers and waiting polls). */
   readonly subscribers: Effect.Effect<number>
+  /** What the buffer holds, oldest first: handed to the next owner when the agent moves on purpose. */
+  readonly buffered: Effect.Effect<ReadonlyArray<{ readonly id: number; readonly data: unknown }>>
   /**
    * A plain callback subscription, for writers that need no stream: the
    * replay after `cursor`, then `listener.entry` for each new entry, in the
@@ -80,6 +82,8 @@ export interface Options {
    * published before it let the agent go on purpose, so nothing lies between.
    */
   readonly continuesFrom?: number | undefined
+  /** The previous owner's buffered events (ids up to `continuesFrom`), replayed from here as if never moved. */
+  readonly inherited?: ReadonlyArray<{ readonly id: number; readonly data: unknown }> | undefined
   readonly maxEvents?: number
   readonly maxBytes?: number
   readonly subscriberBuffer?: number
@@ -144,15 +148,24 @@ export const make = (options: Options): Effect.Effect<EventLog, never, Scope.Sco
 
     const oldest = () => (count === 0 ? latest + 1 : ring[head]!.id)
 
+    for (const entry of options.inherited ?? []) append({ ...entry, json: JSON.stringify(entry.data) ?? "null" })
+
     const unsafeSince = (cursor: number): Either.Either<Array<Entry>, ReplayGap> => {
       const first = oldest()
       const seamless = options.continuesFrom !== undefined && cursor >= options.continuesFrom &&
         cursor <= options.startCursor && first === options.startCursor + 1
       // Equal to the id just before the oldest buffered one (or to the start cursor): nothing is missing.
       if (cursor < first - 1 && !seamless) return Either.left(new ReplayGap({ cursor, oldest: first }))
+      // Ids grow along the ring (with one jump where inherited entries end), so the first wanted is found by bisection.
+      let low = 0
+      let high = count
+      while (low < high) {
+        const middle = (low + high) >>> 1
+        if (ring[(head + middle) % maxEvents]!.id <= cursor) low = middle + 1
+        else high = middle
+      }
       const out: Array<Entry> = []
-      // Ids are consecutive in the ring, so the first wanted entry is found by offset.
-      for (let i = Math.max(0, cursor + 1 - first); i < count; i++) out.push(ring[(head + i) % maxEvents]!)
+      for (let i = low; i < count; i++) out.push(ring[(head + i) % maxEvents]!)
       return Either.right(out)
     }
 
@@ -283,6 +296,12 @@ export const make = (options: Options): Effect.Effect<EventLog, never, Scope.Sco
       subscribe,
       poll,
       subscribers: Effect.sync(() => live.size + listeners.size),
+      buffered: Effect.sync(() =>
+        Array.from({ length: count }, (_, i) => {
+          const entry = ring[(head + i) % maxEvents]!
+          return { id: entry.id, data: entry.data }
+        })
+      ),
       listen
     }
   })

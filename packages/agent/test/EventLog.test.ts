@@ -89,6 +89,35 @@ describe("EventLog", () => {
       expect(ids(yield* Stream.runCollect(Stream.take(replayed, 4)))).toEqual([103, 104, 105, 106])
     }))
 
+  it.scoped("a log handed on goes on from the previous owner's: its buffered events replay, cursors never gap", () =>
+    Effect.gen(function*() {
+      const inherited = [100_001, 100_002, 100_003, 100_004, 100_005].map((id) => ({ id, data: { id } }))
+      const log = yield* EventLog.make({
+        agentId: "ag_moved",
+        startCursor: 200_000,
+        continuesFrom: 100_005,
+        inherited,
+        maxEvents: 6
+      })
+      expect(Either.map(yield* log.since(100_003), ids)).toEqual(Either.right([100_004, 100_005]))
+      expect(Either.map(yield* log.since(100_005), ids)).toEqual(Either.right([]))
+      // Two more make seven: the oldest inherited event is evicted.
+      yield* publishMany(log, 2)
+      expect(Either.map(yield* log.since(100_005), ids)).toEqual(Either.right([200_001, 200_002]))
+      expect(Either.map(yield* log.since(100_001), ids)).toEqual(
+        Either.right([100_002, 100_003, 100_004, 100_005, 200_001, 200_002])
+      )
+      const before = yield* log.since(100_000)
+      expect(Either.isLeft(before) && before.left).toMatchObject({ _tag: "ReplayGap", oldest: 100_002 })
+      // Once this owner's own first events are evicted too, a cursor from before them is a gap.
+      yield* publishMany(log, 6)
+      const evicted = yield* log.since(100_005)
+      expect(Either.isLeft(evicted) && evicted.left).toMatchObject({ _tag: "ReplayGap", oldest: 200_003 })
+      expect(Either.map(yield* log.since(200_002), ids)).toEqual(
+        Either.right([200_003, 200_004, 200_005, 200_006, 200_007, 200_008])
+      )
+    }))
+
   it.scoped("replay meets the live feed with no gap and no duplicate while publishing concurrently", () =>
     Effect.gen(function*() {
       const log = yield* EventLog.make({ agentId: "ag_live", startCursor: 1000 })

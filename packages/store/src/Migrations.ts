@@ -170,7 +170,7 @@ const journal = Effect.gen(function*() {
       PRIMARY KEY (agent_id, tool_call_id)
     )`
   yield* sql`ALTER TABLE agents ADD COLUMN owner text, ADD COLUMN owner_epoch bigint NOT NULL DEFAULT 0,
-    ADD COLUMN released_cursor bigint`
+    ADD COLUMN released_cursor bigint, ADD COLUMN released_events jsonb`
   yield* sql`ALTER TABLE agent_requests ADD COLUMN handoff text, ADD COLUMN resumes integer NOT NULL DEFAULT 0`
   // Waking an agent's unfinished work failed this many times; the next attempt waits until resume_after.
   yield* sql`ALTER TABLE agents ADD COLUMN resume_failures integer NOT NULL DEFAULT 0, ADD COLUMN resume_after timestamptz`

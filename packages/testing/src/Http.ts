@@ -18,24 +18,44 @@ export interface RequestOptions {
   readonly headers?: Record<string, string>
 }
 
+const send = async (
+  base: string,
+  method: string,
+  path: string,
+  options: RequestOptions,
+  signal?: AbortSignal
+): Promise<Response> => {
+  const headers: Record<string, string> = { ...options.headers }
+  if (options.token !== undefined) headers.authorization = `Bearer ${options.token}`
+  let body = options.body
+  if (options.json !== undefined) {
+    headers["content-type"] ??= "application/json"
+    body = JSON.stringify(options.json)
+  }
+  const response = await fetch(base + path, {
+    method,
+    headers,
+    ...(body === undefined ? {} : { body }),
+    ...(signal === undefined ? {} : { signal })
+  })
+  const text = await response.text()
+  let parsed: unknown = undefined
+  try {
+    parsed = text === "" ? undefined : JSON.parse(text)
+  } catch {
+    parsed = undefined
+  }
+  return { status: response.status, headers: response.headers, text, body: parsed }
+}
+
 export const request = (base: string, method: string, path: string, options: RequestOptions = {}) =>
-  Effect.promise(async (): Promise<Response> => {
-    const headers: Record<string, string> = { ...options.headers }
-    if (options.token !== undefined) headers.authorization = `Bearer ${options.token}`
-    let body = options.body
-    if (options.json !== undefined) {
-      headers["content-type"] ??= "application/json"
-      body = JSON.stringify(options.json)
-    }
-    const response = await fetch(base + path, { method, headers, ...(body === undefined ? {} : { body }) })
-    const text = await response.text()
-    let parsed: unknown = undefined
-    try {
-      parsed = text === "" ? undefined : JSON.parse(text)
-    } catch {
-      parsed = undefined
-    }
-    return { status: response.status, headers: response.headers, text, body: parsed }
+  Effect.promise(() => send(base, method, path, options))
+
+/** A request that may not get an answer (a node stopping or paused): fails after `timeoutMs` or on a broken connection. */
+export const attempt = (base: string, method: string, path: string, options: RequestOptions, timeoutMs: number) =>
+  Effect.tryPromise({
+    try: (signal) => send(base, method, path, options, AbortSignal.any([signal, AbortSignal.timeout(timeoutMs)])),
+    catch: (cause) => cause as Error
   })
 
 /** A client bound to one base URL. */

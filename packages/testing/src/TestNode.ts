@@ -27,8 +27,12 @@ export interface TestNode {
   readonly process: ChildProcess.ChildProcess
   /** Everything the process printed so far. */
   readonly output: () => string
+  /** host:port of its cluster runner. */
+  readonly runnerAddress: string
   /** Sends a signal and waits for the process to end. */
   readonly stop: (signal?: NodeJS.Signals) => Effect.Effect<Exit>
+  /** Sends a signal without waiting (SIGSTOP, SIGCONT). */
+  readonly signal: (signal: NodeJS.Signals) => Effect.Effect<void>
 }
 
 /** How the process ended: its exit code, or the signal that ended it. */
@@ -53,7 +57,7 @@ export const freePort = Effect.promise(() =>
 
 export const start = (options: Options): Effect.Effect<TestNode, Error, Scope.Scope> =>
   Effect.gen(function*() {
-    const runnerPort = yield* freePort
+    const runnerAddress = options.env?.RUNNER_ADDRESS ?? `127.0.0.1:${yield* freePort}`
     const dataDir = yield* Effect.promise(() => Fs.mkdtemp(Path.join(Os.tmpdir(), "agent-runtime-node-")))
     const operatorToken = options.operatorToken ?? `aro_${Crypto.randomBytes(32).toString("base64url")}`
     const child = ChildProcess.spawn(process.execPath, [mainScript], {
@@ -65,9 +69,9 @@ export const start = (options: Options): Effect.Effect<TestNode, Error, Scope.Sc
         DATABASE_URL: options.databaseUrl,
         DATA_DIR: dataDir,
         OPERATOR_TOKEN: operatorToken,
-        RUNNER_ADDRESS: `127.0.0.1:${runnerPort}`,
         LOG_LEVEL: "Info",
-        ...options.env
+        ...options.env,
+        RUNNER_ADDRESS: runnerAddress
       },
       stdio: ["ignore", "pipe", "pipe"]
     })
@@ -91,7 +95,9 @@ export const start = (options: Options): Effect.Effect<TestNode, Error, Scope.Sc
         return Deferred.await(exited)
       })
     yield* Effect.addFinalizer(() =>
-      stop("SIGTERM").pipe(
+      // A paused process would not hear SIGTERM.
+      Effect.sync(() => child.exitCode === null && child.signalCode === null && child.kill("SIGCONT")).pipe(
+        Effect.andThen(stop("SIGTERM")),
         Effect.timeout("10 seconds"),
         Effect.catchAll(() => stop("SIGKILL")),
         Effect.andThen(Effect.promise(() => Fs.rm(dataDir, { recursive: true, force: true })))
@@ -111,6 +117,11 @@ export const start = (options: Options): Effect.Effect<TestNode, Error, Scope.Sc
       dataDir,
       process: child,
       output: () => output,
-      stop
+      runnerAddress,
+      stop,
+      signal: (signal) =>
+        Effect.sync(() => {
+          if (child.exitCode === null && child.signalCode === null) child.kill(signal)
+        })
     }
   })

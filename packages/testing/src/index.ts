@@ -1,5 +1,6 @@
 export * as FakeUpstream from "./FakeUpstream.ts"
 export * as Http from "./Http.ts"
+export * as TestCluster from "./TestCluster.ts"
 export * as TestDatabase from "./TestDatabase.ts"
 export * as TestNode from "./TestNode.ts"
 export * as TestWorld from "./TestWorld.ts"

@@ -1,0 +1,80 @@
+/**
+ * Several runner processes on one database: a cluster as operators run it,
+ * for the fault suite and the cluster benchmark. Each member keeps its
+ * RUNNER_ADDRESS across restarts, as a node restarted in place does.
+ */
+import { Effect, Scope } from "effect"
+import * as Crypto from "node:crypto"
+import * as TestNode from "./TestNode.ts"
+
+export interface Member {
+  readonly runnerAddress: string
+  /** The running process; replaced by `restart`. */
+  readonly node: TestNode.TestNode
+  /** False while stopped or paused: not to be sent requests. */
+  readonly up: boolean
+}
+
+export interface TestCluster {
+  readonly operatorToken: string
+  readonly members: ReadonlyArray<Member>
+  /** REST base URLs of the members that are up. */
+  readonly live: () => ReadonlyArray<string>
+  readonly stop: (index: number, signal?: NodeJS.Signals) => Effect.Effect<TestNode.Exit>
+  readonly start: (index: number) => Effect.Effect<TestNode.TestNode, Error>
+  readonly pause: (index: number) => Effect.Effect<void>
+  readonly resume: (index: number) => Effect.Effect<void>
+}
+
+export interface Options {
+  readonly size: number
+  readonly databaseUrl: string
+  readonly env?: Record<string, string>
+}
+
+export const start = (options: Options): Effect.Effect<TestCluster, Error, Scope.Scope> =>
+  Effect.gen(function*() {
+    const scope = yield* Effect.scope
+    const operatorToken = `aro_${Crypto.randomBytes(32).toString("base64url")}`
+    const addresses = yield* Effect.forEach(
+      Array.from({ length: options.size }),
+      () => Effect.map(TestNode.freePort, (port) => `127.0.0.1:${port}`)
+    )
+    const launch = (address: string) =>
+      TestNode.start({
+        databaseUrl: options.databaseUrl,
+        operatorToken,
+        env: { ...options.env, RUNNER_ADDRESS: address }
+      }).pipe(Scope.extend(scope))
+    const nodes = yield* Effect.forEach(addresses, launch, { concurrency: "unbounded" })
+    const members: Array<{ runnerAddress: string; node: TestNode.TestNode; up: boolean }> = nodes.map((node, i) => ({
+      runnerAddress: addresses[i]!,
+      node,
+      up: true
+    }))
+    return {
+      operatorToken,
+      members,
+      live: () => members.filter((member) => member.up).map((member) => member.node.rest),
+      stop: (index, signal = "SIGTERM") =>
+        Effect.suspend(() => {
+          members[index]!.up = false
+          return members[index]!.node.stop(signal)
+        }),
+      start: (index) =>
+        Effect.map(launch(members[index]!.runnerAddress), (node) => {
+          members[index]!.node = node
+          members[index]!.up = true
+          return node
+        }),
+      pause: (index) =>
+        Effect.suspend(() => {
+          members[index]!.up = false
+          return members[index]!.node.signal("SIGSTOP")
+        }),
+      resume: (index) =>
+        Effect.map(members[index]!.node.signal("SIGCONT"), () => {
+          members[index]!.up = true
+        })
+    }
+  })
