@@ -1,10 +1,11 @@
 /**
- * The one form every inbound protocol decodes into and every translated
- * answer is encoded from. The conversation is the model layer's context
- * (system prompt, messages, tools), so a translated call is an ordinary
- * `ModelClient` call; what the context cannot say (tool choice, parallel
- * tool calls, stop sequences, top_p, thinking budgets) rides alongside and
- * is written into the upstream payload by `Translate`.
+ * The one form every inbound protocol decodes into, every upstream codec
+ * encodes from, and every translated answer is encoded from. The
+ * conversation and the answer are in the model layer's terms (its context:
+ * system prompt, messages, tools; its assistant message and stream events),
+ * so all protocols meet in one vocabulary; what the context cannot say (tool
+ * choice, parallel tool calls, stop sequences, top_p, thinking budgets)
+ * rides alongside.
  */
 import type { ModelClient } from "@agent-runtime/models"
 import { invalid } from "./GatewayError.ts"
@@ -99,7 +100,7 @@ export const effortLevel = (effort: unknown, param: string): ModelClient.Thinkin
 export const levelOfBudget = (budget: number): ModelClient.ThinkingLevel =>
   budget <= 1024 ? "minimal" : budget <= 4096 ? "low" : budget <= 10240 ? "medium" : "high"
 
-/** A placeholder assistant message for history; `Translate` names the model it is replayed to. */
+/** An assistant message of history (or an answer being built); which model wrote it does not matter upstream. */
 export const historyMessage = (content: Array<Content>): AssistantMessage => ({
   role: "assistant",
   content,
@@ -134,3 +135,13 @@ export const makeId = (prefix: string) =>
   `${prefix}${Date.now().toString(36)}${(counter++).toString(36).padStart(6, "0")}${
     Math.random().toString(36).slice(2, 10)
   }`
+
+/**
+ * A tool call id as every upstream accepts it (Anthropic: letters, digits,
+ * `_` and `-`, at most 64). The same id always maps the same way, so a tool
+ * result still answers its call.
+ */
+export const toolId = (id: string): string => {
+  const safe = id.replace(/[^a-zA-Z0-9_-]/g, "_").slice(0, 64)
+  return safe === "" ? "call_" : safe
+}

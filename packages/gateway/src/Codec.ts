@@ -1,10 +1,12 @@
 /**
- * What each inbound protocol module provides: decoding its requests into
+ * What each protocol module provides. Inbound: decoding its requests into
  * the canonical form, encoding answers (whole and as its own SSE grammar),
  * its error body, and reading usage out of a same-protocol upstream's
- * answer as it is passed through.
+ * answer as it is passed through. Upstream: encoding a canonical request
+ * for a target of that protocol and decoding its answer back.
  */
-import type { ModelClient } from "@agent-runtime/models"
+import type { Catalog, ModelClient } from "@agent-runtime/models"
+import type { Answer } from "./Answer.ts"
 import type * as Canonical from "./Canonical.ts"
 import type { GatewayError } from "./GatewayError.ts"
 import type { TokenUsage } from "./TokenUsage.ts"
@@ -36,3 +38,19 @@ export interface Codec {
   readonly usageTap: (request: Canonical.Json) => UsageTap
 }
 
+
+export interface UpstreamCodec {
+  /** The model layer's name for the protocol (a target's `model.api`). */
+  readonly api: string
+  /** Where it answers, under the model's base URL. */
+  readonly path: string
+  /** Its key goes in x-api-key (unless the provider says bearer), not as a bearer token. */
+  readonly anthropic: boolean
+  /** Headers the protocol requires besides the key. */
+  readonly headers: Record<string, string>
+  readonly encode: (request: Canonical.Request, model: Catalog.CatalogModel) => Canonical.Json
+  /** A whole (non-streamed) answer. */
+  readonly decode: (body: any) => Canonical.AssistantMessage
+  /** Feeds each stream event's data into `answer`; returns the error an event reports, if it reports one. */
+  readonly decoder: (answer: Answer) => (data: any) => unknown
+}

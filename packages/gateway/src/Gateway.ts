@@ -1,14 +1,14 @@
 /**
  * The model gateway as one node:http request handler, built once inside
- * the node's Effect runtime. The hot path (cached key, cached model,
- * free slot, same protocol) runs as plain callbacks and promises; Effects
- * run only where they do real work (cache misses, translated calls through
- * `ModelClient`, admin). See docs/gateway.md.
+ * the node's Effect runtime. Model calls (cached key, cached model, free
+ * slot, pass-through or translated) run as plain callbacks and promises;
+ * Effects run only where they do real work (cache misses, the model
+ * listing, admin). See docs/gateway.md.
  */
 import { Operator, Tenants } from "@agent-runtime/accounts"
 import { Egress } from "@agent-runtime/egress"
-import { Credentials, Listing, ModelClient, type ModelError, UsageLog } from "@agent-runtime/models"
-import { Cause, Effect, Exit, Layer, Option, Runtime, Stream } from "effect"
+import { type Credentials, Listing } from "@agent-runtime/models"
+import { Cause, Effect, Exit, Option, Runtime } from "effect"
 import type * as Http from "node:http"
 import { Authenticator, type Principal } from "./Authenticator.ts"
 import * as Canonical from "./Canonical.ts"
@@ -19,35 +19,25 @@ import * as GatewayError from "./GatewayError.ts"
 import * as Messages from "./Messages.ts"
 import * as ModelList from "./ModelList.ts"
 import * as Passthrough from "./Passthrough.ts"
+import * as Reply from "./Reply.ts"
 import * as Responses from "./Responses.ts"
 import { Slots } from "./Slots.ts"
 import { Targets } from "./Targets.ts"
 import { TenantSettings } from "./TenantSettings.ts"
 import * as TokenCount from "./TokenCount.ts"
 import * as TokenUsage from "./TokenUsage.ts"
+import * as Translated from "./Translated.ts"
 import { UsageBatch } from "./UsageBatch.ts"
-import * as Translate from "./Translate.ts"
 
 /** Names the key scope whose keys a call uses first (the tenant's own, like an agent's `keyScope`). */
 export const keyScopeHeader = "x-agent-runtime-key-scope"
-
-/** A translated call is tried once: the client sees the upstream's 429 or 5xx with its Retry-After and retries itself. */
-const once: ModelClient.RetryPolicy = { ...ModelClient.defaultRetryPolicy, maxAttempts: 1 }
-
-const sseHeaders = { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache" }
-
-const sendJson = (res: Http.ServerResponse, status: number, value: unknown, headers: Record<string, string> = {}) => {
-  const text = JSON.stringify(value)
-  res.writeHead(status, { "content-type": "application/json", "content-length": Buffer.byteLength(text), ...headers })
-  res.end(text)
-}
 
 const sendError = (res: Http.ServerResponse, codec: Codec, error: GatewayError.GatewayError) => {
   if (res.headersSent) {
     if (!res.writableEnded) res.end(codec.streamError(error))
     return
   }
-  sendJson(
+  Reply.json(
     res,
     error.status,
     codec.errorBody(error),
@@ -121,13 +111,6 @@ export class Gateway extends Effect.Service<Gateway>()("@agent-runtime/gateway/G
     const listing = yield* Listing.Listing
     const operator = yield* Operator.Operator
     const tenants = yield* Tenants.Tenants
-    // The model layer's client, answering credentials from the gateway's cache and recording usage in batches.
-    const client = yield* ModelClient.ModelClient.pipe(
-      Effect.provide(ModelClient.ModelClient.Default.pipe(
-        Layer.provide(Layer.succeed(Credentials.Credentials, targets.credentials)),
-        Layer.provide(Layer.succeed(UsageLog.UsageLog, usage.usageLog))
-      ))
-    )
 
     /** Runs an Effect from a callback; a failure is thrown as the `GatewayError` it maps to. */
     const run = <A, E>(effect: Effect.Effect<A, E>, toError: (error: E) => GatewayError.GatewayError) =>
@@ -180,60 +163,17 @@ export class Gateway extends Effect.Service<Gateway>()("@agent-runtime/gateway/G
 
     const acquire = (principal: Principal) => slots.acquire(principal.tenantId, principal.streamSlots)
 
-    /** A call to a target of another protocol, through the model layer, encoded back in the client's protocol. */
-    const translated = (
-      codec: Codec,
-      principal: Principal,
-      target: Credentials.Target,
-      request: Canonical.Request,
-      res: Http.ServerResponse
-    ) =>
-      new Promise<void>((done) => {
-        const call = Translate.toCall(principal.tenantId, target, request)
-        let effect: Effect.Effect<void, ModelError.ModelError>
-        if (request.stream) {
-          const encoder = codec.encoder(request)
-          const settle = Translate.settleReasoning()
-          effect = Stream.runForEach(client.stream(call, once), (event) =>
-            Effect.sync(() => {
-              if (!res.headersSent) res.writeHead(200, sseHeaders)
-              const settled = settle(event)
-              const text = settled === undefined ? "" : encoder.event(settled)
-              if (text !== "") res.write(text)
-            }))
-        } else {
-          effect = Effect.map(client.complete(call, once), (message) => sendJson(res, 200, codec.encode(message, request)))
-        }
-        const fiber = Runtime.runFork(runtime)(effect)
-        const onClose = () => {
-          if (!res.writableFinished) fiber.unsafeInterruptAsFork(fiber.id())
-        }
-        res.once("close", onClose)
-        fiber.addObserver((exit) => {
-          res.off("close", onClose)
-          if (Exit.isSuccess(exit)) {
-            if (!res.writableEnded) res.end()
-          } else if (!Exit.isInterrupted(exit)) {
-            const failure = Cause.failureOption(exit.cause)
-            if (Option.isNone(failure)) {
-              Runtime.runFork(runtime)(Effect.logError("gateway call failed", exit.cause))
-            }
-            sendError(res, codec, Option.match(failure, { onNone: GatewayError.internal, onSome: GatewayError.fromModelError }))
-          }
-          done()
-        })
-      })
-
     const modelCall = async (req: Http.IncomingMessage, res: Http.ServerResponse, codec: Codec) => {
       const { body, principal, target } = await prepare(req, codec)
       const native = target.model.api === Canonical.nativeApi[codec.protocol]
       if (codec.protocol === "messages") Messages.validate(body)
       // Decoded before a slot is taken, so a request we cannot translate is refused at once.
+      const upstream = native ? undefined : Translated.upstreamOf(target)
       const request = native ? undefined : codec.decode(body)
       const granted = acquire(principal)
       const release = typeof granted === "function" ? granted : await granted
       try {
-        if (request === undefined) {
+        if (upstream === undefined || request === undefined) {
           await Passthrough.forward({
             dispatcher,
             codec,
@@ -244,7 +184,15 @@ export class Gateway extends Effect.Service<Gateway>()("@agent-runtime/gateway/G
             onUsage: recordUsage(principal, target)
           })
         } else {
-          await translated(codec, principal, target, request, res)
+          await Translated.call({
+            dispatcher,
+            codec,
+            upstream,
+            target,
+            request,
+            res,
+            onUsage: recordUsage(principal, target)
+          })
         }
       } finally {
         release()
@@ -272,7 +220,7 @@ export class Gateway extends Effect.Service<Gateway>()("@agent-runtime/gateway/G
             onUsage: () => {}
           })
         } else {
-          sendJson(res, 200, { input_tokens: TokenCount.estimate(request) })
+          Reply.json(res, 200, { input_tokens: TokenCount.estimate(request) })
         }
       } finally {
         release()
@@ -283,7 +231,7 @@ export class Gateway extends Effect.Service<Gateway>()("@agent-runtime/gateway/G
       // Both SDKs list models: OpenAI's with a bearer token, Anthropic's with x-api-key.
       const principal = await authenticate(req, req.headers["x-api-key"] !== undefined ? Messages.codec : ChatCompletions.codec)
       const all = await run(listing.models(principal.tenantId), () => GatewayError.internal())
-      sendJson(res, 200, ModelList.encode(all))
+      Reply.json(res, 200, ModelList.encode(all))
     }
 
     /** `GET`/`PUT /v1/admin/tenants/{id}/gateway`: the operator reads or sets a tenant's stream slots. */
@@ -302,7 +250,7 @@ export class Gateway extends Effect.Service<Gateway>()("@agent-runtime/gateway/G
         auth.invalidate()
       } else if (req.method !== "GET") throw GatewayError.notFound(`no route ${req.method} ${req.url}`)
       const stored = await run(settings.streamSlots(tenantId), () => GatewayError.internal())
-      sendJson(res, 200, {
+      Reply.json(res, 200, {
         tenant: tenantId,
         streamSlots: Option.getOrElse(stored, () => config.streamSlots),
         override: Option.getOrNull(stored),
@@ -317,7 +265,7 @@ export class Gateway extends Effect.Service<Gateway>()("@agent-runtime/gateway/G
       if (codec !== undefined && req.method === "POST") return modelCall(req, res, codec)
       if (path === "/v1/messages/count_tokens" && req.method === "POST") return countTokens(req, res)
       if (path === "/v1/models" && req.method === "GET") return models(req, res)
-      if (path === "/healthz") return sendJson(res, 200, { status: "ok" })
+      if (path === "/healthz") return Reply.json(res, 200, { status: "ok" })
       const admin_ = adminPath.exec(path)
       if (admin_ !== null) return admin(req, res, decodeURIComponent(admin_[1]!))
       throw GatewayError.notFound(`no route ${req.method} ${path}`)

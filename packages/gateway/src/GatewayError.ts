@@ -31,34 +31,8 @@ export const rateLimited = (message: string, retryAfter: number) =>
 
 export const internal = () => new GatewayError({ status: 500, code: "INTERNAL", message: "internal error" })
 
-/**
- * A model layer failure of a translated call. The provider's own status
- * stays where it means the same to the client (429, 5xx, 400); a refused
- * provider key is ours, not the client's, so it is 502 rather than 401.
- */
-export const fromModelError = (error: ModelError.ModelError): GatewayError => {
-  const retry = "retryAfter" in error && error.retryAfter !== undefined ? { retryAfter: Math.ceil(error.retryAfter) } : {}
-  switch (error._tag) {
-    case "UnknownModel":
-      return new GatewayError({ status: 404, code: "NOT_FOUND", message: error.message, param: "model" })
-    case "ModelKeyMissing":
-      return new GatewayError({ status: 400, code: "model_key_missing", message: error.message, param: "model" })
-    case "ModelKeyInvalid":
-      return new GatewayError({ status: 502, code: "model_key_invalid", message: error.message })
-    case "ModelRateLimited":
-      return new GatewayError({ status: 429, code: "RATE_LIMITED", message: error.message, retryAfter: 1, ...retry })
-    case "ModelOverloaded":
-      return new GatewayError({ status: 503, code: "UNAVAILABLE", message: error.message, retryAfter: 1, ...retry })
-    case "ContextOverflow":
-      return new GatewayError({ status: 400, code: "INVALID_REQUEST", message: error.message })
-    case "ModelRequestRefused":
-      return new GatewayError({
-        status: error.status >= 400 && error.status < 500 ? error.status : 502,
-        code: "INVALID_REQUEST",
-        message: error.message
-      })
-    case "ModelNetworkError":
-    case "ModelEndpointRefused":
-      return new GatewayError({ status: 502, code: "UPSTREAM_UNREACHABLE", message: error.message })
-  }
-}
+/** A model name the tenant cannot use: unknown (or another tenant's), or its provider has no key. */
+export const fromModelError = (error: ModelError.UnknownModel | ModelError.ModelKeyMissing): GatewayError =>
+  error._tag === "UnknownModel"
+    ? new GatewayError({ status: 404, code: "NOT_FOUND", message: error.message, param: "model" })
+    : new GatewayError({ status: 400, code: "model_key_missing", message: error.message, param: "model" })

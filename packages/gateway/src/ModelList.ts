@@ -4,16 +4,17 @@
  * Anthropic's `{data: [{type: "model", id, display_name, created_at}],
  * has_more, first_id, last_id}`, each entry carrying both sets of fields.
  * Listed are the models the tenant can call now: catalog models whose
- * provider has a key, and its custom models.
+ * provider has a key, and its custom models, of the APIs the gateway speaks.
  */
 import type { Model } from "@agent-runtime/domain"
+import { speaks } from "./Translated.ts"
 
 /** The catalog has no release dates; a fixed time keeps the listing stable. */
 const epoch = 1_735_689_600
 
 export const encode = (models: ReadonlyArray<Model.Model>) => {
   const data = models
-    .filter((model) => model.available)
+    .filter((model) => model.available && speaks(model.api))
     .map((model) => ({
       id: model.id,
       object: "model",

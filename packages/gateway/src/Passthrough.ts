@@ -6,7 +6,6 @@
  * survive. Usage is read from the frames on the way through.
  */
 import type { Credentials } from "@agent-runtime/models"
-import { Option, Redacted } from "effect"
 import type * as Http from "node:http"
 import type { Dispatcher } from "undici"
 import * as Canonical from "./Canonical.ts"
@@ -14,41 +13,13 @@ import type { Codec } from "./Codec.ts"
 import { GatewayError } from "./GatewayError.ts"
 import * as Sse from "./Sse.ts"
 import type { TokenUsage } from "./TokenUsage.ts"
+import * as Upstream from "./Upstream.ts"
 
 /** Client headers that belong to the protocol and go upstream unchanged. */
 const forwardedHeaders = ["anthropic-version", "anthropic-beta", "openai-beta"]
 
 /** Upstream answer headers the client gets back. */
 const answerHeaders = ["content-type", "retry-after", "request-id", "x-request-id", "anthropic-organization-id"]
-
-const urls = new Map<string, URL>()
-const urlOf = (base: string, path: string) => {
-  const key = base + path
-  let url = urls.get(key)
-  if (url === undefined) {
-    url = new URL(base.replace(/\/+$/, "") + path)
-    urls.set(key, url)
-  }
-  return url
-}
-
-export const upstreamHeaders = (
-  target: Credentials.Target,
-  anthropic: boolean,
-  incoming: Http.IncomingHttpHeaders
-): Record<string, string> => {
-  const headers: Record<string, string> = { ...target.headers, "content-type": "application/json" }
-  for (const name of forwardedHeaders) {
-    const value = incoming[name]
-    if (typeof value === "string") headers[name] = value
-  }
-  if (Option.isSome(target.apiKey)) {
-    const key = Redacted.value(target.apiKey.value)
-    if (anthropic && !target.bearer) headers["x-api-key"] = key
-    else headers.authorization = `Bearer ${key}`
-  }
-  return headers
-}
 
 const pick = (headers: Record<string, string | Array<string> | undefined>, status: number) => {
   const out: Record<string, string> = {}
@@ -83,28 +54,26 @@ export const forward = async (options: Options): Promise<void> => {
     // Without it the upstream sends no usage at all; the tap drops the extra chunk if the client did not ask.
     upstreamBody.stream_options = { ...(Canonical.isObject(body.stream_options) ? body.stream_options : {}), include_usage: true }
   }
-  const url = urlOf(target.model.baseUrl, options.path ?? codec.upstreamPath)
+  const sent = Upstream.headers(target, codec.protocol === "messages")
+  for (const name of forwardedHeaders) {
+    const value = options.incoming[name]
+    if (typeof value === "string") sent[name] = value
+  }
   const controller = new AbortController()
-  const onClose = () => controller.abort()
+  const onClose = () => {
+    if (!res.writableFinished) controller.abort()
+  }
   res.once("close", onClose)
   try {
-    const answer = await options.dispatcher.request({
-      origin: url.origin,
-      path: url.pathname + url.search,
-      method: "POST",
-      headers: upstreamHeaders(target, codec.protocol === "messages", options.incoming),
+    const answer = await Upstream.send({
+      dispatcher: options.dispatcher,
+      target,
+      path: options.path ?? codec.upstreamPath,
+      headers: sent,
       body: JSON.stringify(upstreamBody),
       signal: controller.signal
     })
     const status = answer.statusCode
-    if (status === 401 || status === 403) {
-      await answer.body.dump()
-      throw new GatewayError({
-        status: 502,
-        code: "model_key_invalid",
-        message: `provider ${target.provider} refused the key (${status})`
-      })
-    }
     const headers = pick(answer.headers, status)
     if (!stream || status >= 300) {
       const text = await answer.body.text()
@@ -146,11 +115,7 @@ export const forward = async (options: Options): Promise<void> => {
   } catch (error) {
     if (controller.signal.aborted) return
     if (error instanceof GatewayError) throw error
-    throw new GatewayError({
-      status: 502,
-      code: "UPSTREAM_UNREACHABLE",
-      message: `provider ${target.provider} unreachable: ${(error as { code?: string }).code ?? String(error)}`
-    })
+    throw Upstream.unreachable(target, error)
   } finally {
     res.off("close", onClose)
   }

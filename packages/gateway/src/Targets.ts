@@ -51,11 +51,6 @@ export class Targets extends Effect.Service<Targets>()("@agent-runtime/gateway/T
         )
       })
 
-    /** The model layer's `Credentials` answered from this cache (for translated calls). */
-    const credentialsService = Credentials.Credentials.make({
-      resolve: (request) => resolve(request.tenantId, request.keyScope, request.model)
-    })
-
-    return { cached, resolve, credentials: credentialsService } as const
+    return { cached, resolve } as const
   })
 }) {}

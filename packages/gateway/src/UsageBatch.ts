@@ -27,12 +27,6 @@ export class UsageBatch extends Effect.Service<UsageBatch>()("@agent-runtime/gat
       pending.push(entry)
     }
 
-    /** The model layer's `UsageLog` with `record` batched (for translated calls). */
-    const usageLog = UsageLog.UsageLog.make({
-      ...log,
-      record: (entry) => Effect.sync(() => add(entry))
-    })
-
-    return { add, flush, usageLog } as const
+    return { add, flush } as const
   })
 }) {}
