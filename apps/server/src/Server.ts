@@ -91,6 +91,9 @@ const shardingConfigOf = (config: ServerConfig.ServerConfig): Partial<ShardingCo
   shardLockExpiration: Duration.seconds(config.runnerLeaseSeconds),
   shardLockRefreshInterval: Duration.seconds(config.runnerLeaseSeconds / 3),
   refreshAssignmentsInterval: Duration.seconds(1),
+  // Handlers still open when an agent closes are reads (event streams, polls, status): turns were handed
+  // on before, so they need not hold the shard for long.
+  entityTerminationTimeout: Duration.seconds(3),
   shardsPerGroup: Runners.shardsPerGroup
 })
 

@@ -76,7 +76,7 @@ const twoNodesWithAgents = (count: number) =>
       Array.from({ length: count }, (_, i) => i),
       () => Effect.map(api1.post("/v1/agents", { token, json: { model: "fake/m1" } }), (response) => response.body.id as string)
     )
-    return { upstream, one, two, api1, api2, token, agents }
+    return { upstream, one, two, api1, api2, token, agents, databaseUrl }
   })
 
 it.scopedLive("agents answer on any node: work goes to the owner, events stream from any node", () =>
@@ -117,4 +117,79 @@ it.scopedLive("when a node stops mid-turn, its agents' accepted prompts finish o
       expect(done.state, id).toBe("completed")
       expect(done.outcome.result.reply).toBe("one two three four five six seven eight")
     }
+  }), { timeout: 120_000 })
+
+it.scopedLive("operators list the runners and drain one: its turn finishes its step and goes on elsewhere", () =>
+  Effect.gen(function*() {
+    const { agents, api1, api2, databaseUrl, one, token, two, upstream } = yield* twoNodesWithAgents(6)
+    const operator = one.operatorToken
+    // Both runners report within a lease's third; together they hold every shard.
+    let listed: any
+    for (let i = 0; i < 50; i++) {
+      listed = (yield* api2.get("/v1/admin/runners", { token: operator })).body
+      const held = listed.data.reduce((sum: number, runner: any) => sum + runner.shards, 0)
+      if (listed.data.length === 2 && listed.data.every((runner: any) => runner.shards > 0) && held === 300) break
+      yield* Effect.sleep("200 millis")
+    }
+    expect(listed).toMatchObject({ healthy: 2, shards: 300, leaseSeconds: 6 })
+    expect(listed.data.map((runner: any) => runner.address).sort()).toEqual([one.runnerAddress, two.runnerAddress].sort())
+    expect(listed.data.reduce((sum: number, runner: any) => sum + runner.shards, 0)).toBe(300)
+    expect(listed.data.every((runner: any) => runner.state === "active" && runner.healthy)).toBe(true)
+
+    // Tenants may not see or drain runners; an unknown address is 404.
+    expect((yield* api1.get("/v1/admin/runners", { token })).status).toBe(403)
+    expect((yield* api1.post(`/v1/admin/runners/${encodeURIComponent(one.runnerAddress)}/drain`, { token })).status)
+      .toBe(403)
+    expect(yield* api1.post(`/v1/admin/runners/${encodeURIComponent("127.0.0.1:1")}/drain`, { token: operator }))
+      .toMatchObject({ status: 404, body: { code: "NOT_FOUND" } })
+
+    // A two-step turn on an agent node one owns: drained mid-stream, it finishes the step, then moves.
+    yield* Effect.forEach(agents, (id) => api2.get(`/v1/agents/${id}/state`, { token }), { discard: true })
+    const owners = yield* TestDatabase.query(databaseUrl, "SELECT id, owner FROM agents")
+    const agentId = owners.find((row: any) => row.owner === one.runnerAddress)?.id as string
+    expect(agentId).toBeDefined()
+    // Forty words 100 ms apart: the node reads the drain request (within 2 s) while they stream.
+    const words = Array.from({ length: 40 }, (_, i) => `w${i}`).join(" ")
+    upstream.script({ text: words, toolCalls: [{ name: "lookup", arguments: { q: "x" } }], tokenDelayMs: 100 })
+    upstream.script({ text: "finished on the other runner" })
+    const accepted = (yield* api2.post(`/v1/agents/${agentId}/prompt`, { token, json: { text: "two steps" } })).body
+    yield* Effect.sleep("400 millis")
+    const drained = yield* api2.post(`/v1/admin/runners/${encodeURIComponent(one.runnerAddress)}/drain`, {
+      token: operator
+    })
+    expect(drained).toMatchObject({ status: 202, body: { address: one.runnerAddress, state: "draining" } })
+    const done = (yield* api2.get(`/v1/agents/${agentId}/requests/${accepted.id}?wait=25`, { token })).body
+    expect(done).toMatchObject({ state: "completed", outcome: { result: { reply: "finished on the other runner" } } })
+    const history = (yield* api2.get(`/v1/agents/${agentId}/history`, { token })).body
+    expect(history.entries.map((entry: any) => entry.message.role)).toEqual([
+      "user",
+      "assistant",
+      "toolResult",
+      "assistant"
+    ])
+    expect(history.entries[1].message.content[0].text).toBe(words)
+    // The new owner goes on from the drained one's events (nothing missing from the start) and says the turn moved.
+    const events = (yield* api2.get(`/v1/agents/${agentId}/events?poll=1`, { token, headers: { "last-event-id": "0" } }))
+      .body
+    const types = events.events.map((event: any) => event.data.event?.type ?? event.data.type)
+    expect(types.indexOf("turn_resumed")).toBeGreaterThan(types.indexOf("tool_execution_end"))
+    expect(events.events.find((event: any) => event.data.event?.type === "turn_resumed").data).toMatchObject({
+      requestId: accepted.id,
+      event: { handoff: "drain" }
+    })
+    // The first step streamed in full on the drained runner: it was never asked twice.
+    expect(upstream.requests().filter((request) => request.protocol === "openai-chat").length).toBe(2)
+    // The drained node exits by itself.
+    const exit = yield* one.exited.pipe(Effect.timeout("40 seconds"))
+    expect(exit.signal === "SIGTERM" || exit.code === 0).toBe(true)
+    let remaining: any
+    for (let i = 0; i < 50; i++) {
+      remaining = (yield* api2.get("/v1/admin/runners", { token: operator })).body
+      if (remaining.data.find((runner: any) => runner.address === two.runnerAddress)?.shards === 300) break
+      yield* Effect.sleep("200 millis")
+    }
+    expect(remaining.data.find((runner: any) => runner.address === two.runnerAddress)).toMatchObject({
+      state: "active",
+      shards: 300
+    })
   }), { timeout: 120_000 })

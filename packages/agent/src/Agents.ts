@@ -439,22 +439,37 @@ export class Agents extends Effect.Service<Agents>()("@agent-runtime/agent/Agent
         )
         const limit = Duration.min(wait, longPollLimit)
         if (Duration.toMillis(limit) === 0) return toRecord(yield* read)
-        // Watch from the current cursor before reading, so the response frame cannot slip in between.
-        const { cursor } = yield* status(agentId)
-        const first = yield* read
-        if (first.state === "completed") return toRecord(first)
-        yield* Effect.scoped(
-          Effect.flatMap(watch(tenantId, agentId, Option.some(cursor), true), (events) =>
-            events.pipe(
-              Stream.filter((entry) => {
-                const data = entry.data as { type?: string; id?: string }
-                return data.type === "response" && data.id === requestId
-              }),
-              Stream.take(1),
-              Stream.runDrain
-            ))
-        ).pipe(Effect.timeout(limit), Effect.ignore)
-        return toRecord(yield* read)
+        const deadline = Date.now() + Duration.toMillis(limit)
+        const settled = Effect.gen(function*() {
+          while (true) {
+            // Watch from the current cursor before reading, so the response frame cannot slip in between.
+            const { cursor } = yield* status(agentId)
+            const current = yield* read
+            const left = deadline - Date.now()
+            if (current.state === "completed" || left <= 0) return toRecord(current)
+            yield* Effect.scoped(
+              Effect.flatMap(watch(tenantId, agentId, Option.some(cursor), true), (events) =>
+                events.pipe(
+                  Stream.filter((entry) => {
+                    const data = entry.data as { type?: string; id?: string }
+                    return data.type === "response" && data.id === requestId
+                  }),
+                  Stream.take(1),
+                  Stream.runDrain
+                ))
+            ).pipe(
+              Effect.timeout(Duration.millis(left)),
+              // The stream also ends when the agent moves (a drain): read again and watch its next owner.
+              Effect.catchAllCause(() => Effect.sleep("50 millis"))
+            )
+          }
+        })
+        // An owner that does not answer (paused, or its shard between runners) ends the wait on time.
+        return yield* Effect.timeoutTo(settled, {
+          duration: limit,
+          onSuccess: Effect.succeed,
+          onTimeout: () => Effect.map(read, toRecord)
+        }).pipe(Effect.flatten)
       })
 
     /** A status request: answered at once, from the owner's view of the agent. */

@@ -5,10 +5,11 @@
 import { Effect } from "effect"
 import * as Crypto from "node:crypto"
 import Pg from "pg"
-import { inject } from "vitest"
 
 /** Makes an empty database and answers its URL. */
 export const make = Effect.promise(async () => {
+  // Imported here, not at the top: benchmark scripts use the fixtures beside this one outside vitest.
+  const { inject } = await import("vitest")
   const server = inject("postgresUrl")
   const name = `t_${Crypto.randomBytes(6).toString("hex")}`
   const client = new Pg.Client({ connectionString: server })

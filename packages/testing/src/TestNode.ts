@@ -31,6 +31,8 @@ export interface TestNode {
   readonly runnerAddress: string
   /** Sends a signal and waits for the process to end. */
   readonly stop: (signal?: NodeJS.Signals) => Effect.Effect<Exit>
+  /** Waits for the process to end by itself. */
+  readonly exited: Effect.Effect<Exit>
   /** Sends a signal without waiting (SIGSTOP, SIGCONT). */
   readonly signal: (signal: NodeJS.Signals) => Effect.Effect<void>
 }
@@ -119,6 +121,7 @@ export const start = (options: Options): Effect.Effect<TestNode, Error, Scope.Sc
       output: () => output,
       runnerAddress,
       stop,
+      exited: Deferred.await(exited),
       signal: (signal) =>
         Effect.sync(() => {
           if (child.exitCode === null && child.signalCode === null) child.kill(signal)

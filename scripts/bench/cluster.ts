@@ -1,0 +1,241 @@
+/**
+ * `node scripts/bench/cluster.ts`: figures for the cluster, in one run, with
+ * runner processes on one embedded PostgreSQL and the fake upstream on
+ * loopback as the model provider.
+ *
+ * - drain: from SIGTERM of the runner owning a turn to the turn's next event
+ *   on the new owner (turn_resumed, handoff drain), as a watcher connected to
+ *   another node receives it; the turn first finishes its current step, so the
+ *   hand-over gap (last event on the old owner to first on the new) is shown too
+ * - crash: from kill -9 of the runner owning a turn to turn_resumed on the new
+ *   owner (lease expiry, shard takeover, resume), seen by a poller on another node
+ * - prompts/s sustained by 1 runner and by 3 runners (BENCH_CLIENTS concurrent
+ *   clients, each prompting and waiting for the outcome, for BENCH_SECONDS)
+ *
+ * Environment: BENCH_CLIENTS (default 24), BENCH_SECONDS (15), BENCH_AGENTS (48),
+ * RUNNER_LEASE_SECONDS (the nodes' lease; default 6).
+ */
+import { EmbeddedPostgres } from "@agent-runtime/store"
+import * as FakeUpstream from "@agent-runtime/testing/FakeUpstream"
+import * as Http from "@agent-runtime/testing/Http"
+import * as TestCluster from "@agent-runtime/testing/TestCluster"
+import * as TestWorld from "@agent-runtime/testing/TestWorld"
+import { NodeRuntime } from "@effect/platform-node"
+import { Console, Effect, Redacted } from "effect"
+import * as Fs from "node:fs/promises"
+import * as Os from "node:os"
+import * as Path from "node:path"
+import Pg from "pg"
+
+const clients = Number(process.env.BENCH_CLIENTS ?? 24)
+const seconds = Number(process.env.BENCH_SECONDS ?? 15)
+const agentCount = Number(process.env.BENCH_AGENTS ?? 48)
+const lease = process.env.RUNNER_LEASE_SECONDS ?? "6"
+
+const now = () => performance.timeOrigin + performance.now()
+
+const percentile = (values: ReadonlyArray<number>, p: number) => {
+  const sorted = [...values].sort((a, b) => a - b)
+  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))] ?? 0
+}
+
+/** A cluster of `size` runners on a fresh database, a tenant with the fake model and `agents` agents. */
+const world = (databaseUrl: string, upstream: FakeUpstream.FakeUpstream, size: number, agents: number) =>
+  Effect.gen(function*() {
+    const cluster = yield* TestCluster.start({
+      size,
+      databaseUrl,
+      env: { ALLOW_PRIVATE_URLS: "true", LOG_LEVEL: "Warn", RUNNER_LEASE_SECONDS: lease }
+    })
+    const { token } = yield* TestWorld.tenantWithModel({ node: cluster.members[0]!.node, upstream }, "bench")
+    const api = Http.client(cluster.members[0]!.node.rest)
+    const ids = yield* Effect.forEach(Array.from({ length: agents }), () =>
+      Effect.map(api.post("/v1/agents", { token, json: { model: "fake/m1", ttlSeconds: 3600 } }), (r) =>
+        r.body.id as string), { concurrency: 8 })
+    return { cluster, token, ids }
+  })
+
+/** Prompts/s: each client prompts an agent of its own set and waits for the outcome, again and again. */
+const throughput = (databaseUrl: string, upstream: FakeUpstream.FakeUpstream, size: number) =>
+  Effect.scoped(Effect.gen(function*() {
+    const { cluster, ids, token } = yield* world(databaseUrl, upstream, size, agentCount)
+    const bases = cluster.live()
+    const deadline = now() + seconds * 1000
+    let completed = 0
+    const latencies: Array<number> = []
+    const failed: Array<string> = []
+    yield* Effect.forEach(Array.from({ length: clients }, (_, i) => i), (client) =>
+      Effect.gen(function*() {
+        const api = Http.client(bases[client % bases.length]!)
+        let n = 0
+        while (now() < deadline) {
+          const agentId = ids[(client + n * clients) % ids.length]!
+          n++
+          const started = now()
+          const accepted = yield* api.post(`/v1/agents/${agentId}/prompt`, { token, json: { text: "hi" } })
+          if (accepted.status !== 202) {
+            failed.push(`prompt ${accepted.status} ${accepted.text.slice(0, 200)}`)
+            continue
+          }
+          const done = yield* api.get(`/v1/agents/${agentId}/requests/${accepted.body.id}?wait=20`, { token })
+          if (done.body?.state === "completed") {
+            completed++
+            latencies.push(now() - started)
+          } else {
+            failed.push(`wait ${done.status} ${done.text.slice(0, 200)}`)
+          }
+        }
+      }), { concurrency: "unbounded", discard: true })
+    return {
+      runners: size,
+      promptsPerSecond: Math.round(completed / seconds),
+      failed: failed.length,
+      ...(failed.length === 0 ? {} : { firstFailure: failed[0] }),
+      turnLatencyMs: { p50: Math.round(percentile(latencies, 50)), p99: Math.round(percentile(latencies, 99)) }
+    }
+  }))
+
+/** The runner that owns the agent now, read from the journal. */
+const ownerOf = (databaseUrl: string, agentId: string) =>
+  Effect.promise(async () => {
+    const client = new Pg.Client({ connectionString: databaseUrl })
+    await client.connect()
+    try {
+      return (await client.query("SELECT owner FROM agents WHERE id = $1", [agentId])).rows[0]?.owner as string | undefined
+    } finally {
+      await client.end()
+    }
+  })
+
+/** Frames of an agent's stream through `base`, reconnecting at once on `event: reconnect`, with arrival times. */
+const follow = (base: string, agentId: string, token: string, reconnect: boolean) => {
+  const frames: Array<{ at: number; event?: string; data?: any }> = []
+  let cursor: string | undefined
+  let stopped = false
+  const run = async () => {
+    while (!stopped) {
+      try {
+        const response = await fetch(`${base}/v1/agents/${agentId}/events`, {
+          headers: { authorization: `Bearer ${token}`, ...(cursor === undefined ? {} : { "last-event-id": cursor }) }
+        })
+        const reader = response.body!.getReader()
+        const decoder = new TextDecoder()
+        let pending = ""
+        while (!stopped) {
+          const { done, value } = await reader.read()
+          if (done) break
+          pending += decoder.decode(value, { stream: true })
+          let end: number
+          while ((end = pending.indexOf("\n\n")) !== -1) {
+            const block = pending.slice(0, end)
+            pending = pending.slice(end + 2)
+            const id = /^id: (\d+)$/m.exec(block)?.[1]
+            const event = /^event: (\w+)$/m.exec(block)?.[1]
+            const data = /^data: (.*)$/m.exec(block)?.[1]
+            if (id !== undefined) cursor = id
+            frames.push({ at: now(), ...(event === undefined ? {} : { event }), ...(data === undefined ? {} : { data: JSON.parse(data) }) })
+          }
+        }
+      } catch {
+        await new Promise((resolve) => setTimeout(resolve, 50))
+      }
+      if (!reconnect) break
+    }
+  }
+  void run()
+  return { frames, stop: () => void (stopped = true) }
+}
+
+const typeOf = (frame: { data?: any }) => frame.data?.type === "event" ? frame.data.event.type : frame.data?.type
+
+/** A turn on the runner that owns `agentId`, cut by `signal` mid-stream; times to the resumed turn. */
+const handover = (databaseUrl: string, upstream: FakeUpstream.FakeUpstream, signal: "SIGTERM" | "SIGKILL") =>
+  Effect.scoped(Effect.gen(function*() {
+    const { cluster, ids, token } = yield* world(databaseUrl, upstream, 3, 12)
+    const api = Http.client(cluster.members[0]!.node.rest)
+    // Wake the agents so each has an owner, then pick one and a node that does not own it.
+    yield* Effect.forEach(ids, (id) => api.get(`/v1/agents/${id}/state`, { token }), { concurrency: 4 })
+    const agentId = ids[0]!
+    const owner = yield* ownerOf(databaseUrl, agentId)
+    const victim = cluster.members.findIndex((member) => member.runnerAddress === owner)
+    const observer = cluster.members.find((_, i) => i !== victim)!.node.rest
+    // A drained agent's stream goes on across the move; a crashed one's is polled below instead.
+    const watcher = follow(observer, agentId, token, signal === "SIGTERM")
+    yield* Effect.sleep("500 millis")
+    // Two steps: a streamed response with a tool call, then the reply; the cut lands in the first step.
+    upstream.script({
+      text: Array.from({ length: 20 }, (_, i) => `w${i}`).join(" "),
+      toolCalls: [{ name: "lookup", arguments: { q: "x" } }],
+      tokenDelayMs: 50
+    })
+    upstream.script({ text: "after the move" })
+    const accepted = (yield* Http.client(observer).post(`/v1/agents/${agentId}/prompt`, { token, json: { text: "go" } }))
+      .body
+    while (!watcher.frames.some((frame) => typeOf(frame) === "message_update")) yield* Effect.sleep("10 millis")
+    yield* Effect.sleep("300 millis")
+    const cut = now()
+    yield* cluster.members[victim]!.node.signal(signal)
+    const done = (yield* Http.client(observer).get(`/v1/agents/${agentId}/requests/${accepted.id}?wait=25`, { token }))
+      .body
+    yield* Effect.sleep("200 millis")
+    watcher.stop()
+    const resumed = watcher.frames.find((frame) => typeOf(frame) === "turn_resumed")
+    const before = watcher.frames.filter((frame) => frame.at < (resumed?.at ?? 0) && frame.data !== undefined).at(-1)
+    // A crash gaps the watcher's cursor: read the new owner's buffer to see turn_resumed, timed by the poll.
+    let resumedAt = resumed?.at
+    if (resumedAt === undefined) {
+      while (now() - cut < 60_000) {
+        const gap = yield* Http.client(observer).get(`/v1/agents/${agentId}/events?poll=1`, {
+          token,
+          headers: { "last-event-id": "0" }
+        })
+        const oldest = Number(/oldest (\d+)/.exec(gap.body?.error ?? "")?.[1])
+        const polled = yield* Http.client(observer).get(`/v1/agents/${agentId}/events?poll=1`, {
+          token,
+          headers: { "last-event-id": String(oldest - 1) }
+        })
+        if (polled.body?.events?.some((event: any) => event.data.event?.type === "turn_resumed")) {
+          resumedAt = now()
+          break
+        }
+        yield* Effect.sleep("50 millis")
+      }
+    }
+    return {
+      signal,
+      completed: done.state === "completed",
+      reply: done.outcome?.result?.reply,
+      handoff: resumed?.data?.event?.handoff ?? null,
+      signalToResumedMs: resumedAt === undefined ? null : Math.round(resumedAt - cut),
+      handoverGapMs: resumed !== undefined && before !== undefined ? Math.round(resumed.at - before.at) : null
+    }
+  }))
+
+const program = Effect.gen(function*() {
+  const dataDir = yield* Effect.promise(() => Fs.mkdtemp(Path.join(Os.tmpdir(), "bench-cluster-")))
+  const postgres = yield* EmbeddedPostgres.start({
+    dataDir,
+    postgresFlags: ["-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "max_connections=300"]
+  })
+  const database = (name: string) => Effect.map(postgres.createDatabase(name), Redacted.value)
+  const upstream = yield* FakeUpstream.start({ maxRecorded: 1000 })
+
+  const drain = yield* handover(yield* database("drain"), upstream, "SIGTERM")
+  yield* Console.log(JSON.stringify({ drain }))
+  const crash = yield* handover(yield* database("crash"), upstream, "SIGKILL")
+  yield* Console.log(JSON.stringify({ crash }))
+  const one = yield* throughput(yield* database("one"), upstream, 1)
+  yield* Console.log(JSON.stringify({ one }))
+  const three = yield* throughput(yield* database("three"), upstream, 3)
+  const figures = {
+    leaseSeconds: Number(lease),
+    drain,
+    crash,
+    throughput: { clients, seconds, agents: agentCount, one, three, ratio: Number((three.promptsPerSecond / Math.max(1, one.promptsPerSecond)).toFixed(2)) }
+  }
+  yield* Console.log(JSON.stringify(figures, null, 2))
+  yield* Effect.promise(() => Fs.rm(dataDir, { recursive: true, force: true }))
+})
+
+program.pipe(Effect.scoped, NodeRuntime.runMain({ disablePrettyLogger: true }))
+
