@@ -8,12 +8,18 @@
  *
  * - added latency p50/p99, non-streamed chat completions, at concurrency 1
  *   and 100: same protocol (passed through) and translated (chat completions
- *   in, messages upstream)
+ *   in, messages upstream); at concurrency 1 also a bare relay (node:http in,
+ *   one undici pool out, no other work, its own process) as the floor any
+ *   proxy in its own process pays on this machine
+ * - method: at concurrency 1 the direct and the proxied requests alternate
+ *   one by one (so drift on the shared machine hits both alike); at
+ *   concurrency 100 they alternate in rounds. "added" is the proxied
+ *   percentile minus the direct percentile, each over its own samples.
  * - streaming: added time to first byte, same protocol and translated
  * - requests/s at saturation (concurrency 50): the fake upstream alone, and
  *   through the gateway, and their ratio
  *
- * Environment: BENCH_REQUESTS (per measurement, default 2000), BENCH_LATENCY_MS
+ * Environment: BENCH_REQUESTS (per measurement, default 4000), BENCH_LATENCY_MS
  * (the fake upstream's fixed latency, default 1), BENCH_NODE_OPTIONS (e.g. a profiler flag for the node).
  */
 import { EmbeddedPostgres } from "@agent-runtime/store"
@@ -22,12 +28,13 @@ import * as Http from "@agent-runtime/testing/Http"
 import * as TestNode from "@agent-runtime/testing/TestNode"
 import { NodeRuntime } from "@effect/platform-node"
 import { Console, Effect, Redacted } from "effect"
+import * as ChildProcess from "node:child_process"
 import * as Fs from "node:fs/promises"
 import * as Os from "node:os"
 import * as Path from "node:path"
 import { Pool } from "undici"
 
-const requests = Number(process.env.BENCH_REQUESTS ?? 2000)
+const requests = Number(process.env.BENCH_REQUESTS ?? 4000)
 const latencyMs = Number(process.env.BENCH_LATENCY_MS ?? 1)
 
 const percentile = (values: ReadonlyArray<number>, p: number) => {
@@ -74,6 +81,41 @@ const measure = async (target: Target, count: number, concurrency: number, first
 
 const ms = (value: number) => `${value.toFixed(3)} ms`
 
+/** The least a proxy does: take the body, send it on over a kept-alive pool, send the answer back. */
+const relaySource = `
+const http = require("node:http")
+const { Pool } = require("undici")
+const pool = new Pool(process.env.UPSTREAM, { connections: 128 })
+http.createServer({ keepAliveTimeout: 65000 }, (req, res) => {
+  const chunks = []
+  req.on("data", (chunk) => chunks.push(chunk))
+  req.on("end", async () => {
+    const answer = await pool.request({
+      path: req.url,
+      method: "POST",
+      headers: { "content-type": "application/json", authorization: req.headers.authorization },
+      body: Buffer.concat(chunks)
+    })
+    const body = Buffer.from(await answer.body.arrayBuffer())
+    res.writeHead(answer.statusCode, { "content-type": answer.headers["content-type"], "content-length": body.length })
+    res.end(body)
+  })
+}).listen(0, "127.0.0.1", function () { console.log(this.address().port) })
+`
+
+/** The bare relay in its own process, like the node; its URL. */
+const startRelay = (upstream: string) =>
+  Effect.acquireRelease(
+    Effect.async<{ child: ChildProcess.ChildProcess; url: string }>((resume) => {
+      const child = ChildProcess.spawn(process.execPath, ["-e", relaySource], {
+        env: { ...process.env, UPSTREAM: upstream },
+        stdio: ["ignore", "pipe", "inherit"]
+      })
+      child.stdout.once("data", (port: Buffer) => resume(Effect.succeed({ child, url: `http://127.0.0.1:${String(port).trim()}` })))
+    }),
+    ({ child }) => Effect.sync(() => child.kill())
+  )
+
 const program = Effect.gen(function*() {
   const dataDir = yield* Effect.promise(() => Fs.mkdtemp(Path.join(Os.tmpdir(), "bench-gateway-")))
   const postgres = yield* EmbeddedPostgres.start({
@@ -82,6 +124,7 @@ const program = Effect.gen(function*() {
   })
   const databaseUrl = Redacted.value(yield* postgres.createDatabase("bench"))
   const upstream = yield* FakeUpstream.start({ latencyMs, maxRecorded: 100 })
+  const relay = yield* startRelay(upstream.url)
   const node = yield* TestNode.start({
     databaseUrl,
     env: {
@@ -111,12 +154,14 @@ const program = Effect.gen(function*() {
   const connections = 128
   const direct = new Pool(upstream.url, { connections })
   const gateway = new Pool(node.gateway, { connections })
+  const bare = new Pool(relay.url, { connections })
   const messages = [{ role: "user", content: "Say hello in one short sentence." }]
   const chatBody = (model: string, stream = false) =>
     JSON.stringify({ model, messages, max_tokens: 64, stream, ...(stream ? { stream_options: { include_usage: true } } : {}) })
   const json = { "content-type": "application/json" }
   const targets = {
     direct: { pool: direct, path: "/v1/chat/completions", headers: { ...json, authorization: "Bearer sk-bench" }, body: chatBody("m1") },
+    relay: { pool: bare, path: "/v1/chat/completions", headers: { ...json, authorization: "Bearer sk-bench" }, body: chatBody("m1") },
     directMessages: {
       pool: direct,
       path: "/v1/messages",
@@ -140,12 +185,19 @@ const program = Effect.gen(function*() {
     for (const target of [...Object.values(targets), ...Object.values(streams)]) await measure(target, 300, 4)
 
     const added = async (label: string, via: Target, base: Target, concurrency: number, firstByte = false) => {
-      // Interleaved rounds, so drift on the shared machine hits both sides alike.
+      // Interleaved (one by one at concurrency 1, else in rounds), so drift on the shared machine hits both sides alike.
       const viaAll: Array<number> = []
       const baseAll: Array<number> = []
-      for (let round = 0; round < 4; round++) {
-        baseAll.push(...(await measure(base, requests / 4, concurrency, firstByte)).latencies)
-        viaAll.push(...(await measure(via, requests / 4, concurrency, firstByte)).latencies)
+      if (concurrency === 1) {
+        for (let i = 0; i < requests; i++) {
+          baseAll.push(await send(base, firstByte))
+          viaAll.push(await send(via, firstByte))
+        }
+      } else {
+        for (let round = 0; round < 4; round++) {
+          baseAll.push(...(await measure(base, requests / 4, concurrency, firstByte)).latencies)
+          viaAll.push(...(await measure(via, requests / 4, concurrency, firstByte)).latencies)
+        }
       }
       const p50 = percentile(viaAll, 50) - percentile(baseAll, 50)
       const p99 = percentile(viaAll, 99) - percentile(baseAll, 99)
@@ -155,6 +207,7 @@ const program = Effect.gen(function*() {
         `gateway p50 ${ms(percentile(viaAll, 50))} p99 ${ms(percentile(viaAll, 99))})`
       ])
     }
+    await added("bare relay (floor: no gateway work), concurrency 1", targets.relay, targets.direct, 1)
     await added("same protocol (chat → chat upstream), concurrency 1", targets.same, targets.direct, 1)
     await added("translated (chat → messages upstream), concurrency 1", targets.translated, targets.directMessages, 1)
     await added("same protocol, concurrency 100", targets.same, targets.direct, 100)
@@ -173,7 +226,7 @@ const program = Effect.gen(function*() {
       `(${(100 * translatedRps.rps / alone.rps).toFixed(0)}%)`
     ])
   })
-  yield* Effect.promise(() => Promise.all([direct.close(), gateway.close()]))
+  yield* Effect.promise(() => Promise.all([direct.close(), gateway.close(), bare.close()]))
   yield* Console.log(`\nfake upstream latency ${latencyMs} ms, ${requests} requests per measurement\n`)
   yield* Console.log("| figure | value |\n|---|---|")
   for (const [figure, value] of rows) yield* Console.log(`| ${figure} | ${value} |`)
