@@ -76,17 +76,20 @@ export const forward = async (options: Options): Promise<void> => {
     const status = answer.statusCode
     const headers = pick(answer.headers, status)
     if (!stream || status >= 300) {
-      const text = await answer.body.text()
+      // The bytes go back as they came (no decoding and encoding again), before usage is read out of them.
+      const chunks: Array<Buffer> = []
+      for await (const chunk of answer.body) chunks.push(chunk as Buffer)
+      const bytes = chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks)
+      res.writeHead(status, { ...headers, "content-length": bytes.length })
+      res.end(bytes)
       if (status < 300) {
         try {
-          const usage = codec.usageOfBody(JSON.parse(text))
+          const usage = codec.usageOfBody(JSON.parse(bytes.toString("utf8")))
           if (usage !== undefined) options.onUsage(usage)
         } catch {
           // An answer that is not JSON is still the upstream's answer.
         }
       }
-      res.writeHead(status, { ...headers, "content-length": Buffer.byteLength(text) })
-      res.end(text)
       return
     }
     res.writeHead(status, { ...headers, "cache-control": "no-cache" })
@@ -100,10 +103,9 @@ export const forward = async (options: Options): Promise<void> => {
         if (out !== "") res.write(out)
       })
       answer.body.on("end", () => {
-        const rest = splitter.rest()
+        res.end(splitter.rest())
         const usage = tap.usage()
         if (usage !== undefined) options.onUsage(usage)
-        res.end(rest)
         resolve()
       })
       answer.body.on("error", () => {

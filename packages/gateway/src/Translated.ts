@@ -68,8 +68,8 @@ export const call = async (options: Options): Promise<void> => {
     }
     if (!request.stream) {
       const message = upstream.decode(await answer.body.json())
-      options.onUsage(message.usage)
-      return Reply.json(res, 200, codec.encode(message, request))
+      Reply.json(res, 200, codec.encode(message, request))
+      return options.onUsage(message.usage)
     }
     res.writeHead(200, Reply.sseHeaders)
     const encoder = codec.encoder(request)
@@ -100,8 +100,8 @@ export const call = async (options: Options): Promise<void> => {
       })
       answer.body.on("end", () => {
         built.done()
-        if (built.tokens !== undefined) options.onUsage(built.tokens)
         res.end(out)
+        if (built.tokens !== undefined) options.onUsage(built.tokens)
         resolve()
       })
       answer.body.on("error", () => {
