@@ -3,12 +3,11 @@
  * runner processes on one embedded PostgreSQL and the fake upstream on
  * loopback as the model provider.
  *
- * - drain: from SIGTERM of the runner owning a turn to the turn's next event
- *   on the new owner (turn_resumed, handoff drain), as a watcher connected to
+ * - drain: from SIGTERM of the runner owning a turn to the turn's next event on
+ *   the new owner (turn_resumed, handoff drain), as a watcher long-polling
  *   another node receives it; the turn first finishes its current step, so the
- *   hand-over gap (last event on the old owner to first on the new) is shown too
- * - crash: from kill -9 of the runner owning a turn to turn_resumed on the new
- *   owner (lease expiry, shard takeover, resume), seen by a poller on another node
+ *   time from the old owner's last event to turn_resumed is shown too
+ * - crash: the same for kill -9 (lease expiry, shard takeover, resume)
  * - prompts/s sustained by 1 runner and by 3 runners (BENCH_CLIENTS concurrent
  *   clients, each prompting and waiting for the outcome, for BENCH_SECONDS)
  *
@@ -107,46 +106,39 @@ const ownerOf = (databaseUrl: string, agentId: string) =>
     }
   })
 
-/** Frames of an agent's stream through `base`, reconnecting at once on `event: reconnect`, with arrival times. */
-const follow = (base: string, agentId: string, token: string, reconnect: boolean) => {
-  const frames: Array<{ at: number; event?: string; data?: any }> = []
-  let cursor: string | undefined
+/**
+ * An agent's events as a watcher on `base` long-polls them, with arrival times: from the cursor on, jumping
+ * to the oldest event the owner holds when the cursor is behind it (after a crash).
+ */
+const follow = (base: string, agentId: string, token: string, from: number) => {
+  const events: Array<{ at: number; data: any }> = []
   let stopped = false
   const run = async () => {
+    let cursor = from
     while (!stopped) {
       try {
-        const response = await fetch(`${base}/v1/agents/${agentId}/events`, {
-          headers: { authorization: `Bearer ${token}`, ...(cursor === undefined ? {} : { "last-event-id": cursor }) }
+        const response = await fetch(`${base}/v1/agents/${agentId}/events?poll=1&wait=5`, {
+          headers: { authorization: `Bearer ${token}`, "last-event-id": String(cursor) }
         })
-        const reader = response.body!.getReader()
-        const decoder = new TextDecoder()
-        let pending = ""
-        while (!stopped) {
-          const { done, value } = await reader.read()
-          if (done) break
-          pending += decoder.decode(value, { stream: true })
-          let end: number
-          while ((end = pending.indexOf("\n\n")) !== -1) {
-            const block = pending.slice(0, end)
-            pending = pending.slice(end + 2)
-            const id = /^id: (\d+)$/m.exec(block)?.[1]
-            const event = /^event: (\w+)$/m.exec(block)?.[1]
-            const data = /^data: (.*)$/m.exec(block)?.[1]
-            if (id !== undefined) cursor = id
-            frames.push({ at: now(), ...(event === undefined ? {} : { event }), ...(data === undefined ? {} : { data: JSON.parse(data) }) })
-          }
+        const body: any = await response.json()
+        if (response.status === 409) {
+          cursor = Number(/oldest (\d+)/.exec(body.error)?.[1]) - 1
+          continue
+        }
+        for (const event of body.events ?? []) {
+          events.push({ at: now(), data: event.data })
+          cursor = event.id
         }
       } catch {
         await new Promise((resolve) => setTimeout(resolve, 50))
       }
-      if (!reconnect) break
     }
   }
   void run()
-  return { frames, stop: () => void (stopped = true) }
+  return { events, stop: () => void (stopped = true) }
 }
 
-const typeOf = (frame: { data?: any }) => frame.data?.type === "event" ? frame.data.event.type : frame.data?.type
+const typeOf = (entry: { data?: any }) => entry.data?.type === "event" ? entry.data.event.type : entry.data?.type
 
 /** A turn on the runner that owns `agentId`, cut by `signal` mid-stream; times to the resumed turn. */
 const handover = (databaseUrl: string, upstream: FakeUpstream.FakeUpstream, signal: "SIGTERM" | "SIGKILL") =>
@@ -159,9 +151,8 @@ const handover = (databaseUrl: string, upstream: FakeUpstream.FakeUpstream, sign
     const owner = yield* ownerOf(databaseUrl, agentId)
     const victim = cluster.members.findIndex((member) => member.runnerAddress === owner)
     const observer = cluster.members.find((_, i) => i !== victim)!.node.rest
-    // A drained agent's stream goes on across the move; a crashed one's is polled below instead.
-    const watcher = follow(observer, agentId, token, signal === "SIGTERM")
-    yield* Effect.sleep("500 millis")
+    const { cursor } = (yield* Http.client(observer).get(`/v1/agents/${agentId}/state`, { token })).body
+    const watcher = follow(observer, agentId, token, cursor)
     // Two steps: a streamed response with a tool call, then the reply; the cut lands in the first step.
     upstream.script({
       text: Array.from({ length: 20 }, (_, i) => `w${i}`).join(" "),
@@ -171,43 +162,25 @@ const handover = (databaseUrl: string, upstream: FakeUpstream.FakeUpstream, sign
     upstream.script({ text: "after the move" })
     const accepted = (yield* Http.client(observer).post(`/v1/agents/${agentId}/prompt`, { token, json: { text: "go" } }))
       .body
-    while (!watcher.frames.some((frame) => typeOf(frame) === "message_update")) yield* Effect.sleep("10 millis")
+    while (!watcher.events.some((entry) => typeOf(entry) === "message_update")) yield* Effect.sleep("10 millis")
     yield* Effect.sleep("300 millis")
     const cut = now()
     yield* cluster.members[victim]!.node.signal(signal)
     const done = (yield* Http.client(observer).get(`/v1/agents/${agentId}/requests/${accepted.id}?wait=25`, { token }))
       .body
-    yield* Effect.sleep("200 millis")
+    yield* Effect.sleep("500 millis")
     watcher.stop()
-    const resumed = watcher.frames.find((frame) => typeOf(frame) === "turn_resumed")
-    const before = watcher.frames.filter((frame) => frame.at < (resumed?.at ?? 0) && frame.data !== undefined).at(-1)
-    // A crash gaps the watcher's cursor: read the new owner's buffer to see turn_resumed, timed by the poll.
-    let resumedAt = resumed?.at
-    if (resumedAt === undefined) {
-      while (now() - cut < 60_000) {
-        const gap = yield* Http.client(observer).get(`/v1/agents/${agentId}/events?poll=1`, {
-          token,
-          headers: { "last-event-id": "0" }
-        })
-        const oldest = Number(/oldest (\d+)/.exec(gap.body?.error ?? "")?.[1])
-        const polled = yield* Http.client(observer).get(`/v1/agents/${agentId}/events?poll=1`, {
-          token,
-          headers: { "last-event-id": String(oldest - 1) }
-        })
-        if (polled.body?.events?.some((event: any) => event.data.event?.type === "turn_resumed")) {
-          resumedAt = now()
-          break
-        }
-        yield* Effect.sleep("50 millis")
-      }
-    }
+    const resumed = watcher.events.find((entry) => typeOf(entry) === "turn_resumed")
+    // The old owner's last word before the move: the end of the step it finished (drain) or was in (crash).
+    const before = watcher.events.filter((entry) => entry.at < (resumed?.at ?? 0) && typeOf(entry) !== "turn_resumed")
+      .at(-1)
     return {
       signal,
       completed: done.state === "completed",
       reply: done.outcome?.result?.reply,
       handoff: resumed?.data?.event?.handoff ?? null,
-      signalToResumedMs: resumedAt === undefined ? null : Math.round(resumedAt - cut),
-      handoverGapMs: resumed !== undefined && before !== undefined ? Math.round(resumed.at - before.at) : null
+      signalToResumedMs: resumed === undefined ? null : Math.round(resumed.at - cut),
+      lastOldEventToResumedMs: resumed !== undefined && before !== undefined ? Math.round(resumed.at - before.at) : null
     }
   }))
 

@@ -11,7 +11,8 @@ import { HttpApiBuilder, HttpApiScalar, HttpMiddleware, HttpServer } from "@effe
 import { Agents, AgentRuntime, AgentStore, Drain, EventLog, Tools } from "@agent-runtime/agent"
 import { RunnerAddress, ShardingConfig, SqlMessageStorage, SqlRunnerStorage } from "@effect/cluster"
 import { NodeClusterHttp, NodeHttpServer } from "@effect/platform-node"
-import { Context, Duration, Effect, Layer, Option, Schedule } from "effect"
+import { PgClient } from "@effect/sql-pg"
+import { Context, Duration, Effect, Layer, Option, Schedule, Stream } from "effect"
 import { createServer } from "node:http"
 import * as Gateway from "./Gateway.ts"
 import * as Admin from "./http/Admin.ts"
@@ -121,11 +122,22 @@ const layerClusterTables = Layer.effectDiscard(
   )
 )
 
-/** Wakes agents with accepted but unfinished work: at start, then now and then, so nothing accepted is lost. */
+/**
+ * Wakes agents with accepted but unfinished work: each agent another node let go with work open (announced
+ * on a PostgreSQL channel, so it starts on its next owner at once), and now and then every agent no live
+ * runner holds, so nothing accepted is lost.
+ */
 const layerResumer = Layer.scopedDiscard(
   Effect.gen(function*() {
     const agents = yield* Agents.Agents
     const config = yield* ServerConfig.ServerConfig
+    const sql = yield* PgClient.PgClient
+    yield* sql.listen(AgentStore.releasedChannel).pipe(
+      Stream.runForEach((agentId) => Effect.fork(agents.wake(agentId))),
+      Effect.catchAllCause((cause) => Effect.logWarning("listening for released agents failed", cause)),
+      Effect.forever,
+      Effect.forkScoped
+    )
     yield* agents.wakeOpenWork(config.runnerLeaseSeconds).pipe(
       Effect.catchAllCause((cause) => Effect.logWarning("waking agents failed", cause)),
       Effect.repeat(Schedule.spaced(Duration.seconds(config.runnerLeaseSeconds / 2))),

@@ -151,6 +151,12 @@ export const layer = Agent.toLayer(
         if (resumed) {
           // Another node began this turn: continue from what it journaled.
           yield* fenced(store.markResumed(agentId, row.id))
+          yield* Effect.logInfo("turn resumed here").pipe(Effect.annotateLogs({
+            agentId,
+            requestId: row.id,
+            from: ownership.previousOwner ?? "a runner that let it go",
+            why: row.handoff ?? "its runner was lost"
+          }))
           yield* frame(row.id)({
             type: "turn_resumed",
             index: history.length,
@@ -272,9 +278,10 @@ export const layer = Agent.toLayer(
         return toRecord(yield* settle(row.id, { result: yield* apply }))
       })
 
-    // The runner: one request at a time, in arrival order; the entity stays alive while work is open.
-    // The entity is kept alive while work is open; the cluster keeps that as a message, so when the node
-    // stops or is lost, the next owner of the shard starts the agent at once and it picks the work up.
+    // The runner: one request at a time, in arrival order. The entity is kept alive while a turn runs; the
+    // cluster keeps that as a message, so when the node is lost, the next owner of the shard starts the agent
+    // at once and it picks the work up. A node letting the agent go on purpose ends the keep-alive (it would
+    // hold the shard until the termination timeout) and announces the release instead (see release).
     yield* Effect.gen(function*() {
       while (true) {
         yield* Queue.take(wakeup)
@@ -283,7 +290,7 @@ export const layer = Agent.toLayer(
           yield* Entity.keepAlive(true)
           yield* drain.track(runOne(pending.shift()!))
         }
-        if (!drain.isDraining() && !releasing) yield* Entity.keepAlive(false)
+        yield* Entity.keepAlive(false)
       }
     }).pipe(
       // The epoch moved on: the cluster gave the agent to another runner while this one was cut off.
@@ -325,10 +332,7 @@ export const layer = Agent.toLayer(
               ...(payload.spendLimit === undefined ? {} : { spendLimit: payload.spendLimit })
             }
           }))
-          if (drain.isDraining() && row.state !== "completed") {
-            // Accepted here, run by the next owner, which the kept-alive entity brings up at once.
-            yield* Effect.provideService(Entity.keepAlive(true), Entity.CurrentAddress, address)
-          } else if (payload.whileRunning === "steer" && active !== null && row.state === "queued") {
+          if (payload.whileRunning === "steer" && active !== null && row.state === "queued") {
             if (!steering.some((open) => open.id === row.id) && !taken.some((open) => open.id === row.id)) {
               steering.push(row)
             }
@@ -401,7 +405,7 @@ export const layer = Agent.toLayer(
                 // A lagging watcher's stream just ends; the client reconnects from its cursor. So does
                 // every stream when the node closes its streams to hand the agent on.
                 Stream.catchAll(() => Stream.empty),
-                Stream.interruptWhen(drain.closed)
+                Stream.haltWhen(drain.closed)
               )
           )
         ),

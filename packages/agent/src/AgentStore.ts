@@ -79,6 +79,9 @@ const decodeConfig = Schema.decodeUnknownSync(AgentConfig)
 
 const toAgent = (row: any): AgentRow => ({ ...row, config: decodeConfig(row.config) })
 
+/** The PostgreSQL channel on which a released agent with unfinished work is announced (payload: its id). */
+export const releasedChannel = "agent_runtime_released"
+
 /** Event ids an owner may hand out before it asks for more. */
 export const eventBlockSize = 100_000
 
@@ -177,14 +180,19 @@ export class AgentStore extends Effect.Service<AgentStore>()("@agent-runtime/age
 
     /** Makes the caller the agent's owner: a new epoch, which every later journal write must carry. */
     const claim = (agentId: string, owner: string) =>
-      sql<{ epoch: number; continuesFrom: number | null; inherited: Array<{ id: number; data: unknown }> | null }>`
+      sql<{
+        epoch: number
+        previousOwner: string | null
+        continuesFrom: number | null
+        inherited: Array<{ id: number; data: unknown }> | null
+      }>`
         UPDATE agents a SET owner_epoch = a.owner_epoch + 1, owner = ${owner}, released_cursor = NULL,
           released_events = NULL
-        FROM (SELECT id, released_cursor, released_events FROM agents WHERE id = ${agentId} FOR UPDATE) previous
+        FROM (SELECT id, owner, released_cursor, released_events FROM agents WHERE id = ${agentId} FOR UPDATE) previous
         WHERE a.id = previous.id
-        RETURNING a.owner_epoch::float8 AS epoch, previous.released_cursor::float8 AS continues_from,
-          previous.released_events AS inherited`.pipe(
-        Effect.map((rows) => rows[0] ?? { epoch: 0, continuesFrom: null, inherited: null })
+        RETURNING a.owner_epoch::float8 AS epoch, previous.owner AS previous_owner,
+          previous.released_cursor::float8 AS continues_from, previous.released_events AS inherited`.pipe(
+        Effect.map((rows) => rows[0] ?? { epoch: 0, previousOwner: null, continuesFrom: null, inherited: null })
       )
 
     /**
@@ -199,7 +207,11 @@ export class AgentStore extends Effect.Service<AgentStore>()("@agent-runtime/age
       events: ReadonlyArray<{ readonly id: number; readonly data: unknown }>
     ) =>
       sql`UPDATE agents SET owner = NULL, released_cursor = ${cursor}, released_events = ${JSON.stringify(events)}::jsonb
-        WHERE id = ${agentId} AND owner_epoch = ${epoch}`
+        WHERE id = ${agentId} AND owner_epoch = ${epoch}`.pipe(
+        // Unfinished work is announced, so a node wakes the agent on its next owner at once.
+        Effect.zipRight(sql`SELECT pg_notify(${releasedChannel}, ${agentId})
+          WHERE EXISTS (SELECT 1 FROM agent_requests WHERE agent_id = ${agentId} AND state <> 'completed')`)
+      )
 
     /**
      * Runs a journal write only while `epoch` is still the agent's: the row

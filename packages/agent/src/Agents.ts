@@ -460,7 +460,7 @@ export class Agents extends Effect.Service<Agents>()("@agent-runtime/agent/Agent
             ).pipe(
               Effect.timeout(Duration.millis(left)),
               // The stream also ends when the agent moves (a drain): read again and watch its next owner.
-              Effect.catchAllCause(() => Effect.sleep("50 millis"))
+              Effect.catchAllCause(() => Effect.sleep("1 second"))
             )
           }
         })
@@ -547,7 +547,7 @@ export class Agents extends Effect.Service<Agents>()("@agent-runtime/agent/Agent
     const watch = (tenantId: string, agentId: string, cursor: Option.Option<number>, snapshot: boolean) =>
       Effect.map(watchFrom(tenantId, agentId, cursor, snapshot), (entries) =>
         // A draining node ends its streams, so its agents can move at once.
-        Stream.interruptWhen(entries, drain.closed))
+        Stream.haltWhen(entries, drain.closed))
 
     const watchFrom = (tenantId: string, agentId: string, cursor: Option.Option<number>, snapshot: boolean) =>
       Effect.gen(function*() {
@@ -625,30 +625,37 @@ export class Agents extends Effect.Service<Agents>()("@agent-runtime/agent/Agent
         } as const
       })
 
+    /** Wakes one agent on its owner, so it loads its open work; a failure counts toward its resume backoff. */
+    const wake = (agentId: string, resumeFailures = 0) =>
+      makeClient(agentId).Wake().pipe(
+        // A shard that has no owner yet makes the send wait; the next round tries again.
+        Effect.timeout(Duration.seconds(15)),
+        Effect.matchCauseEffect({
+          onSuccess: () => resumeFailures > 0 ? Effect.ignore(store.resumeSucceeded(agentId)) : Effect.void,
+          onFailure: (cause) =>
+            Effect.zipRight(
+              Effect.logWarning("waking an agent's unfinished work failed", cause).pipe(
+                Effect.annotateLogs({ agentId, failures: resumeFailures + 1 })
+              ),
+              Effect.ignore(store.resumeFailed(agentId))
+            )
+        })
+      )
+
     /**
      * Wakes agents whose unfinished work no live runner holds, so accepted
      * requests go on after a restart or a lost runner. A wake-up that fails
      * is retried later, doubling the wait up to an hour, never given up.
      */
     const wakeOpenWork = (leaseSeconds: number) =>
-      Effect.gen(function*() {
-        const agents = yield* Effect.orDie(store.agentsToWake(leaseSeconds))
-        yield* Effect.forEach(agents, ({ agentId, resumeFailures }) =>
-          makeClient(agentId).Wake().pipe(
-            // A shard that has no owner yet makes the send wait; the next round tries again.
-            Effect.timeout(Duration.seconds(15)),
-            Effect.matchCauseEffect({
-              onSuccess: () => resumeFailures > 0 ? Effect.ignore(store.resumeSucceeded(agentId)) : Effect.void,
-              onFailure: (cause) =>
-                Effect.zipRight(
-                  Effect.logWarning("waking an agent's unfinished work failed", cause).pipe(
-                    Effect.annotateLogs({ agentId, failures: resumeFailures + 1 })
-                  ),
-                  Effect.ignore(store.resumeFailed(agentId))
-                )
-            })
-          ), { concurrency: 16, discard: true })
-      })
+      Effect.flatMap(
+        Effect.orDie(store.agentsToWake(leaseSeconds)),
+        (agents) =>
+          Effect.forEach(agents, ({ agentId, resumeFailures }) => wake(agentId, resumeFailures), {
+            concurrency: 16,
+            discard: true
+          })
+      )
 
     return {
       create,
@@ -670,6 +677,7 @@ export class Agents extends Effect.Service<Agents>()("@agent-runtime/agent/Agent
       watch,
       eventBody,
       poll,
+      wake,
       wakeOpenWork
     } as const
   })
