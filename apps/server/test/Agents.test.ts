@@ -2,7 +2,7 @@
  * Agents over real HTTP: a node (a real process with its cluster runner on
  * the embedded PostgreSQL) and the fake upstream as the model provider.
  */
-import { FakeUpstream, Http, TestDatabase, TestNode, TestWorld } from "@agent-runtime/testing"
+import { FakeUpstream, Http, TestCluster, TestDatabase, TestWorld } from "@agent-runtime/testing"
 import { expect, it, layer } from "@effect/vitest"
 import { Effect } from "effect"
 
@@ -706,11 +706,13 @@ layer(WorldLive, { excludeTestServices: true })("agents", (it) => {
 it.scopedLive("a node killed mid-turn finishes the accepted prompt after a restart, with turn_resumed", () =>
   Effect.gen(function*() {
     const upstream = yield* FakeUpstream.start()
-    const databaseUrl = yield* TestDatabase.make
-    const runnerPort = yield* TestNode.freePort
-    const env = { ALLOW_PRIVATE_URLS: "true", RUNNER_ADDRESS: `127.0.0.1:${runnerPort}` }
-    const operatorToken = `aro_${"r".repeat(43)}`
-    const first = yield* TestNode.start({ databaseUrl, operatorToken, env })
+    // One node restarted in place: same database, runner address and operator token.
+    const cluster = yield* TestCluster.start({
+      size: 1,
+      databaseUrl: yield* TestDatabase.make,
+      env: { ALLOW_PRIVATE_URLS: "true" }
+    })
+    const first = cluster.members[0]!.node
     const { api, token } = yield* tenantWithModel({ node: first, upstream }, "crash")
     // Slow enough to be cut: 30 words at 100 ms each.
     upstream.script({ text: Array.from({ length: 30 }, (_, i) => `w${i}`).join(" "), tokenDelayMs: 100 })
@@ -718,9 +720,9 @@ it.scopedLive("a node killed mid-turn finishes the accepted prompt after a resta
     const created = (yield* api.post("/v1/agents", { token, json: { model: "fake/m1", prompt: { text: "long one" } } }))
       .body
     yield* Effect.sleep("800 millis")
-    yield* first.stop("SIGKILL")
+    yield* cluster.stop(0, "SIGKILL")
 
-    const second = yield* TestNode.start({ databaseUrl, operatorToken, env })
+    const second = yield* cluster.start(0)
     const api2 = Http.client(second.rest)
     const done = (yield* api2.get(`/v1/agents/${created.id}/requests/${created.prompt.id}?wait=25`, { token })).body
     expect(done).toMatchObject({

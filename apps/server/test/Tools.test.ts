@@ -4,7 +4,7 @@
  * real page server, results journaled and shown, and a call cut by a lost
  * node answered as unknown, never sent again.
  */
-import { FakeUpstream, Http, TestDatabase, TestNode, TestWorld, ToolServer } from "@agent-runtime/testing"
+import { FakeUpstream, Http, TestCluster, TestDatabase, TestWorld, ToolServer } from "@agent-runtime/testing"
 import { expect, it, layer } from "@effect/vitest"
 import { Effect } from "effect"
 
@@ -133,11 +133,13 @@ it.scopedLive("a tool call cut by a killed node is answered as unknown on restar
   Effect.gen(function*() {
     const upstream = yield* FakeUpstream.start()
     const pages = yield* ToolServer.start
-    const databaseUrl = yield* TestDatabase.make
-    const runnerPort = yield* TestNode.freePort
-    const env = { ALLOW_PRIVATE_URLS: "true", RUNNER_ADDRESS: `127.0.0.1:${runnerPort}` }
-    const operatorToken = `aro_${"t".repeat(43)}`
-    const first = yield* TestNode.start({ databaseUrl, operatorToken, env })
+    // One node restarted in place: same database, runner address and operator token.
+    const cluster = yield* TestCluster.start({
+      size: 1,
+      databaseUrl: yield* TestDatabase.make,
+      env: { ALLOW_PRIVATE_URLS: "true" }
+    })
+    const first = cluster.members[0]!.node
     const { api, token } = yield* TestWorld.tenantWithModel({ node: first, upstream }, "crash-tools")
     upstream.script({
       toolCalls: [
@@ -155,9 +157,9 @@ it.scopedLive("a tool call cut by a killed node is answered as unknown on restar
       yield* Effect.sleep("50 millis")
     }
     yield* Effect.sleep("300 millis")
-    yield* first.stop("SIGKILL")
+    yield* cluster.stop(0, "SIGKILL")
 
-    const second = yield* TestNode.start({ databaseUrl, operatorToken, env })
+    const second = yield* cluster.start(0)
     const api2 = Http.client(second.rest)
     const done = (yield* api2.get(`/v1/agents/${created.id}/requests/${created.prompt.id}?wait=25`, { token })).body
     expect(done).toMatchObject({
