@@ -547,6 +547,25 @@ layer(WorldLive, { excludeTestServices: true })("agents", (it) => {
       expect(yield* settle(api, token, bad.id, bad.prompt.id)).toMatchObject({ code: "model_key_invalid" })
     }))
 
+  it.scoped("failed wake-ups of unfinished work show as resume on the agent and its state", () =>
+    Effect.gen(function*() {
+      const world = yield* TestWorld.TestWorld
+      const { api, token } = yield* tenantWithModel(world, "resume")
+      const agent = (yield* api.post("/v1/agents", { token, json: { model: "fake/m1" } })).body
+      expect((yield* api.get(`/v1/agents/${agent.id}`, { token })).body.resume).toBeNull()
+      yield* TestDatabase.query(
+        world.databaseUrl,
+        `UPDATE agents SET resume_failures = 3, resume_after = now() + interval '4 seconds' WHERE id = '${agent.id}'`
+      )
+      const after = Math.floor(Date.now() / 1000) + 4
+      const detail = (yield* api.get(`/v1/agents/${agent.id}`, { token })).body
+      expect(detail.resume.failures).toBe(3)
+      expect(Math.abs(detail.resume.after - after)).toBeLessThanOrEqual(1)
+      expect((yield* api.get(`/v1/agents/${agent.id}/state`, { token })).body.resume).toEqual(detail.resume)
+      const listed = (yield* api.get("/v1/agents", { token })).body.data.find((summary: any) => summary.id === agent.id)
+      expect(listed.resume).toEqual(detail.resume)
+    }))
+
   it.scoped("a response cut mid-stream is retracted and asked again; idle streams get heartbeats", () =>
     Effect.gen(function*() {
       const world = yield* TestWorld.TestWorld
@@ -752,3 +771,4 @@ it.scopedLive("a node killed mid-turn finishes the accepted prompt after a resta
     expect(snapshot).toMatchObject({ type: "snapshot", requestId: null, turn: [] })
     expect(snapshot.cursor).toBeGreaterThan(100000)
   }), { timeout: 90_000 })
+
