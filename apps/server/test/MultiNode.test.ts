@@ -152,12 +152,45 @@ it.scopedLive("operators list the runners and drain one: its turn finishes its s
     const words = Array.from({ length: 40 }, (_, i) => `w${i}`).join(" ")
     upstream.script({ text: words, toolCalls: [{ name: "lookup", arguments: { q: "x" } }], tokenDelayMs: 100 })
     upstream.script({ text: "finished on the other runner" })
+    // A watcher on the drained node: its stream ends with `event: reconnect`, and it goes on from its cursor.
+    const watcher = yield* Http.sse(one.rest, `/v1/agents/${agentId}/events`, { token })
+    yield* watcher.take((frame) => frame.event === "ready")
     const accepted = (yield* api2.post(`/v1/agents/${agentId}/prompt`, { token, json: { text: "two steps" } })).body
     yield* Effect.sleep("400 millis")
     const drained = yield* api2.post(`/v1/admin/runners/${encodeURIComponent(one.runnerAddress)}/drain`, {
       token: operator
     })
     expect(drained).toMatchObject({ status: 202, body: { address: one.runnerAddress, state: "draining" } })
+    const seen = yield* watcher.take((frame) => frame.event === "reconnect", 30_000)
+    expect(seen.at(-1)!.event).toBe("reconnect")
+    const lastId = seen.filter((frame) => frame.id !== undefined).at(-1)!.id!
+    const typesOf = (frames: ReadonlyArray<Http.SseFrame>) =>
+      frames.flatMap((frame) => frame.data === undefined ? [] : [JSON.parse(frame.data)]).map((data) =>
+        data.event?.type ?? data.type
+      )
+    // The step ran to its end on the drained node before the stream closed.
+    expect(typesOf(seen)).toContain("tool_execution_end")
+    expect(typesOf(seen)).not.toContain("turn_resumed")
+    // Like any client: reconnect at once with the last id (through another node), again on each reconnect frame.
+    const after: Array<Http.SseFrame> = []
+    let cursor = lastId
+    for (let attempt = 0; attempt < 20 && !typesOf(after).includes("response"); attempt++) {
+      const resumedWatcher = yield* Http.sse(two.rest, `/v1/agents/${agentId}/events`, {
+        token,
+        headers: { "last-event-id": cursor }
+      })
+      expect(resumedWatcher.status).toBe(200)
+      const frames = yield* resumedWatcher.take((frame) =>
+        frame.event === "reconnect" || (frame.data?.includes('"type":"response"') ?? false)
+      )
+      after.push(...frames.filter((frame) => frame.id !== undefined))
+      cursor = after.at(-1)?.id ?? cursor
+    }
+    const ids = after.map((frame) => Number(frame.id))
+    expect(ids[0]).toBeGreaterThan(Number(lastId))
+    expect(ids.every((id, i) => i === 0 || id > ids[i - 1]!)).toBe(true)
+    expect(typesOf(after)[0]).toBe("turn_resumed")
+    expect(typesOf(after)).toContain("response")
     const done = (yield* api2.get(`/v1/agents/${agentId}/requests/${accepted.id}?wait=25`, { token })).body
     expect(done).toMatchObject({ state: "completed", outcome: { result: { reply: "finished on the other runner" } } })
     const history = (yield* api2.get(`/v1/agents/${agentId}/history`, { token })).body

@@ -544,6 +544,31 @@ export class Agents extends Effect.Service<Agents>()("@agent-runtime/agent/Agent
      * is 409 REPLAY_GAP, or, with `snapshot`, starts from a snapshot frame
      * (the running turn so far) and goes on live from there.
      */
+    /**
+     * The events of an agent owned elsewhere, read through the cluster. When
+     * the owner ends the stream because the agent moves (a drain, a
+     * rebalance), it is read again from the last id on its next owner, which
+     * goes on from the same ids; a cursor the next owner cannot serve (after a
+     * crash) fails the stream, and the client reconnects.
+     */
+    const followRemote = (agentId: string, cursor: Option.Option<number>) => {
+      let last = cursor
+      const once = () =>
+        makeClient(agentId).Watch({ ...(Option.isSome(last) ? { cursor: last.value } : {}) }).pipe(
+          Stream.map((entry) => {
+            last = Option.some(entry.id)
+            return { ...entry, json: JSON.stringify(entry.data) }
+          })
+        )
+      type Followed = ReturnType<typeof once>
+      const loop = (): Followed =>
+        Stream.concat(
+          Stream.suspend(once),
+          Stream.suspend(() => Stream.concat(Stream.drain(Stream.fromEffect(Effect.sleep("100 millis"))), loop()))
+        )
+      return loop()
+    }
+
     const watch = (tenantId: string, agentId: string, cursor: Option.Option<number>, snapshot: boolean) =>
       Effect.map(watchFrom(tenantId, agentId, cursor, snapshot), (entries) =>
         // A draining node ends its streams, so its agents can move at once.
@@ -572,18 +597,12 @@ export class Agents extends Effect.Service<Agents>()("@agent-runtime/agent/Agent
             const entries = yield* local.value.subscribe(cursor).pipe(Effect.orDie)
             return Stream.catchAll(entries, () => Stream.empty)
           }
-          return client.Watch({ ...(Option.isSome(cursor) ? { cursor: cursor.value } : {}) }).pipe(
-            Stream.map((entry) => ({ ...entry, json: JSON.stringify(entry.data) }))
-          )
+          return followRemote(agentId, cursor)
         }
         const taken = yield* Effect.orDie(client.Snapshot())
         const data = { type: "snapshot", cursor: taken.cursor, requestId: taken.requestId, turn: taken.turn }
         return Stream.make({ id: taken.cursor, data, json: JSON.stringify(data) }).pipe(
-          Stream.concat(
-            client.Watch({ cursor: taken.cursor }).pipe(
-              Stream.map((entry) => ({ ...entry, json: JSON.stringify(entry.data) }))
-            )
-          )
+          Stream.concat(followRemote(agentId, Option.some(taken.cursor)))
         )
       })
 
