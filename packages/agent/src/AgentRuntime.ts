@@ -67,7 +67,7 @@ export const layer = Agent.toLayer(
     // cluster ever let another node claim it, our writes are refused instead of mixing two turns.
     const ownership = yield* Effect.orDie(store.claim(agentId, runnerAddress))
     const epoch = ownership.epoch
-    const fenced = <A, E, R>(write: Effect.Effect<A, E, R>) => Effect.orDie(store.fenced(agentId, epoch, write))
+    const fenced = (write: Parameters<typeof store.fenced>[2]) => Effect.orDie(store.fenced(agentId, epoch, write))
     const agent0 = Option.getOrThrowWith(
       yield* Effect.orDie(store.findById(agentId)),
       () => new Error(`agent ${agentId} does not exist`)
@@ -150,7 +150,7 @@ export const layer = Agent.toLayer(
         const began = row.beganIndex ?? history.length
         if (resumed) {
           // Another node began this turn: continue from what it journaled.
-          yield* fenced(store.markResumed(agentId, row.id))
+          yield* fenced((guard) => store.markResumed(agentId, row.id, guard))
           yield* Effect.logInfo("turn resumed here").pipe(Effect.annotateLogs({
             agentId,
             requestId: row.id,
@@ -163,7 +163,7 @@ export const layer = Agent.toLayer(
             ...(row.handoff === null ? {} : { handoff: row.handoff })
           })
         } else {
-          yield* fenced(store.markRunning(agentId, row.id, history.length))
+          yield* fenced((guard) => store.markRunning(agentId, row.id, history.length, guard))
         }
         activeBegan = began
         aborting = false
@@ -187,12 +187,12 @@ export const layer = Agent.toLayer(
               return now.length === 0
                 ? Effect.succeed([])
                 : Effect.as(
-                  fenced(store.markSteered(agentId, now.map((steered) => steered.id), row.id)),
+                  fenced((guard) => store.markSteered(agentId, now.map((steered) => steered.id), row.id, guard)),
                   now.map((steered) => ({ requestId: steered.id, ...(steered.input as any) }))
                 )
             }),
-            toolStarted: (toolCallId, tool) => fenced(store.startToolCall(agentId, row.id, toolCallId, tool)),
-            toolFinished: (toolCallId, result) => fenced(store.finishToolCall(agentId, toolCallId, result)),
+            toolStarted: (toolCallId, tool) => fenced((guard) => store.startToolCall(agentId, row.id, toolCallId, tool, guard)),
+            toolFinished: (toolCallId, result) => fenced((guard) => store.finishToolCall(agentId, toolCallId, result, guard)),
             sentToolCalls: Effect.orDie(store.toolCalls(agentId, row.id)),
             aborting: () => aborting,
             handingOff: () => releasing || drain.isDraining(),
@@ -205,7 +205,7 @@ export const layer = Agent.toLayer(
             emit: frame(row.id),
             append: (index, message) =>
               Effect.zipRight(
-                fenced(store.appendMessage(agentId, index, row.id, message)),
+                fenced((guard) => store.appendMessage(agentId, index, row.id, message, guard)),
                 Effect.sync(() => {
                   history[index] = message
                 })
@@ -218,7 +218,7 @@ export const layer = Agent.toLayer(
         const exit = yield* Fiber.await(turn)
         if (Exit.isSuccess(exit) && exit.value.handoff === true) {
           // Stopped between steps for the next owner, which continues it under the same request id.
-          yield* fenced(store.markHandoff(agentId, row.id, "drain"))
+          yield* fenced((guard) => store.markHandoff(agentId, row.id, "drain", guard))
           taken = []
           yield* Effect.logInfo("turn handed on").pipe(Effect.annotateLogs({ agentId, requestId: row.id }))
           return
@@ -253,7 +253,7 @@ export const layer = Agent.toLayer(
     /** Ends a request with its outcome and tells watchers. */
     const settle = (requestId: string, outcome: Record<string, unknown>, steeredInto?: string) =>
       Effect.gen(function*() {
-        yield* fenced(store.complete(agentId, requestId, outcome, steeredInto))
+        yield* fenced((guard) => store.complete(agentId, requestId, outcome, steeredInto, guard))
         const finished = Option.getOrThrow(yield* Effect.orDie(store.getRequest(agentId, requestId)))
         yield* log.publish({ type: "response", id: requestId, outcome: toRecord(finished).outcome })
         return finished
@@ -373,7 +373,7 @@ export const layer = Agent.toLayer(
               else next[field] = value
             }
             agent.config = next as AgentConfig
-            yield* fenced(store.updateConfig(agentId, agent.config))
+            yield* fenced((guard) => store.updateConfig(agentId, agent.config, guard))
             return { config: agent.config }
           })
         ),

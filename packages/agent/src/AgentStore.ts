@@ -3,7 +3,7 @@
  * their history, and the blocks of event ids they hand out. Whatever node
  * owns an agent rebuilds its state from here.
  */
-import { SqlClient } from "@effect/sql"
+import { SqlClient, type Statement } from "@effect/sql"
 import { Effect, Option, Schema } from "effect"
 
 /** A journal write by a node that no longer owns the agent: another node claimed it since. */
@@ -162,9 +162,9 @@ export class AgentStore extends Effect.Service<AgentStore>()("@agent-runtime/age
         WHERE agent_id = ${agentId} AND state <> 'completed' AND steered_into IS NULL ORDER BY seq`
 
     /** Steered prompts a running turn took: they end with it. */
-    const markSteered = (agentId: string, ids: ReadonlyArray<string>, into: string) =>
+    const markSteered = (agentId: string, ids: ReadonlyArray<string>, into: string, guard = always) =>
       sql`UPDATE agent_requests SET steered_into = ${into}, began_at = now()
-        WHERE agent_id = ${agentId} AND id IN ${sql.in(ids)} AND state <> 'completed'`
+        WHERE agent_id = ${agentId} AND id IN ${sql.in(ids)} AND state <> 'completed' AND ${guard}`
 
     /** Open requests a turn took as steered prompts. */
     const steeredInto = (agentId: string, into: string) =>
@@ -214,38 +214,51 @@ export class AgentStore extends Effect.Service<AgentStore>()("@agent-runtime/age
       )
 
     /**
-     * Runs a journal write only while `epoch` is still the agent's: the row
-     * lock holds off a new claim until the write commits, and a stale owner's
-     * write fails with Fenced and changes nothing.
+     * Runs a journal write only while `epoch` is still the agent's, in one
+     * statement: the write is conditioned on `guard`, which holds only if the
+     * agents row (locked until the statement commits, so no claim slips in
+     * between) still carries the epoch. A stale owner's write fails with
+     * Fenced and changes nothing.
      */
-    const fenced = <A, E, R>(agentId: string, epoch: number, write: Effect.Effect<A, E, R>) =>
-      sql.withTransaction(Effect.gen(function*() {
-        const rows = yield* sql<{ epoch: number }>`
-          SELECT owner_epoch::float8 AS epoch FROM agents WHERE id = ${agentId} FOR SHARE`
-        if (rows[0]?.epoch !== epoch) return yield* new Fenced({ agentId, epoch })
-        return yield* write
-      }))
+    const fenced = (
+      agentId: string,
+      epoch: number,
+      write: (guard: Statement.Statement<any>) => Statement.Statement<any>
+    ) =>
+      sql<{ epoch: number | null }>`
+        WITH fence AS (SELECT owner_epoch FROM agents WHERE id = ${agentId} FOR NO KEY UPDATE),
+          written AS (${write(sql`EXISTS (SELECT 1 FROM fence WHERE owner_epoch = ${epoch})`)})
+        SELECT (SELECT owner_epoch::float8 FROM fence) AS epoch`.pipe(
+        Effect.flatMap((rows) =>
+          rows[0]?.epoch === epoch ? Effect.void : Effect.fail(new Fenced({ agentId, epoch }))
+        )
+      )
 
-    const markRunning = (agentId: string, id: string, beganIndex: number) =>
+    /** Every write below takes a guard: a condition it only happens under (`fenced` supplies it). */
+    const always = sql`TRUE`
+
+    const markRunning = (agentId: string, id: string, beganIndex: number, guard = always) =>
       sql`UPDATE agent_requests SET state = 'running', began_index = ${beganIndex}, began_at = coalesce(began_at, now())
-        WHERE agent_id = ${agentId} AND id = ${id}`
+        WHERE agent_id = ${agentId} AND id = ${id} AND ${guard}`
 
     /** A node took over the running turn: its handoff note is consumed. */
-    const markResumed = (agentId: string, id: string) =>
-      sql`UPDATE agent_requests SET handoff = NULL, resumes = resumes + 1 WHERE agent_id = ${agentId} AND id = ${id}`
+    const markResumed = (agentId: string, id: string, guard = always) =>
+      sql`UPDATE agent_requests SET handoff = NULL, resumes = resumes + 1
+        WHERE agent_id = ${agentId} AND id = ${id} AND ${guard}`
 
     /** The owner stops the running turn between steps, for another node to continue it. */
-    const markHandoff = (agentId: string, id: string, reason: string) =>
-      sql`UPDATE agent_requests SET handoff = ${reason} WHERE agent_id = ${agentId} AND id = ${id} AND state = 'running'`
+    const markHandoff = (agentId: string, id: string, reason: string, guard = always) =>
+      sql`UPDATE agent_requests SET handoff = ${reason}
+        WHERE agent_id = ${agentId} AND id = ${id} AND state = 'running' AND ${guard}`
 
     /** Recorded before a tool call is sent: a call with a start and no result has an unknown outcome. */
-    const startToolCall = (agentId: string, requestId: string, toolCallId: string, tool: string) =>
+    const startToolCall = (agentId: string, requestId: string, toolCallId: string, tool: string, guard = always) =>
       sql`INSERT INTO agent_tool_calls (agent_id, tool_call_id, request_id, tool)
-        VALUES (${agentId}, ${toolCallId}, ${requestId}, ${tool}) ON CONFLICT DO NOTHING`
+        SELECT ${agentId}, ${toolCallId}, ${requestId}, ${tool} WHERE ${guard} ON CONFLICT DO NOTHING`
 
-    const finishToolCall = (agentId: string, toolCallId: string, result: unknown) =>
+    const finishToolCall = (agentId: string, toolCallId: string, result: unknown, guard = always) =>
       sql`UPDATE agent_tool_calls SET result = ${JSON.stringify(result)}::jsonb, ended_at = now()
-        WHERE agent_id = ${agentId} AND tool_call_id = ${toolCallId}`
+        WHERE agent_id = ${agentId} AND tool_call_id = ${toolCallId} AND ${guard}`
 
     /** The request's tool calls that were sent, with their results where they came back. */
     const toolCalls = (agentId: string, requestId: string) =>
@@ -254,10 +267,16 @@ export class AgentStore extends Effect.Service<AgentStore>()("@agent-runtime/age
         Effect.map((rows) => new Map(rows.map((row) => [row.toolCallId, row.result ?? undefined])))
       )
 
-    const complete = (agentId: string, id: string, outcome: Record<string, unknown>, steeredInto?: string) =>
+    const complete = (
+      agentId: string,
+      id: string,
+      outcome: Record<string, unknown>,
+      steeredInto?: string,
+      guard = always
+    ) =>
       sql`UPDATE agent_requests SET state = 'completed', outcome = ${JSON.stringify(outcome)}::jsonb,
           steered_into = coalesce(${steeredInto ?? null}, steered_into), ended_at = now()
-        WHERE agent_id = ${agentId} AND id = ${id} AND state <> 'completed'`
+        WHERE agent_id = ${agentId} AND id = ${id} AND state <> 'completed' AND ${guard}`
 
     /** Agents with work not yet completed: what a restarted cluster must pick up again. */
     /**
@@ -281,12 +300,12 @@ export class AgentStore extends Effect.Service<AgentStore>()("@agent-runtime/age
     const resumeSucceeded = (agentId: string) =>
       sql`UPDATE agents SET resume_failures = 0, resume_after = NULL WHERE id = ${agentId} AND resume_failures > 0`
 
-    const updateConfig = (agentId: string, config: AgentConfig) =>
-      sql`UPDATE agents SET config = ${JSON.stringify(config)}::jsonb WHERE id = ${agentId}`
+    const updateConfig = (agentId: string, config: AgentConfig, guard = always) =>
+      sql`UPDATE agents SET config = ${JSON.stringify(config)}::jsonb WHERE id = ${agentId} AND ${guard}`
 
-    const appendMessage = (agentId: string, index: number, requestId: string | null, message: unknown) =>
+    const appendMessage = (agentId: string, index: number, requestId: string | null, message: unknown, guard = always) =>
       sql`INSERT INTO agent_messages (agent_id, index, request_id, message)
-        VALUES (${agentId}, ${index}, ${requestId}, ${JSON.stringify(message)}::jsonb)
+        SELECT ${agentId}, ${index}, ${requestId}, ${JSON.stringify(message)}::jsonb WHERE ${guard}
         ON CONFLICT (agent_id, index) DO UPDATE SET message = excluded.message, request_id = excluded.request_id`
 
     /** Messages before `before`, each marked when it opens a turn (the first message of its request). */

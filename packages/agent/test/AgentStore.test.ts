@@ -34,16 +34,17 @@ describe("AgentStore", () => {
       const store = yield* AgentStore
       yield* seed("client_fence")
       const first = yield* store.claim("client_fence", "127.0.0.1:1")
-      yield* store.fenced("client_fence", first.epoch, store.appendMessage("client_fence", 0, null, { n: 0 }))
+      yield* store.fenced("client_fence", first.epoch, (guard) => store.appendMessage("client_fence", 0, null, { n: 0 }, guard))
       const second = yield* store.claim("client_fence", "127.0.0.1:2")
       expect(second.epoch).toBe(first.epoch + 1)
       expect(second.previousOwner).toBe("127.0.0.1:1")
       const stale = yield* Effect.flip(
-        store.fenced("client_fence", first.epoch, store.appendMessage("client_fence", 1, null, { n: 1 }))
+        store.fenced("client_fence", first.epoch, (guard) => store.appendMessage("client_fence", 1, null, { n: 1 }, guard))
       )
       expect(stale).toBeInstanceOf(Fenced)
       expect(yield* store.messageCount("client_fence")).toBe(1)
-      yield* store.fenced("client_fence", second.epoch, store.appendMessage("client_fence", 1, null, { n: 1 }))
+      yield* store.fenced("client_fence", second.epoch, (guard) =>
+        store.appendMessage("client_fence", 1, null, { n: 1 }, guard))
       expect(yield* store.messageCount("client_fence")).toBe(2)
     })))
 
