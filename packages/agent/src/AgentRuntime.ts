@@ -405,7 +405,7 @@ export const layer = Agent.toLayer(
                 // A lagging watcher's stream just ends; the client reconnects from its cursor. So does
                 // every stream when the node closes its streams to hand the agent on.
                 Stream.catchAll(() => Stream.empty),
-                Stream.haltWhen(drain.closed)
+                Stream.interruptWhen(drain.closed)
               )
           )
         ),

@@ -572,7 +572,7 @@ export class Agents extends Effect.Service<Agents>()("@agent-runtime/agent/Agent
     const watch = (tenantId: string, agentId: string, cursor: Option.Option<number>, snapshot: boolean) =>
       Effect.map(watchFrom(tenantId, agentId, cursor, snapshot), (entries) =>
         // A draining node ends its streams, so its agents can move at once.
-        Stream.haltWhen(entries, drain.closed))
+        Stream.interruptWhen(entries, drain.closed))
 
     const watchFrom = (tenantId: string, agentId: string, cursor: Option.Option<number>, snapshot: boolean) =>
       Effect.gen(function*() {
