@@ -20,7 +20,10 @@
  *   through the gateway, and their ratio
  *
  * Environment: BENCH_REQUESTS (per measurement, default 4000), BENCH_LATENCY_MS
- * (the fake upstream's fixed latency, default 1), BENCH_NODE_OPTIONS (e.g. a profiler flag for the node).
+ * (the fake upstream's fixed latency, default 1), BENCH_NODE_OPTIONS (e.g. a profiler flag for the node),
+ * BENCH_ONLY (some of relay,same,translated,c100,stream,rps), BENCH_PLACEMENT=split (node and relay on CPU 1,
+ * everything else on CPU 0; see docs/benchmarks.md for why that is slower on a 2-vCPU VM).
+ * Latencies are taken with process.hrtime.bigint().
  */
 import { EmbeddedPostgres } from "@agent-runtime/store"
 import * as FakeUpstream from "@agent-runtime/testing/FakeUpstream"
@@ -36,6 +39,17 @@ import { Pool } from "undici"
 
 const requests = Number(process.env.BENCH_REQUESTS ?? 4000)
 const latencyMs = Number(process.env.BENCH_LATENCY_MS ?? 1)
+/** Which figures to measure (comma-separated): relay, same, translated, c100, stream, rps; all by default. */
+const only = process.env.BENCH_ONLY === undefined ? undefined : new Set(process.env.BENCH_ONLY.split(","))
+const wanted = (figure: string) => only === undefined || only.has(figure)
+/**
+ * BENCH_PLACEMENT=split: the load generator, the fake upstream (both in this process) and PostgreSQL on CPU 0,
+ * the node and the bare relay on CPU 1 (taskset, every thread); unset: wherever the scheduler puts them.
+ */
+const split = process.env.BENCH_PLACEMENT === "split"
+const pin = (pid: number, cpus: string) => {
+  if (split) ChildProcess.execFileSync("taskset", ["-a", "-p", "-c", cpus, String(pid)], { stdio: "ignore" })
+}
 
 const percentile = (values: ReadonlyArray<number>, p: number) => {
   const sorted = [...values].sort((a, b) => a - b)
@@ -50,8 +64,10 @@ interface Target {
 }
 
 /** One request; resolves with its latency in ms (to the last byte, or to the first with `firstByte`). */
+const now = () => Number(process.hrtime.bigint()) / 1e6
+
 const send = async (target: Target, firstByte = false): Promise<number> => {
-  const start = performance.now()
+  const start = now()
   const { body, statusCode } = await target.pool.request({
     path: target.path,
     method: "POST",
@@ -59,9 +75,9 @@ const send = async (target: Target, firstByte = false): Promise<number> => {
     body: target.body
   })
   let first = 0
-  for await (const _ of body) if (first === 0) first = performance.now()
+  for await (const _ of body) if (first === 0) first = now()
   if (statusCode !== 200) throw new Error(`status ${statusCode} from ${target.path}`)
-  return (firstByte ? first : performance.now()) - start
+  return (firstByte ? first : now()) - start
 }
 
 /** `count` requests at `concurrency`: their latencies and the requests per second. */
@@ -117,6 +133,8 @@ const startRelay = (upstream: string) =>
   )
 
 const program = Effect.gen(function*() {
+  // Children (PostgreSQL among them) inherit it; the node and the relay are moved off it below.
+  pin(process.pid, "0")
   const dataDir = yield* Effect.promise(() => Fs.mkdtemp(Path.join(Os.tmpdir(), "bench-gateway-")))
   const postgres = yield* EmbeddedPostgres.start({
     dataDir,
@@ -133,6 +151,8 @@ const program = Effect.gen(function*() {
       ...(process.env.BENCH_NODE_OPTIONS === undefined ? {} : { NODE_OPTIONS: process.env.BENCH_NODE_OPTIONS })
     }
   })
+  pin(node.process.pid!, "1")
+  pin(relay.child.pid!, "1")
   const api = Http.client(node.rest)
   const tenant = (yield* api.post("/v1/admin/tenants", { token: node.operatorToken, json: { name: "bench" } })).body
   const token = tenant.token as string
@@ -207,14 +227,20 @@ const program = Effect.gen(function*() {
         `gateway p50 ${ms(percentile(viaAll, 50))} p99 ${ms(percentile(viaAll, 99))})`
       ])
     }
-    await added("bare relay (floor: no gateway work), concurrency 1", targets.relay, targets.direct, 1)
-    await added("same protocol (chat → chat upstream), concurrency 1", targets.same, targets.direct, 1)
-    await added("translated (chat → messages upstream), concurrency 1", targets.translated, targets.directMessages, 1)
-    await added("same protocol, concurrency 100", targets.same, targets.direct, 100)
-    await added("translated, concurrency 100", targets.translated, targets.directMessages, 100)
-    await added("streamed, time to first byte, same protocol, concurrency 1", streams.same, streams.direct, 1, true)
-    await added("streamed, time to first byte, translated, concurrency 1", streams.translated, streams.directMessages, 1, true)
-
+    if (wanted("relay")) await added("bare relay (floor: no gateway work), concurrency 1", targets.relay, targets.direct, 1)
+    if (wanted("same")) await added("same protocol (chat → chat upstream), concurrency 1", targets.same, targets.direct, 1)
+    if (wanted("translated")) {
+      await added("translated (chat → messages upstream), concurrency 1", targets.translated, targets.directMessages, 1)
+    }
+    if (wanted("c100")) {
+      await added("same protocol, concurrency 100", targets.same, targets.direct, 100)
+      await added("translated, concurrency 100", targets.translated, targets.directMessages, 100)
+    }
+    if (wanted("stream")) {
+      await added("streamed, time to first byte, same protocol, concurrency 1", streams.same, streams.direct, 1, true)
+      await added("streamed, time to first byte, translated, concurrency 1", streams.translated, streams.directMessages, 1, true)
+    }
+    if (!wanted("rps")) return
     const saturation = requests * 2
     const alone = await measure(targets.direct, saturation, 50)
     const through = await measure(targets.same, saturation, 50)
@@ -227,7 +253,10 @@ const program = Effect.gen(function*() {
     ])
   })
   yield* Effect.promise(() => Promise.all([direct.close(), gateway.close(), bare.close()]))
-  yield* Console.log(`\nfake upstream latency ${latencyMs} ms, ${requests} requests per measurement\n`)
+  yield* Console.log(
+    `\nfake upstream latency ${latencyMs} ms, ${requests} requests per measurement` +
+      (split ? ", node and relay on CPU 1, the rest on CPU 0" : "") + "\n"
+  )
   yield* Console.log("| figure | value |\n|---|---|")
   for (const [figure, value] of rows) yield* Console.log(`| ${figure} | ${value} |`)
 })
