@@ -10,7 +10,6 @@ import type * as Http from "node:http"
 import type { Dispatcher } from "undici"
 import * as Canonical from "./Canonical.ts"
 import type { Codec } from "./Codec.ts"
-import { GatewayError } from "./GatewayError.ts"
 import * as Sse from "./Sse.ts"
 import type { TokenUsage } from "./TokenUsage.ts"
 import * as Upstream from "./Upstream.ts"
@@ -59,19 +58,14 @@ export const forward = async (options: Options): Promise<void> => {
     const value = options.incoming[name]
     if (typeof value === "string") sent[name] = value
   }
-  const controller = new AbortController()
-  const onClose = () => {
-    if (!res.writableFinished) controller.abort()
-  }
-  res.once("close", onClose)
-  try {
+  return Upstream.forClient(res, target, async (signal) => {
     const answer = await Upstream.send({
       dispatcher: options.dispatcher,
       target,
       path: options.path ?? codec.upstreamPath,
       headers: sent,
       body: JSON.stringify(upstreamBody),
-      signal: controller.signal
+      signal
     })
     const status = answer.statusCode
     const headers = pick(answer.headers, status)
@@ -114,11 +108,5 @@ export const forward = async (options: Options): Promise<void> => {
         resolve()
       })
     })
-  } catch (error) {
-    if (controller.signal.aborted) return
-    if (error instanceof GatewayError) throw error
-    throw Upstream.unreachable(target, error)
-  } finally {
-    res.off("close", onClose)
-  }
+  })
 }

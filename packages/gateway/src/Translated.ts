@@ -12,7 +12,7 @@ import { Answer } from "./Answer.ts"
 import type * as Canonical from "./Canonical.ts"
 import * as ChatUpstream from "./ChatUpstream.ts"
 import type { Codec, UpstreamCodec } from "./Codec.ts"
-import { GatewayError, invalid } from "./GatewayError.ts"
+import { invalid } from "./GatewayError.ts"
 import * as MessagesUpstream from "./MessagesUpstream.ts"
 import * as Reply from "./Reply.ts"
 import * as ResponsesUpstream from "./ResponsesUpstream.ts"
@@ -48,19 +48,14 @@ export interface Options {
 /** Sends the request and writes the answer; resolves when the client has it all (or left). */
 export const call = async (options: Options): Promise<void> => {
   const { codec, request, res, target, upstream } = options
-  const controller = new AbortController()
-  const onClose = () => {
-    if (!res.writableFinished) controller.abort()
-  }
-  res.once("close", onClose)
-  try {
+  return Upstream.forClient(res, target, async (signal) => {
     const answer = await Upstream.send({
       dispatcher: options.dispatcher,
       target,
       path: upstream.path,
       headers: { ...Upstream.headers(target, upstream.anthropic), ...upstream.headers },
       body: JSON.stringify(upstream.encode(request, target.model)),
-      signal: controller.signal
+      signal
     })
     const status = answer.statusCode
     if (status >= 300) {
@@ -110,11 +105,5 @@ export const call = async (options: Options): Promise<void> => {
         resolve()
       })
     })
-  } catch (error) {
-    if (controller.signal.aborted) return
-    if (error instanceof GatewayError) throw error
-    throw Upstream.unreachable(target, error)
-  } finally {
-    res.off("close", onClose)
-  }
+  })
 }

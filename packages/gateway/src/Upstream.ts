@@ -7,6 +7,7 @@
  */
 import type { Credentials } from "@agent-runtime/models"
 import { Option, Redacted } from "effect"
+import type * as Http from "node:http"
 import type { Dispatcher } from "undici"
 import { GatewayError } from "./GatewayError.ts"
 
@@ -79,6 +80,31 @@ export const unreachable = (target: Credentials.Target, error: unknown) =>
     code: "UPSTREAM_UNREACHABLE",
     message: `provider ${target.provider} unreachable: ${(error as { code?: string }).code ?? String(error)}`
   })
+
+/**
+ * Runs one exchange for the client at `res`: the upstream request is aborted when the client goes away (and
+ * nothing more is written to it), and a failure to reach the upstream answers UPSTREAM_UNREACHABLE.
+ */
+export const forClient = async (
+  res: Http.ServerResponse,
+  target: Credentials.Target,
+  exchange: (signal: AbortSignal) => Promise<void>
+): Promise<void> => {
+  const controller = new AbortController()
+  const onClose = () => {
+    if (!res.writableFinished) controller.abort()
+  }
+  res.once("close", onClose)
+  try {
+    await exchange(controller.signal)
+  } catch (error) {
+    if (controller.signal.aborted) return
+    if (error instanceof GatewayError) throw error
+    throw unreachable(target, error)
+  } finally {
+    res.off("close", onClose)
+  }
+}
 
 /** Seconds from a Retry-After header (delta seconds or an HTTP date), at least 1. */
 export const retryAfterOf = (header: string | Array<string> | undefined): number => {
