@@ -112,6 +112,21 @@ export const historyMessage = (content: Array<Content>): AssistantMessage => ({
   timestamp: 0
 })
 
+/** A tool's answer to the call `toolCallId` of history; `toolNames` maps the calls seen so far to their tools. */
+export const toolResult = (
+  toolNames: ReadonlyMap<string, string>,
+  toolCallId: string,
+  content: Extract<Message, { readonly role: "toolResult" }>["content"],
+  isError = false
+): Message => ({
+  role: "toolResult",
+  toolCallId,
+  toolName: toolNames.get(toolCallId) ?? "",
+  content,
+  isError,
+  timestamp: 0
+})
+
 export const emptyUsage = (): Usage => ({
   input: 0,
   output: 0,

@@ -58,14 +58,9 @@ const decodeMessages = (messages: ReadonlyArray<unknown>) => {
       }
       case "tool": {
         const id = String(message.tool_call_id ?? "")
-        return void out.push({
-          role: "toolResult",
-          toolCallId: id,
-          toolName: toolNames.get(id) ?? "",
-          content: [{ type: "text", text: Canonical.textOf(message.content) }],
-          isError: false,
-          timestamp: 0
-        })
+        return void out.push(
+          Canonical.toolResult(toolNames, id, [{ type: "text", text: Canonical.textOf(message.content) }])
+        )
       }
       default:
         return invalid(`unknown role ${JSON.stringify(message.role)}`, `${param}.role`)

@@ -161,7 +161,16 @@ export class Gateway extends Effect.Service<Gateway>()("@agent-runtime/gateway/G
       return { principal, body, target }
     }
 
-    const acquire = (principal: Principal) => slots.acquire(principal.tenantId, principal.streamSlots)
+    /** Runs `call` holding one of the tenant's stream slots (waiting in its queue when none is free). */
+    const withSlot = async (principal: Principal, call: () => Promise<void>) => {
+      const granted = slots.acquire(principal.tenantId, principal.streamSlots)
+      const release = typeof granted === "function" ? granted : await granted
+      try {
+        await call()
+      } finally {
+        release()
+      }
+    }
 
     const modelCall = async (req: Http.IncomingMessage, res: Http.ServerResponse, codec: Codec) => {
       const { body, principal, target } = await prepare(req, codec)
@@ -170,33 +179,12 @@ export class Gateway extends Effect.Service<Gateway>()("@agent-runtime/gateway/G
       // Decoded before a slot is taken, so a request we cannot translate is refused at once.
       const upstream = native ? undefined : Translated.upstreamOf(target)
       const request = native ? undefined : codec.decode(body)
-      const granted = acquire(principal)
-      const release = typeof granted === "function" ? granted : await granted
-      try {
-        if (upstream === undefined || request === undefined) {
-          await Passthrough.forward({
-            dispatcher,
-            codec,
-            target,
-            body,
-            incoming: req.headers,
-            res,
-            onUsage: recordUsage(principal, target)
-          })
-        } else {
-          await Translated.call({
-            dispatcher,
-            codec,
-            upstream,
-            target,
-            request,
-            res,
-            onUsage: recordUsage(principal, target)
-          })
-        }
-      } finally {
-        release()
-      }
+      const onUsage = recordUsage(principal, target)
+      await withSlot(principal, () =>
+        upstream === undefined || request === undefined
+          ? Passthrough.forward({ dispatcher, codec, target, body, incoming: req.headers, res, onUsage })
+          : Translated.call({ dispatcher, codec, upstream, target, request, res, onUsage })
+      )
     }
 
     const countTokens = async (req: Http.IncomingMessage, res: Http.ServerResponse) => {
@@ -205,9 +193,7 @@ export class Gateway extends Effect.Service<Gateway>()("@agent-runtime/gateway/G
       if (!Array.isArray(body.messages)) GatewayError.invalid("messages: Field required", "messages")
       const request = target.model.api === "anthropic-messages" ? undefined : codec.decode(body)
       // The spec has count_tokens take a stream slot like any upstream call.
-      const granted = acquire(principal)
-      const release = typeof granted === "function" ? granted : await granted
-      try {
+      await withSlot(principal, async () => {
         if (request === undefined) {
           await Passthrough.forward({
             dispatcher,
@@ -222,9 +208,7 @@ export class Gateway extends Effect.Service<Gateway>()("@agent-runtime/gateway/G
         } else {
           Reply.json(res, 200, { input_tokens: TokenCount.estimate(request) })
         }
-      } finally {
-        release()
-      }
+      })
     }
 
     const models = async (req: Http.IncomingMessage, res: Http.ServerResponse) => {

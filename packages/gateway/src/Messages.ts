@@ -73,14 +73,7 @@ const decodeMessages = (messages: ReadonlyArray<unknown>) => {
       if (!isObject(block)) return
       if (block.type === "tool_result") {
         const id = String(block.tool_use_id ?? "")
-        out.push({
-          role: "toolResult",
-          toolCallId: id,
-          toolName: toolNames.get(id) ?? "",
-          content: resultContent(block.content, `${at}.content`),
-          isError: block.is_error === true,
-          timestamp: 0
-        })
+        out.push(Canonical.toolResult(toolNames, id, resultContent(block.content, `${at}.content`), block.is_error === true))
       } else if (block.type === "text") parts.push({ type: "text", text: String(block.text ?? "") })
       else if (block.type === "image") parts.push(image(block, at))
       else invalid(`block type ${JSON.stringify(block.type)} cannot be translated`, `${at}.type`)

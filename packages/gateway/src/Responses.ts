@@ -79,14 +79,7 @@ const decodeInput = (input: unknown, system: Array<string>) => {
     if (type === "function_call_output") {
       assistant = undefined
       const id = String(item.call_id ?? "")
-      return void out.push({
-        role: "toolResult",
-        toolCallId: id,
-        toolName: toolNames.get(id) ?? "",
-        content: [{ type: "text", text: Canonical.textOf(item.output) }],
-        isError: false,
-        timestamp: 0
-      })
+      return void out.push(Canonical.toolResult(toolNames, id, [{ type: "text", text: Canonical.textOf(item.output) }]))
     }
     return invalid(`input item type ${JSON.stringify(type)} cannot be translated`, `${param}.type`)
   })
