@@ -8,6 +8,7 @@ import { Input, Run } from "@agent-runtime/domain"
 import { ClusterSchema, Entity } from "@effect/cluster"
 import { Rpc } from "@effect/rpc"
 import { Schema } from "effect"
+import type { AgentConfig } from "./AgentStore.ts"
 
 export const PromptPayload = Schema.Struct({
   requestId: Schema.String,
@@ -52,6 +53,20 @@ export const ConfigurePayload = Schema.Struct({
   fingerprint: Schema.String,
   changes: Schema.Record({ key: Schema.String, value: Schema.Unknown })
 })
+
+/**
+ * The settings after a configure's changes: absent fields stay, null removes, and so does an empty
+ * systemPromptAppend. The entity applies a configure with it; an upsert asks it whether there is anything
+ * to apply, so the two cannot disagree.
+ */
+export const applyChanges = (config: AgentConfig, changes: Readonly<Record<string, unknown>>): AgentConfig => {
+  const next: Record<string, unknown> = { ...config }
+  for (const [field, value] of Object.entries(changes)) {
+    if (value === null || (field === "systemPromptAppend" && value === "")) delete next[field]
+    else next[field] = value
+  }
+  return next as AgentConfig
+}
 
 /** Where a watcher that missed events resumes: the running turn so far, at a cursor. */
 export const Snapshot = Schema.Struct({

@@ -9,8 +9,8 @@
 import { Run } from "@agent-runtime/domain"
 import { Entity, ShardingConfig } from "@effect/cluster"
 import { Cause, Duration, Effect, Exit, Fiber, Option, Queue, Schedule, Stream } from "effect"
-import { Agent, ReplayGap } from "./Agent.ts"
-import { type AgentConfig, AgentStore, Fenced, type RequestRow } from "./AgentStore.ts"
+import { Agent, applyChanges, ReplayGap } from "./Agent.ts"
+import { AgentStore, Fenced, type RequestRow } from "./AgentStore.ts"
 import { Drain } from "./Drain.ts"
 import * as EventLog from "./EventLog.ts"
 import * as Turn from "./Turn.ts"
@@ -367,12 +367,7 @@ export const layer = Agent.toLayer(
           "configure",
           { changes: payload.changes },
           Effect.gen(function*() {
-            const next: Record<string, unknown> = { ...agent.config }
-            for (const [field, value] of Object.entries(payload.changes)) {
-              if (value === null || (field === "systemPromptAppend" && value === "")) delete next[field]
-              else next[field] = value
-            }
-            agent.config = next as AgentConfig
+            agent.config = applyChanges(agent.config, payload.changes)
             yield* fenced((guard) => store.updateConfig(agentId, agent.config, guard))
             return { config: agent.config }
           })

@@ -3,12 +3,12 @@
  * delete, prompt, request records, events, state and history. Work goes to
  * the agent's entity; reads of settled data come from the journal.
  */
-import { Agent as AgentSchemas, ApiError, Common, Run, Session } from "@agent-runtime/domain"
+import { Agent as AgentSchemas, ApiError, CanonicalJson, Common, Run, Session } from "@agent-runtime/domain"
 import { Listing, UsageLog } from "@agent-runtime/models"
 import { Ids, SealedSecret } from "@agent-runtime/store"
 import { Duration, Effect, Option, Stream } from "effect"
 import * as Crypto from "node:crypto"
-import { Agent, type PromptPayload } from "./Agent.ts"
+import { Agent, applyChanges, type PromptPayload } from "./Agent.ts"
 import { toRecord } from "./AgentRuntime.ts"
 import * as EventLog from "./EventLog.ts"
 import * as Sse from "./Sse.ts"
@@ -18,12 +18,12 @@ import { Tools } from "./Tools.ts"
 
 export const agentTokenPrefix = "aat_"
 
-/** A stable digest of a request body: the same key or request id with another body is a conflict. */
+/**
+ * A stable digest of a request body: the same key or request id with another body is a conflict. The
+ * canonical encoding covers the whole body, nested objects too, whatever order its keys came in.
+ */
 export const fingerprint = (value: unknown) =>
-  Crypto.createHash("sha256").update(JSON.stringify(value, Object.keys(value as object).sort())).digest("hex").slice(
-    0,
-    32
-  )
+  Crypto.createHash("sha256").update(CanonicalJson.encode(value)).digest("hex").slice(0, 32)
 
 const longPollLimit = Duration.seconds(25)
 const defaultHistoryLimit = 50
@@ -237,11 +237,16 @@ export class Agents extends Effect.Service<Agents>()("@agent-runtime/agent/Agent
           modelHeaders: settings.modelHeaders ?? null,
           builtins: settings.builtins ?? null
         }
-        yield* Effect.orDie(makeClient(agent.id).Configure({
-          requestId: `upsert_${fingerprint(changes)}`,
-          fingerprint: fingerprint(changes),
-          changes
-        }))
+        // The configure's id names this call, not its content: a change back to earlier settings is new work,
+        // never taken for a retry of the first. What keeps a retry from doing work twice is that it finds the
+        // settings already as it names them, and so sends nothing.
+        if (!CanonicalJson.equals(applyChanges(agent.config, changes), agent.config)) {
+          yield* Effect.orDie(makeClient(agent.id).Configure({
+            requestId: Ids.make("upsert"),
+            fingerprint: fingerprint(changes),
+            changes
+          }))
+        }
         const first = prompt === undefined ? undefined : yield* firstPrompt(agent, prompt, Ids.make("req"))
         return new AgentSchemas.AgentCreated({
           id: agent.id,
