@@ -133,7 +133,7 @@ const layerResumer = Layer.scopedDiscard(
     const config = yield* ServerConfig.ServerConfig
     const sql = yield* PgClient.PgClient
     yield* sql.listen(AgentStore.releasedChannel).pipe(
-      Stream.runForEach((agentId) => Effect.fork(agents.wake(agentId))),
+      Stream.runForEach((agentId) => Effect.fork(agents.wakeReleased(agentId, config.runnerLeaseSeconds))),
       Effect.catchAllCause((cause) => Effect.logWarning("listening for released agents failed", cause)),
       Effect.forever,
       Effect.forkScoped
@@ -150,12 +150,13 @@ const layerResumer = Layer.scopedDiscard(
 const layerAgents = layerResumer.pipe(
   Layer.provideMerge(Layer.mergeAll(Agents.Agents.Default, Runners.Runners.Default)),
   Layer.provideMerge(AgentRuntime.layer),
-  Layer.provideMerge(
-    Layer.mergeAll(AgentStore.AgentStore.Default, EventLog.LocalLogs.Default, Tools.Tools.Default, Drain.Drain.Default)
-  ),
+  Layer.provideMerge(Layer.mergeAll(EventLog.LocalLogs.Default, Tools.Tools.Default)),
   Layer.provide(layerCluster),
   Layer.provide(layerClusterTables),
-  Layer.provide(layerShardingConfig)
+  Layer.provide(layerShardingConfig),
+  // Below the cluster runner, so it closes after the runner has let its shards go.
+  Layer.provideMerge(AgentRuntime.layerReleaseAnnouncements),
+  Layer.provideMerge(Layer.mergeAll(AgentStore.AgentStore.Default, Drain.Drain.Default))
 )
 
 /** Everything a node needs but its configuration, logger and database. */

@@ -28,6 +28,13 @@ export type PromptPayload = typeof PromptPayload.Type
 /** One display event as the owner's log holds it. */
 export const LoggedEvent = Schema.Struct({ id: Schema.Number, data: Schema.Unknown })
 
+/**
+ * How often a Watch stream carries a keep-alive (`id` -1, no data) when no
+ * event flows, so a reader on another node can tell a quiet stream from one
+ * whose owner went away.
+ */
+export const watchKeepAlive = "2 seconds"
+
 /** The cursor is behind what the owner's log still holds. */
 export class ReplayGap extends Schema.TaggedError<ReplayGap>()("ReplayGap", {
   cursor: Schema.Number,

@@ -8,8 +8,8 @@
  */
 import { Run } from "@agent-runtime/domain"
 import { Entity, ShardingConfig } from "@effect/cluster"
-import { Cause, Duration, Effect, Exit, Fiber, Option, Queue, Schedule, Stream } from "effect"
-import { Agent, applyChanges, ReplayGap } from "./Agent.ts"
+import { Cause, Duration, Effect, Exit, Fiber, Layer, Option, Queue, Schedule, Stream } from "effect"
+import { Agent, applyChanges, ReplayGap, watchKeepAlive } from "./Agent.ts"
 import { AgentStore, Fenced, type RequestRow } from "./AgentStore.ts"
 import { Drain } from "./Drain.ts"
 import * as EventLog from "./EventLog.ts"
@@ -84,11 +84,15 @@ export const layer = Agent.toLayer(
     })
     yield* (yield* EventLog.LocalLogs).register(agentId, log)
     // Stopped on purpose (drain, rebalance, idle): the next owner's log goes on from this one's, without a gap.
+    // Open work is announced so another node wakes it; a draining runner announces only once its shards are
+    // gone (layerReleaseAnnouncements), since a wake-up sent now would meet this runner on its way out.
     yield* Effect.addFinalizer(() =>
       Effect.gen(function*() {
         const cursor = yield* log.cursor
-        yield* Effect.ignore(store.release(agentId, epoch, cursor, yield* log.buffered))
-      })
+        yield* store.release(agentId, epoch, cursor, yield* log.buffered)
+        if (drain.isDraining()) drain.released(agentId)
+        else yield* store.announceReleased([agentId])
+      }).pipe(Effect.ignore)
     )
 
     /** The cluster is moving the agent (rebalance, drain): the running turn stops after its step. */
@@ -400,6 +404,7 @@ export const layer = Agent.toLayer(
                 // A lagging watcher's stream just ends; the client reconnects from its cursor. So does
                 // every stream when the node closes its streams to hand the agent on.
                 Stream.catchAll(() => Stream.empty),
+                Stream.merge(Stream.as(Stream.tick(watchKeepAlive), { id: -1, data: null }), { haltStrategy: "left" }),
                 Stream.interruptWhen(drain.closed)
               )
           )
@@ -415,4 +420,23 @@ export const layer = Agent.toLayer(
     }
   }),
   { concurrency: "unbounded", maxIdleTime: "5 minutes" }
+)
+
+/**
+ * Announces the agents a draining runner let go with open work, when this
+ * layer closes: after the cluster runner it sits under has released its
+ * shards, so the wake-ups other nodes send reach the next owners.
+ */
+export const layerReleaseAnnouncements = Layer.scopedDiscard(
+  Effect.gen(function*() {
+    const drain = yield* Drain
+    const store = yield* AgentStore
+    yield* Effect.addFinalizer(() =>
+      Effect.suspend(() => store.announceReleased(drain.releasedAgents())).pipe(
+        Effect.catchAllCause((cause) =>
+          Effect.logWarning("announcing released agents failed; the other nodes' sweep wakes them", cause)
+        )
+      )
+    )
+  })
 )

@@ -207,10 +207,17 @@ export class AgentStore extends Effect.Service<AgentStore>()("@agent-runtime/age
       events: ReadonlyArray<{ readonly id: number; readonly data: unknown }>
     ) =>
       sql`UPDATE agents SET owner = NULL, released_cursor = ${cursor}, released_events = ${JSON.stringify(events)}::jsonb
-        WHERE id = ${agentId} AND owner_epoch = ${epoch}`.pipe(
-        // Unfinished work is announced, so a node wakes the agent on its next owner at once.
-        Effect.zipRight(sql`SELECT pg_notify(${releasedChannel}, ${agentId})
-          WHERE EXISTS (SELECT 1 FROM agent_requests WHERE agent_id = ${agentId} AND state <> 'completed')`)
+        WHERE id = ${agentId} AND owner_epoch = ${epoch}`
+
+    /**
+     * Announces agents let go with unfinished work, so a node wakes each on
+     * its next owner at once (the periodic sweep stands behind it).
+     */
+    const announceReleased = (agentIds: ReadonlyArray<string>) =>
+      agentIds.length === 0 ? Effect.void : sql`SELECT pg_notify(${releasedChannel}, released.id)
+        FROM agents released WHERE released.id IN ${sql.in(agentIds)}
+        AND EXISTS (SELECT 1 FROM agent_requests WHERE agent_id = released.id AND state <> 'completed')`.pipe(
+        Effect.asVoid
       )
 
     /**
@@ -346,6 +353,7 @@ export class AgentStore extends Effect.Service<AgentStore>()("@agent-runtime/age
       recentRequests,
       claim,
       release,
+      announceReleased,
       fenced,
       markRunning,
       markResumed,

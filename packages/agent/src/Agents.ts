@@ -6,9 +6,9 @@
 import { Agent as AgentSchemas, ApiError, CanonicalJson, Common, Run, Session } from "@agent-runtime/domain"
 import { Listing, UsageLog } from "@agent-runtime/models"
 import { Ids, SealedSecret } from "@agent-runtime/store"
-import { Duration, Effect, Option, Stream } from "effect"
+import { Duration, Effect, Option, Schedule, Stream } from "effect"
 import * as Crypto from "node:crypto"
-import { Agent, applyChanges, type PromptPayload } from "./Agent.ts"
+import { Agent, applyChanges, type PromptPayload, type ReplayGap } from "./Agent.ts"
 import { toRecord } from "./AgentRuntime.ts"
 import * as EventLog from "./EventLog.ts"
 import * as Sse from "./Sse.ts"
@@ -26,6 +26,21 @@ export const fingerprint = (value: unknown) =>
   Crypto.createHash("sha256").update(CanonicalJson.encode(value)).digest("hex").slice(0, 32)
 
 const longPollLimit = Duration.seconds(25)
+/** How long the agent's owner may take to answer a read; past it the caller is told to retry (503). */
+const ownerAnswerLimit = Duration.seconds(5)
+/**
+ * A remote event stream silent this long (the owner sends a keep-alive every
+ * `Agent.watchKeepAlive`) is taken as lost: its request may have met an
+ * owner that was letting the agent go. It is read again from the last id.
+ */
+const followIdleLimit = Duration.seconds(6)
+
+const ownerUnavailable = () =>
+  new ApiError.Unavailable({ error: "the agent's runner did not answer in time; retry", retryAfter: 1 })
+
+/** A read from the agent's owner, bounded: an owner that is stopping or cut off must not hold the caller. */
+const fromOwner = <A, E, R>(effect: Effect.Effect<A, E, R>, limit: Duration.DurationInput = ownerAnswerLimit) =>
+  Effect.timeoutFail(effect, { duration: limit, onTimeout: ownerUnavailable })
 const defaultHistoryLimit = 50
 const maxHistoryPageBytes = 4 * 1024 * 1024
 
@@ -394,7 +409,7 @@ export class Agents extends Effect.Service<Agents>()("@agent-runtime/agent/Agent
         }))
       })
 
-    const status = (agentId: string) => Effect.orDie(makeClient(agentId).Status())
+    const status = (agentId: string) => fromOwner(Effect.orDie(makeClient(agentId).Status()))
 
     const detail = (tenantId: string, agentId: string) =>
       Effect.gen(function*() {
@@ -448,12 +463,17 @@ export class Agents extends Effect.Service<Agents>()("@agent-runtime/agent/Agent
         const settled = Effect.gen(function*() {
           while (true) {
             // Watch from the current cursor before reading, so the response frame cannot slip in between.
-            const { cursor } = yield* status(agentId)
+            const owner = yield* Effect.option(status(agentId))
             const current = yield* read
             const left = deadline - Date.now()
             if (current.state === "completed" || left <= 0) return toRecord(current)
+            // The owner does not answer now (stopping, or its shard between runners): read again shortly.
+            if (Option.isNone(owner)) {
+              yield* Effect.sleep("500 millis")
+              continue
+            }
             yield* Effect.scoped(
-              Effect.flatMap(watch(tenantId, agentId, Option.some(cursor), true), (events) =>
+              Effect.flatMap(watch(tenantId, agentId, Option.some(owner.value.cursor), true), (events) =>
                 events.pipe(
                   Stream.filter((entry) => {
                     const data = entry.data as { type?: string; id?: string }
@@ -469,8 +489,10 @@ export class Agents extends Effect.Service<Agents>()("@agent-runtime/agent/Agent
             )
           }
         })
-        // An owner that does not answer (paused, or its shard between runners) ends the wait on time.
-        return yield* Effect.timeoutTo(settled, {
+        // An owner that does not answer (paused, or its shard between runners) ends the wait on time; a node
+        // letting its streams go answers what it has at once, so its listener can close.
+        const answered = Effect.raceFirst(settled, Effect.zipRight(drain.closed, Effect.map(read, toRecord)))
+        return yield* Effect.timeoutTo(answered, {
           duration: limit,
           onSuccess: Effect.succeed,
           onTimeout: () => Effect.map(read, toRecord)
@@ -545,30 +567,39 @@ export class Agents extends Effect.Service<Agents>()("@agent-runtime/agent/Agent
       })
 
     /**
-     * The agent's events from `cursor` on. A cursor behind the owner's buffer
-     * is 409 REPLAY_GAP, or, with `snapshot`, starts from a snapshot frame
-     * (the running turn so far) and goes on live from there.
-     */
-    /**
-     * The events of an agent owned elsewhere, read through the cluster. When
-     * the owner ends the stream because the agent moves (a drain, a
-     * rebalance), it is read again from the last id on its next owner, which
-     * goes on from the same ids; a cursor the next owner cannot serve (after a
-     * crash) fails the stream, and the client reconnects.
+     * The events of an agent owned elsewhere, read through the cluster, from
+     * `cursor` on (from the owner's cursor now when none is given, fixed
+     * before reading, so a re-read after a move cannot pass over anything).
+     * When the owner ends the stream because the agent moves (a drain, a
+     * rebalance), or the stream goes silent past `followIdleLimit`, it is
+     * read again from the last id, on the agent's next owner once it has one,
+     * which goes on from the same ids. A cursor the next owner cannot serve
+     * (after a crash) fails the stream: the client reconnects and is told.
      */
     const followRemote = (agentId: string, cursor: Option.Option<number>) => {
       let last = cursor
-      const once = () =>
-        makeClient(agentId).Watch({ ...(Option.isSome(last) ? { cursor: last.value } : {}) }).pipe(
+      const once = Effect.gen(function*() {
+        const from = Option.isSome(last) ? last.value : (yield* status(agentId)).cursor
+        last = Option.some(from)
+        return makeClient(agentId).Watch({ cursor: from }).pipe(
+          Stream.timeoutFail(ownerUnavailable, followIdleLimit),
+          Stream.filter((entry) => entry.id > Option.getOrElse(last, () => -1)),
           Stream.map((entry) => {
             last = Option.some(entry.id)
             return { ...entry, json: JSON.stringify(entry.data) }
+          }),
+          // A stream that went silent is read again; a gap ends the follow, and the client reconnects.
+          Stream.catchTag("Unavailable", () => Stream.empty),
+          Stream.catchTags({
+            MailboxFull: (error) => Stream.die(error),
+            AlreadyProcessingMessage: (error) => Stream.die(error),
+            PersistenceError: (error) => Stream.die(error)
           })
         )
-      type Followed = ReturnType<typeof once>
-      const loop = (): Followed =>
+      })
+      const loop = (): Stream.Stream<EventLog.Entry, ApiError.Unavailable | ReplayGap> =>
         Stream.concat(
-          Stream.suspend(once),
+          Stream.unwrap(once),
           Stream.suspend(() => Stream.concat(Stream.drain(Stream.fromEffect(Effect.sleep("100 millis"))), loop()))
         )
       return loop()
@@ -614,6 +645,10 @@ export class Agents extends Effect.Service<Agents>()("@agent-runtime/agent/Agent
     const poll = (tenantId: string, agentId: string, cursor: number, wait: Duration.Duration) =>
       Effect.flatMap(live(tenantId, agentId), () =>
         makeClient(agentId).Poll({ cursor, waitMillis: Duration.toMillis(Duration.min(wait, longPollLimit)) }).pipe(
+          Effect.catchAllDefect(Effect.die),
+          (polled) => fromOwner(polled, Duration.sum(Duration.min(wait, longPollLimit), ownerAnswerLimit)),
+          // A node letting its streams go answers what it has at once.
+          (polled) => Effect.raceFirst(polled, Effect.zipRight(drain.closed, Effect.succeed({ cursor, events: [] }))),
           Effect.catchTag("ReplayGap", (gap) =>
             Effect.fail(
               new ApiError.ReplayGap({
@@ -649,11 +684,16 @@ export class Agents extends Effect.Service<Agents>()("@agent-runtime/agent/Agent
         } as const
       })
 
-    /** Wakes one agent on its owner, so it loads its open work; a failure counts toward its resume backoff. */
+    /**
+     * Sends the agent's owner a Wake, so it loads its open work. Bounded: a
+     * shard that has no owner yet makes the send wait, and a runner letting
+     * the agent go may never answer.
+     */
+    const sendWake = (agentId: string) => makeClient(agentId).Wake().pipe(Effect.timeout(ownerAnswerLimit))
+
+    /** Wakes one agent on its owner; a failure counts toward its resume backoff. */
     const wake = (agentId: string, resumeFailures = 0) =>
-      makeClient(agentId).Wake().pipe(
-        // A shard that has no owner yet makes the send wait; the next round tries again.
-        Effect.timeout(Duration.seconds(15)),
+      sendWake(agentId).pipe(
         Effect.matchCauseEffect({
           onSuccess: () => resumeFailures > 0 ? Effect.ignore(store.resumeSucceeded(agentId)) : Effect.void,
           onFailure: (cause) =>
@@ -671,9 +711,26 @@ export class Agents extends Effect.Service<Agents>()("@agent-runtime/agent/Agent
      * requests go on after a restart or a lost runner. A wake-up that fails
      * is retried later, doubling the wait up to an hour, never given up.
      */
+    /**
+     * Wakes an agent another runner let go with open work, on its next owner.
+     * The announcement comes while the old runner still holds the shard, so
+     * the first sends may meet it: tried again shortly, for about two leases,
+     * after which the periodic sweep (`wakeOpenWork`) stands behind it. A
+     * draining node wakes nothing: it is letting its own agents go.
+     */
+    const wakeReleased = (agentId: string, leaseSeconds: number) =>
+      Effect.suspend(() => drain.isDraining() ? Effect.void : sendWake(agentId)).pipe(
+        Effect.retry({ schedule: Schedule.spaced("500 millis"), times: Math.ceil(leaseSeconds * 4) }),
+        Effect.catchAllCause((cause) =>
+          Effect.logInfo("a released agent did not wake yet; the periodic sweep will", cause).pipe(
+            Effect.annotateLogs({ agentId })
+          )
+        )
+      )
+
     const wakeOpenWork = (leaseSeconds: number) =>
       Effect.flatMap(
-        Effect.orDie(store.agentsToWake(leaseSeconds)),
+        Effect.suspend(() => drain.isDraining() ? Effect.succeed([]) : Effect.orDie(store.agentsToWake(leaseSeconds))),
         (agents) =>
           Effect.forEach(agents, ({ agentId, resumeFailures }) => wake(agentId, resumeFailures), {
             concurrency: 16,
@@ -702,6 +759,7 @@ export class Agents extends Effect.Service<Agents>()("@agent-runtime/agent/Agent
       eventBody,
       poll,
       wake,
+      wakeReleased,
       wakeOpenWork
     } as const
   })

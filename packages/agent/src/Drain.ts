@@ -15,6 +15,7 @@ export class Drain extends Effect.Service<Drain>()("@agent-runtime/agent/Drain",
     const closed = yield* Deferred.make<void>()
     const onClose = new Set<() => void>()
     const onIdle = new Set<() => void>()
+    const released = new Set<string>()
     return {
       isDraining: () => draining,
       begin: Effect.sync(() => {
@@ -47,6 +48,10 @@ export class Drain extends Effect.Service<Drain>()("@agent-runtime/agent/Drain",
         onClose.clear()
         return Deferred.succeed(closed, void 0)
       }),
+      /** Notes an agent let go during the drain, to be announced once this runner has let its shards go. */
+      released: (agentId: string) => void released.add(agentId),
+      /** The agents let go during the drain. */
+      releasedAgents: (): ReadonlyArray<string> => [...released],
       /** Completes when the node closes its streams. */
       closed: Deferred.await(closed),
       /** A plain callback for the close (at once when already closed); the result unregisters it. */

@@ -51,7 +51,8 @@ export interface Options<E> {
 export const toStream = <E>(options: Options<E>): Stream.Stream<Uint8Array> => {
   const frames = Stream.make(ready(options.ready)).pipe(
     Stream.concat(Stream.map(options.entries, encode)),
-    Stream.catchAll(() => Stream.empty),
+    // However the entries end (a gap, the owner lost, a defect), the client is told to reconnect.
+    Stream.catchAllCause(() => Stream.empty),
     Stream.concat(Stream.make(reconnect))
   )
   // One emitter fed by the frames and by a heartbeat fiber: cheaper per frame than merging two streams,

@@ -552,11 +552,13 @@ export class Api extends HttpApi.make("agent-runtime")
   .add(AgentsGroup)
   .add(ClientsGroup)
   .add(AdminGroup)
-  // Any route can meet these: unreadable or invalid input, unknown routes, oversized bodies, defects.
+  // Any route can meet these: unreadable or invalid input, unknown routes, oversized bodies, defects, and a
+  // node that cannot serve now (its database unreachable, an agent's runner not answering in time).
   .addError(ApiError.InvalidRequest.Wire)
   .addError(ApiError.NotFound.Wire)
   .addError(ApiError.TooLarge.Wire)
   .addError(ApiError.Internal.Wire)
+  .addError(ApiError.Unavailable.Wire)
   .annotate(OpenApi.Title, "Agent Runtime")
   .annotate(OpenApi.Version, "1.0.0")
   .annotate(OpenApi.Transform, withoutDecodeError)

@@ -9,7 +9,10 @@ export const layer = HttpApiBuilder.group(Api.Api, "clients", (handlers) =>
     const agents = yield* Agents.Agents
     return handlers
       .handle("request", ({ payload }) =>
-        Effect.flatMap(Auth.CurrentAgent, ({ agentId, tenantId }) => {
+        Effect.flatMap(Auth.CurrentAgent, ({ agentId, tenantId }): Effect.Effect<
+          Run.RequestRecord,
+          Effect.Effect.Error<ReturnType<typeof agents.prompt> | ReturnType<typeof agents.statusRequest>>
+        > => {
           switch (payload.method) {
             case "prompt":
             case "steer": {
