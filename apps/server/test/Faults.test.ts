@@ -5,16 +5,22 @@
  * injected one after another: SIGTERM of a runner, kill -9 of a runner,
  * SIGSTOP past the lease then SIGCONT, and a restart of every runner. Then,
  * from outside only: every accepted request completed, histories are whole
- * and in order, no tool call was sent twice, event cursors only grew, and
- * every moved turn said turn_resumed.
+ * and in order, no tool call was sent twice, event cursors only grew, every
+ * moved turn said turn_resumed, and every drained runner exited in time. A
+ * few agents are also watched as clients watch them, with a live SSE stream
+ * on every node and a long poll: each watcher got every event after its
+ * cursor in order, or was told it could not (REPLAY_GAP, snapshot).
  */
-import { FakeUpstream, Http, TestCluster, TestDatabase, TestWorld, ToolServer } from "@agent-runtime/testing"
+import { FakeUpstream, Http, TestCluster, TestDatabase, TestWorld, ToolServer, Watchers } from "@agent-runtime/testing"
 import { expect, it } from "@effect/vitest"
 import { Duration, Effect, Fiber, Schedule } from "effect"
 
 const agentCount = 12
 const leaseSeconds = 4
+const drainTimeoutSeconds = 20
 const promptEveryMs = 150
+/** Agents also watched by an SSE stream on every node and a poll. */
+const closelyWatched = 3
 
 interface Sent {
   readonly agentId: string
@@ -30,7 +36,11 @@ it.scopedLive("fault suite: drains, crashes, a paused runner and a full restart 
     const cluster = yield* TestCluster.start({
       size: 3,
       databaseUrl,
-      env: { ALLOW_PRIVATE_URLS: "true", RUNNER_LEASE_SECONDS: String(leaseSeconds), DRAIN_TIMEOUT_SECONDS: "20" }
+      env: {
+        ALLOW_PRIVATE_URLS: "true",
+        RUNNER_LEASE_SECONDS: String(leaseSeconds),
+        DRAIN_TIMEOUT_SECONDS: String(drainTimeoutSeconds)
+      }
     })
     const { api, token } = yield* TestWorld.tenantWithModel({ node: cluster.members[0]!.node, upstream }, "faults")
     const agents = yield* Effect.forEach(Array.from({ length: agentCount }), () =>
@@ -95,6 +105,26 @@ it.scopedLive("fault suite: drains, crashes, a paused runner and a full restart 
       })
     const watchers = yield* Effect.forkScoped(Effect.forEach(agents, watch, { concurrency: "unbounded" }))
 
+    // --- Watchers as clients hold them: an SSE stream pinned to every node (elsewhere while it is down) and a poll.
+    const anyLive = () => cluster.live()[0]
+    const pinned = (index: number) => () => cluster.members[index]!.up ? cluster.members[index]!.node.rest : anyLive()
+    const watched = new Map<string, Array<Watchers.Watcher>>()
+    for (const agentId of agents.slice(0, closelyWatched)) {
+      const cursor = (yield* call("GET", `/v1/agents/${agentId}/state`)).body.cursor as number
+      const live = yield* Effect.forEach(cluster.members, (_, index) =>
+        Watchers.sse(`${agentId} sse@${index}`, { agentId, token, cursor, base: pinned(index) }))
+      const polled = yield* Watchers.poll(`${agentId} poll`, { agentId, token, cursor, base: anyLive })
+      watched.set(agentId, [...live, polled])
+    }
+    /** How long each SIGTERM took to end its runner: at most the drain timeout and a few seconds. */
+    const drainTimes: Array<number> = []
+    const drainStop = (index: number) =>
+      Effect.gen(function*() {
+        const started = Date.now()
+        yield* cluster.stop(index, "SIGTERM")
+        drainTimes.push(Date.now() - started)
+      })
+
     // --- Workload: a prompt every 150 ms, round-robin over the agents, each with its own request id.
     const sent = new Map<string, Sent>()
     let sequence = 0
@@ -129,7 +159,7 @@ it.scopedLive("fault suite: drains, crashes, a paused runner and a full restart 
     yield* Effect.sleep("3 seconds")
     faults.push("SIGTERM")
     yield* phase(faults.at(-1)!)
-    yield* cluster.stop(0, "SIGTERM")
+    yield* drainStop(0)
     yield* cluster.start(0)
     yield* Effect.sleep("3 seconds")
     faults.push("kill -9")
@@ -146,7 +176,7 @@ it.scopedLive("fault suite: drains, crashes, a paused runner and a full restart 
     yield* Effect.sleep("4 seconds")
     faults.push("restart of every runner")
     yield* phase(faults.at(-1)!)
-    yield* Effect.forEach([0, 1, 2], (i) => cluster.stop(i, "SIGTERM"), { concurrency: "unbounded" })
+    yield* Effect.forEach([0, 1, 2], drainStop, { concurrency: "unbounded" })
     yield* Effect.forEach([0, 1, 2], (i) => cluster.start(i), { concurrency: "unbounded" })
     yield* Effect.sleep("3 seconds")
     yield* Fiber.interrupt(workload)
@@ -220,11 +250,28 @@ it.scopedLive("fault suite: drains, crashes, a paused runner and a full restart 
     expect(moved.map(([requestId]) => requestId).filter((requestId) => !resumedSeen.has(requestId))).toEqual([])
     const uncertain = [...outcomes].filter(([, record]) => record.outcome.uncertain === true).length
 
+    // --- The closely watched agents: every watcher on every node followed them through every fault.
+    let told = 0
+    for (const [agentId, agentWatchers] of watched) {
+      const mine = [...outcomes].filter(([requestId]) => sent.get(requestId)!.agentId === agentId)
+      const violations = Watchers.verify(agentWatchers, {
+        moved: mine.filter(([, record]) => record.outcome.result?.resumed === true).map(([requestId]) => requestId),
+        settled: mine.filter(([, record]) => record.steeredInto === undefined).map(([requestId]) => requestId).slice(-1)
+      })
+      expect(violations, agentId).toEqual({ wentBack: [], skipped: [], missedResumes: [], behind: [] })
+      told += agentWatchers.reduce((sum, watcher) => sum + watcher.marks.filter((mark) => mark._tag === "gap").length, 0)
+    }
+    const streams = [...watched.values()].flat()
+    expect(Math.max(...drainTimes)).toBeLessThan((drainTimeoutSeconds + 5) * 1000)
+
     console.log(
       `fault suite: requests sent ${sent.size}, accepted ${accepted.length}, completed ${outcomes.size}, ` +
         `faults ${faults.length} (${faults.join("; ")}), moved turns ${moved.length}, uncertain ${uncertain}, ` +
         `tool calls ${toolCallsInHistory} (pages fetched ${pages.calls.length}), replay gaps ${gaps}, ` +
-        `lost ${lost.length}, duplicated tool calls ${duplicated.length}`
+        `lost ${lost.length}, duplicated tool calls ${duplicated.length}; watchers on every node of ${watched.size} agents: ` +
+        `${streams.length} watchers, ${streams.reduce((sum, watcher) => sum + watcher.reconnects, 0)} reconnects, ` +
+        `${told} told of a gap, ${streams.reduce((sum, watcher) => sum + watcher.stalls, 0)} stalls; drained runners ` +
+        `exited in ${drainTimes.map((ms) => (ms / 1000).toFixed(1)).join(", ")} s`
     )
     expect(moved.length).toBeGreaterThan(0)
   }), { timeout: 300_000 })
