@@ -171,3 +171,34 @@ for (const fault of ["SIGTERM", "SIGKILL"] as const) {
       expect(world.pages.count("/s/1")).toBe(fault === "SIGTERM" ? 1 : world.pages.count("/s/1") && 1)
     }), { timeout: 120_000 })
 }
+
+it.scopedLive("a drain right after a node joins: the turn moves once, watchers on every node (the new one too) follow", () =>
+  Effect.gen(function*() {
+    const world = yield* setup(3)
+    // The third node starts later: it joins while the agent's turn streams on the first.
+    yield* world.cluster.stop(2, "SIGTERM")
+    const agentId = yield* agentOwnedBy(world, 0)
+    const watchers = yield* watchEverywhere(world, agentId)
+    scriptTwoSteps(world, 2)
+    const accepted = (yield* Http.client(world.cluster.members[1]!.node.rest).post(`/v1/agents/${agentId}/prompt`, {
+      token: world.token,
+      json: { text: "two steps", requestId: "req_joined" }
+    })).body
+    yield* awaitEvents(watchers, (data) => Watchers.typeOf(data) === "message_update", 8)
+    yield* world.cluster.start(2)
+    const stoppedAt = Date.now()
+    yield* world.cluster.stop(0, "SIGTERM")
+    const exitedMs = Date.now() - stoppedAt
+    const done = yield* settle(world, agentId, accepted.id)
+    expect(done.outcome.result).toMatchObject({ reply: "done 2", resumed: true })
+    yield* awaitResponses(watchers, accepted.id)
+    console.log(`drain after a join: exited after ${exitedMs} ms\n${report(watchers)}`)
+    expect(exitedMs).toBeLessThan((drainTimeoutSeconds + 5) * 1000)
+    const violations = Watchers.verify(watchers, { moved: [accepted.id], settled: [accepted.id] })
+    expect(violations).toEqual({ wentBack: [], skipped: [], missedResumes: [], behind: [] })
+    for (const watcher of watchers) {
+      expect(watcher.marks.filter((mark) => mark._tag === "gap"), watcher.name).toEqual([])
+      expect(watcher.stalls, watcher.name).toBe(0)
+    }
+    expect(world.pages.count("/s/2")).toBe(1)
+  }), { timeout: 120_000 })
