@@ -75,6 +75,19 @@ export interface SseFrame {
   readonly comment?: string
 }
 
+/** One SSE frame from the lines between two blank lines. */
+export const parseFrame = (block: string): SseFrame => {
+  const frame: Record<string, string> = {}
+  for (const line of block.split("\n")) {
+    if (line.startsWith(":")) frame.comment = line.slice(1).trim()
+    else {
+      const colon = line.indexOf(":")
+      frame[line.slice(0, colon)] = line.slice(colon + 1).trimStart()
+    }
+  }
+  return frame
+}
+
 /**
  * Opens an event stream and parses its frames as they come; `take` waits
  * for frames until `until` holds for one (or the timeout passes).
@@ -99,16 +112,8 @@ export const sse = (base: string, path: string, options: RequestOptions = {}) =>
           text += decoder.decode(value, { stream: true })
           let end: number
           while ((end = text.indexOf("\n\n")) !== -1) {
-            const block = text.slice(0, end)
+            const frame = parseFrame(text.slice(0, end))
             text = text.slice(end + 2)
-            const frame: Record<string, string> = {}
-            for (const line of block.split("\n")) {
-              if (line.startsWith(":")) frame.comment = line.slice(1).trim()
-              else {
-                const colon = line.indexOf(":")
-                frame[line.slice(0, colon)] = line.slice(colon + 1).trimStart()
-              }
-            }
             frames.push(frame)
             waiting?.()
           }

@@ -8,6 +8,7 @@
  * (a REPLAY_GAP or a snapshot).
  */
 import { Effect, Fiber, Scope } from "effect"
+import * as Http from "./Http.ts"
 
 /** What a watcher saw, in order. */
 export type Mark =
@@ -84,14 +85,8 @@ const readStream = async (
       text += decoder.decode(value, { stream: true })
       let end: number
       while ((end = text.indexOf("\n\n")) !== -1) {
-        const block = text.slice(0, end)
+        const fields = Http.parseFrame(text.slice(0, end))
         text = text.slice(end + 2)
-        const fields: Record<string, string> = {}
-        for (const line of block.split("\n")) {
-          if (line.startsWith(":")) continue
-          const colon = line.indexOf(":")
-          fields[line.slice(0, colon)] = line.slice(colon + 1).trimStart()
-        }
         if (fields.event === "reconnect") return "reconnect"
         if (fields.event !== undefined || fields.data === undefined) continue
         const data = JSON.parse(fields.data)
