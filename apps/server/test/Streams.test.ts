@@ -179,13 +179,14 @@ it.scopedLive("a drain right after a node joins: the turn moves once, watchers o
     yield* world.cluster.stop(2, "SIGTERM")
     const agentId = yield* agentOwnedBy(world, 0)
     const watchers = yield* watchEverywhere(world, agentId)
+    // It joins; the drain follows while the shards are still moving to it.
+    yield* world.cluster.start(2)
     scriptTwoSteps(world, 2)
     const accepted = (yield* Http.client(world.cluster.members[1]!.node.rest).post(`/v1/agents/${agentId}/prompt`, {
       token: world.token,
       json: { text: "two steps", requestId: "req_joined" }
     })).body
     yield* awaitEvents(watchers, (data) => Watchers.typeOf(data) === "message_update", 8)
-    yield* world.cluster.start(2)
     const stoppedAt = Date.now()
     yield* world.cluster.stop(0, "SIGTERM")
     const exitedMs = Date.now() - stoppedAt
