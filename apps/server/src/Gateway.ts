@@ -8,13 +8,17 @@ import { Authenticator, Gateway, GatewayConfig, Slots, Targets, TenantSettings, 
 import { Effect, Layer } from "effect"
 import * as Http from "node:http"
 import type { AddressInfo } from "node:net"
+import * as Errors from "./http/Errors.ts"
 import * as ServerConfig from "./ServerConfig.ts"
 
 /** Serves the gateway until the scope closes; its base URL. */
 export const serve = Effect.gen(function*() {
   const config = yield* ServerConfig.ServerConfig
   const { handle } = yield* Gateway.Gateway
-  const server = Http.createServer({ keepAliveTimeout: 65_000 }, handle)
+  const server = Errors.answerClientErrors(
+    Http.createServer({ keepAliveTimeout: 65_000 }, handle),
+    Gateway.clientErrorBody
+  )
   yield* Effect.acquireRelease(
     Effect.async<void, Error>((resume) => {
       server.once("error", (error) => resume(Effect.fail(error)))

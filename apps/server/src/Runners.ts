@@ -4,11 +4,14 @@
  * operator asks, and ends the database sessions of a runner whose lease ran
  * out: a paused or vanished process keeps its sessions (and so its shard
  * locks) open, and its shards could never move otherwise. Should it come
- * back, the ownership epoch refuses its writes.
+ * back, the ownership epoch refuses its writes. It also knows whether this
+ * node still holds its lease (a report written within it), which readiness
+ * needs: a node that cannot write its reports has lost its shards.
  */
 import { Drain } from "@agent-runtime/agent"
 import { ApiError, Runner } from "@agent-runtime/domain"
-import { Sharding, ShardId } from "@effect/cluster"
+import { DatabaseHealth } from "@agent-runtime/store"
+import { RunnerAddress, Runners as ClusterRunners, Sharding, ShardId } from "@effect/cluster"
 import { SqlClient } from "@effect/sql"
 import { Duration, Effect, Schedule } from "effect"
 import { ServerConfig } from "./ServerConfig.ts"
@@ -40,6 +43,8 @@ export class Runners extends Effect.Service<Runners>()("@agent-runtime/server/Ru
     const config = yield* ServerConfig
     const sharding = yield* Sharding.Sharding
     const drain = yield* Drain.Drain
+    const health = yield* DatabaseHealth.DatabaseHealth
+    const cluster = yield* ClusterRunners.Runners
     const me = addressOf(config)
     const lease = config.runnerLeaseSeconds
     const shardIds = Array.from({ length: shardsPerGroup }, (_, i) => ShardId.make("default", i + 1))
@@ -59,6 +64,8 @@ export class Runners extends Effect.Service<Runners>()("@agent-runtime/server/Ru
       VALUES (${me}, now(), now(), 'active')
       ON CONFLICT (address) DO UPDATE SET started_at = now(), reported_at = now(), state = 'active',
         drain_requested_at = NULL`
+    /** When this node last wrote its report: the other runners count its lease from it. */
+    let reportedAt = Date.now()
 
     const report = Effect.gen(function*() {
       const shards = shardIds.filter((id) => sharding.hasShardId(id)).length
@@ -72,6 +79,7 @@ export class Runners extends Effect.Service<Runners>()("@agent-runtime/server/Ru
             WHERE a.owner = ${me} AND r.state = 'queued' AND r.steered_into IS NULL)
         WHERE address = ${me}
         RETURNING drain_requested_at IS NOT NULL AS drain_requested`
+      reportedAt = Date.now()
       if (rows[0]?.drainRequested === true) yield* drainSelf
     })
 
@@ -93,15 +101,29 @@ export class Runners extends Effect.Service<Runners>()("@agent-runtime/server/Ru
 
     const every = Schedule.spaced(Duration.seconds(lease / 3))
     yield* report.pipe(
-      Effect.catchAllCause((cause) => Effect.logWarning("reporting the runner failed", cause)),
+      Effect.catchAllCause(DatabaseHealth.warnUnlessUnreachable("reporting the runner failed")),
       Effect.repeat(every),
       Effect.forkScoped
     )
     yield* reap.pipe(
-      Effect.catchAllCause((cause) => Effect.logWarning("checking runner leases failed", cause)),
+      Effect.catchAllCause(DatabaseHealth.warnUnlessUnreachable("checking runner leases failed")),
       Effect.repeat(Schedule.spaced(Duration.seconds(1))),
       Effect.forkScoped
     )
+
+    /**
+     * Whether a runner silent past its lease is still alive: one that answers
+     * on its runner address yet writes no reports cannot reach the database.
+     */
+    const databaseOf = (row: RunnerRow): Effect.Effect<Runner.RunnerDatabase> => {
+      if (row.address === me) return Effect.sync(() => health.current().reachable ? "reachable" : "unreachable")
+      if (!row.silent) return Effect.succeed("reachable")
+      const colon = row.address.lastIndexOf(":")
+      return cluster.ping(RunnerAddress.make(row.address.slice(0, colon), Number(row.address.slice(colon + 1)))).pipe(
+        Effect.timeout(Duration.seconds(1)),
+        Effect.match({ onFailure: () => "unknown" as const, onSuccess: () => "unreachable" as const })
+      )
+    }
 
     const list = Effect.gen(function*() {
       const rows = yield* sql<RunnerRow>`
@@ -115,7 +137,8 @@ export class Runners extends Effect.Service<Runners>()("@agent-runtime/server/Ru
         FROM runner_reports r FULL OUTER JOIN cluster_runners c ON c.address = r.address
         WHERE c.address IS NOT NULL OR r.reported_at > now() - interval '10 minutes'
         ORDER BY 1`
-      const data = rows.map((row) =>
+      const databases = yield* Effect.forEach(rows, databaseOf, { concurrency: "unbounded" })
+      const data = rows.map((row, i) =>
         new Runner.Runner({
           address: row.address,
           state: row.silent ? "unresponsive" : row.state ?? "active",
@@ -126,7 +149,8 @@ export class Runners extends Effect.Service<Runners>()("@agent-runtime/server/Ru
           agents: row.agents ?? 0,
           turnsRunning: row.turnsRunning ?? 0,
           mailboxDepth: row.mailboxDepth ?? 0,
-          reportedAt: row.reportedAt
+          reportedAt: row.reportedAt,
+          database: databases[i]!
         })
       )
       return new Runner.RunnerList({
@@ -150,6 +174,9 @@ export class Runners extends Effect.Service<Runners>()("@agent-runtime/server/Ru
         return new Runner.DrainStarted({ address, state: "draining", requestedAt: rows[0]!.requestedAt })
       })
 
-    return { me, list, requestDrain } as const
+    /** Whether this node's last report is within its lease: past it, the other runners take its shards. */
+    const leaseHeld = () => Date.now() - reportedAt < lease * 1000
+
+    return { me, list, requestDrain, leaseHeld } as const
   })
 }) {}

@@ -6,7 +6,7 @@ import { Operator, Tenants, Tokens } from "@agent-runtime/accounts"
 import { Api } from "@agent-runtime/domain"
 import { Egress, Resolver } from "@agent-runtime/egress"
 import { Catalog, Credentials, CustomProviders, Keys, KeyScopes, Listing, ModelClient, UsageLog } from "@agent-runtime/models"
-import { Database, SealedSecret } from "@agent-runtime/store"
+import { Database, DatabaseHealth, SealedSecret } from "@agent-runtime/store"
 import { HttpApiBuilder, HttpApiScalar, HttpMiddleware, HttpServer } from "@effect/platform"
 import { Agents, AgentRuntime, AgentStore, Drain, EventLog, Tools } from "@agent-runtime/agent"
 import { RunnerAddress, ShardingConfig, SqlMessageStorage, SqlRunnerStorage } from "@effect/cluster"
@@ -41,7 +41,10 @@ const baseUrl = Effect.map(HttpServer.HttpServer, (server) =>
 const listen = (port: (config: ServerConfig.ServerConfig) => number) =>
   Layer.unwrapEffect(
     Effect.map(ServerConfig.ServerConfig, (config) =>
-      NodeHttpServer.layer(createServer, { port: port(config), host: config.host }))
+      NodeHttpServer.layer(() => Errors.answerClientErrors(createServer(), Errors.restClientError), {
+        port: port(config),
+        host: config.host
+      }))
   )
 
 const layerApi = HttpApiBuilder.api(Api.Api).pipe(
@@ -132,14 +135,19 @@ const layerResumer = Layer.scopedDiscard(
     const agents = yield* Agents.Agents
     const config = yield* ServerConfig.ServerConfig
     const sql = yield* PgClient.PgClient
+    const health = yield* DatabaseHealth.DatabaseHealth
     yield* sql.listen(AgentStore.releasedChannel).pipe(
       Stream.runForEach((agentId) => Effect.fork(agents.wakeReleased(agentId, config.runnerLeaseSeconds))),
-      Effect.catchAllCause((cause) => Effect.logWarning("listening for released agents failed", cause)),
+      // A listener whose connection died with the database hears nothing more, and never fails (the driver
+      // drops that connection's errors): it listens anew, on a new connection, once the database is back.
+      Effect.raceFirst(health.lost),
+      Effect.catchAllCause(DatabaseHealth.warnUnlessUnreachable("listening for released agents failed")),
+      Effect.zipRight(Effect.sleep(Duration.seconds(1))),
       Effect.forever,
       Effect.forkScoped
     )
     yield* agents.wakeOpenWork(config.runnerLeaseSeconds).pipe(
-      Effect.catchAllCause((cause) => Effect.logWarning("waking agents failed", cause)),
+      Effect.catchAllCause(DatabaseHealth.warnUnlessUnreachable("waking agents failed")),
       Effect.repeat(Schedule.spaced(Duration.seconds(config.runnerLeaseSeconds / 2))),
       Effect.forkScoped
     )
@@ -173,7 +181,8 @@ const layerDatabase = Layer.unwrapEffect(
 export const layer = Readiness.layerServing.pipe(
   Layer.provideMerge(Layer.mergeAll(layerRest, layerGateway)),
   Layer.provide(layerServices),
-  Layer.provideMerge(Readiness.Readiness.Default),
+  // Whether the node reaches its database: readiness, the runner listing, and event streams told to move on.
+  Layer.provideMerge(Layer.mergeAll(Readiness.Readiness.Default, DatabaseHealth.layer)),
   Layer.provide(layerDatabase),
   Layer.provideMerge(ServerConfig.layer)
 )

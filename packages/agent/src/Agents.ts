@@ -5,7 +5,7 @@
  */
 import { Agent as AgentSchemas, ApiError, CanonicalJson, Common, Run, Session } from "@agent-runtime/domain"
 import { Listing, UsageLog } from "@agent-runtime/models"
-import { Ids, SealedSecret } from "@agent-runtime/store"
+import { DatabaseHealth, Ids, SealedSecret } from "@agent-runtime/store"
 import { Duration, Effect, Option, Schedule, Stream } from "effect"
 import * as Crypto from "node:crypto"
 import { Agent, applyChanges, type PromptPayload, type ReplayGap } from "./Agent.ts"
@@ -54,6 +54,19 @@ export class Agents extends Effect.Service<Agents>()("@agent-runtime/agent/Agent
     const usage = yield* UsageLog.UsageLog
     const makeClient = yield* Agent.client
     const localLogs = yield* EventLog.LocalLogs
+    const health = yield* DatabaseHealth.DatabaseHealth
+
+    // Streams served here end, with `event: reconnect`, when the node drains or loses its database: the
+    // watcher reconnects to a node that can serve it rather than waiting on a quiet one.
+    const streamsEnd = Effect.raceFirst(drain.closed, health.lost)
+    const onStreamsEnd = (end: () => void) => {
+      const offDrain = drain.onClose(end)
+      const offLost = health.onLost(end)
+      return () => {
+        offDrain()
+        offLost()
+      }
+    }
 
     /** Agent tokens are derived, not stored: the credentials route can show them again. */
     const tokenFor = (agentId: string) => `${agentTokenPrefix}${agentId}.${sealer.sign("agent-token", agentId)}`
@@ -608,7 +621,7 @@ export class Agents extends Effect.Service<Agents>()("@agent-runtime/agent/Agent
     const watch = (tenantId: string, agentId: string, cursor: Option.Option<number>, snapshot: boolean) =>
       Effect.map(watchFrom(tenantId, agentId, cursor, snapshot), (entries) =>
         // A draining node ends its streams, so its agents can move at once.
-        Stream.interruptWhen(entries, drain.closed))
+        Stream.interruptWhen(entries, streamsEnd))
 
     const watchFrom = (tenantId: string, agentId: string, cursor: Option.Option<number>, snapshot: boolean) =>
       Effect.gen(function*() {
@@ -673,7 +686,7 @@ export class Agents extends Effect.Service<Agents>()("@agent-runtime/agent/Agent
         const local = localLogs.get(agentId)
         if (Option.isSome(local)) {
           const written = yield* Effect.either(
-            Sse.toNodeStream({ ready: options.ready, log: local.value, cursor, endWhen: drain.onClose })
+            Sse.toNodeStream({ ready: options.ready, log: local.value, cursor, endWhen: onStreamsEnd })
           )
           if (written._tag === "Right") return { _tag: "Node", body: written.right } as const
         }

@@ -394,8 +394,10 @@ export const ClientRequest = Schema.Union(
   Schema.extend(
     Schema.Struct({ method: Schema.Literal("configure") }),
     Schema.Struct({
-      requestId: Schema.optional(Schema.String),
-      model: Schema.optional(Schema.String),
+      // The same fields as ConfigureInput's, which the handler builds from them (a looser requestId here let ""
+      // through to fail there, as a defect).
+      requestId: ConfigureInput.fields.requestId,
+      model: ConfigureInput.fields.model,
       systemPrompt: ConfigureInput.fields.systemPrompt,
       systemPromptAppend: ConfigureInput.fields.systemPromptAppend,
       thinkingLevel: ConfigureInput.fields.thinkingLevel,

@@ -23,14 +23,57 @@ export class KeyStatus extends Schema.Class<KeyStatus>("KeyStatus")({
 }) {}
 
 /**
- * A provider API key: 1 to 4096 characters without whitespace.
+ * A provider API key: 1 to 4096 characters without whitespace, and
+ * printable ASCII, since it travels in a header: a key undici cannot send
+ * (a control character, a letter outside Latin-1) was stored and then
+ * failed every call as an unreachable provider.
  */
 export const ApiKey = Schema.String.pipe(
   Schema.minLength(1, { message: () => "must be at least 1 character" }),
   Schema.maxLength(4096, { message: () => "must be at most 4096 characters" }),
-  Schema.pattern(/^\S*$/, { message: () => "must not contain whitespace" })
-).annotations({ description: "1 to 4096 characters without whitespace" })
+  Schema.pattern(/^[\x21-\x7e]*$/, {
+    message: () => "must be printable ASCII without whitespace (it is sent as a header)"
+  })
+).annotations({ description: "1 to 4096 printable ASCII characters without whitespace" })
 export type ApiKey = typeof ApiKey.Type
+
+/** RFC 9110 token: what a header name may consist of. */
+const headerName = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/
+/** RFC 9110 field value (visible ASCII, Latin-1, spaces and tabs): what undici sends; line breaks and NUL would break the header line. */
+const headerValue = /^[\t\x20-\x7e\x80-\xff]*$/
+
+/** Headers that would change how a call travels rather than what it says; undici refuses most of them. */
+const transportHeaders: ReadonlySet<string> = new Set([
+  "host",
+  "content-length",
+  "connection",
+  "transfer-encoding",
+  "keep-alive",
+  "upgrade",
+  "te",
+  "trailer",
+  "expect"
+])
+
+/**
+ * A provider's or key scope entry's own headers, sent on each call as
+ * given (sealed like the key, so credentials are fine): each must be a
+ * header line that can be sent, and none may be a transport header. Saved
+ * unchecked, one bad header failed every later call as an unreachable
+ * provider.
+ */
+export const SentHeaders = StringMap.pipe(
+  Schema.filter((headers) => {
+    for (const [name, value] of Object.entries(headers)) {
+      if (!headerName.test(name)) return { path: [name], message: `"${name}" is not a valid header name` }
+      if (transportHeaders.has(name.toLowerCase())) return { path: [name], message: `"${name}" is a transport header` }
+      if (!headerValue.test(value)) {
+        return { path: [name], message: "header values must be printable (no line breaks, NUL or characters beyond Latin-1)" }
+      }
+    }
+    return true
+  })
+)
 
 /**
  * The API a custom provider's server speaks:
@@ -132,7 +175,7 @@ export class CustomProviderInput extends Schema.Class<CustomProviderInput>("Cust
     Schema.NullOr(ApiKey).annotations({ description: "omitted keeps the stored key; null removes it" })
   ),
   headers: Schema.optional(
-    Schema.NullOr(StringMap).annotations({
+    Schema.NullOr(SentHeaders).annotations({
       description: "sent on each call, sealed like the key; omitted keeps, null removes"
     })
   ),
@@ -202,7 +245,7 @@ export class KeyScopeEntryInput extends Schema.Class<KeyScopeEntryInput>("KeySco
       })
     ),
     baseUrl: Schema.optional(HttpUrl.annotations({ description: "HTTPS endpoint replacing the provider's API root" })),
-    headers: Schema.optional(StringMap.annotations({ description: "sent on each call, sealed" })),
+    headers: Schema.optional(SentHeaders.annotations({ description: "sent on each call, sealed" })),
     region: Schema.optional(
       Schema.String.annotations({ description: "bedrock-type only; read from the base URL when left out" })
     )
@@ -238,11 +281,6 @@ export const isForbiddenModelHeader = (name: string): boolean => {
   return forbiddenHeaders.has(lower) || forbiddenHeaderPrefixes.some((prefix) => lower.startsWith(prefix))
 }
 
-/** RFC 9110 token: what a header name may consist of. */
-const headerName = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/
-/** Header values may not break the header line. */
-const headerValue = /^[^\r\n\0]*$/
-
 /**
  * Non-secret headers sent on each model call after a key scope entry's
  * headers: at most 20 headers and 8 KB (of JSON), never credentials or
@@ -258,7 +296,7 @@ export const ModelHeaders = StringMap.pipe(
         return { path: [name], message: `header "${name}" may not be set through modelHeaders` }
       }
       if (!headerValue.test(headers[name])) {
-        return { path: [name], message: "header values may not contain line breaks or NUL" }
+        return { path: [name], message: "header values must be printable (no line breaks, NUL or characters beyond Latin-1)" }
       }
     }
     return jsonBytes(headers) <= 8 * KiB || "at most 8 KB of headers (as JSON)"

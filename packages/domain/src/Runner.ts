@@ -13,6 +13,16 @@ import { Timestamp } from "./Common.ts"
 export const RunnerState = Schema.Literal("active", "draining", "unresponsive")
 export type RunnerState = typeof RunnerState.Type
 
+/**
+ * Whether the runner reaches the database: reachable (it reported within its
+ * lease, or it is the node answering); unreachable (the node answering cannot
+ * reach it, or the runner is silent past its lease yet answers on its runner
+ * address: alive but cut off from PostgreSQL); unknown (silent and not
+ * answering: stopped, paused or gone).
+ */
+export const RunnerDatabase = Schema.Literal("reachable", "unreachable", "unknown")
+export type RunnerDatabase = typeof RunnerDatabase.Type
+
 export class Runner extends Schema.Class<Runner>("Runner")({
   address: Schema.String.annotations({ description: "host:port, as other runners reach it" }),
   state: RunnerState,
@@ -23,7 +33,8 @@ export class Runner extends Schema.Class<Runner>("Runner")({
   agents: Schema.Number.annotations({ description: "agents active on it" }),
   turnsRunning: Schema.Number,
   mailboxDepth: Schema.Number.annotations({ description: "accepted requests waiting to run on its agents" }),
-  reportedAt: Schema.NullOr(Timestamp).annotations({ description: "when it last reported these figures" })
+  reportedAt: Schema.NullOr(Timestamp).annotations({ description: "when it last reported these figures" }),
+  database: RunnerDatabase.annotations({ description: "whether it reaches the database" })
 }) {}
 
 export class RunnerList extends Schema.Class<RunnerList>("RunnerList")({

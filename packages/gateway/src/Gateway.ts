@@ -6,8 +6,10 @@
  * listing, admin). See docs/gateway.md.
  */
 import { Operator, Tenants } from "@agent-runtime/accounts"
+import { Validation } from "@agent-runtime/domain"
 import { Egress } from "@agent-runtime/egress"
 import { type Credentials, Listing } from "@agent-runtime/models"
+import { DatabaseHealth } from "@agent-runtime/store"
 import { Cause, Effect, Exit, Option, Runtime } from "effect"
 import type * as Http from "node:http"
 import { Authenticator, type Principal } from "./Authenticator.ts"
@@ -88,7 +90,41 @@ const parseJson = (text: string): Canonical.Json => {
   } catch {
     return GatewayError.invalid("the body is not valid JSON")
   }
-  return Canonical.isObject(body) ? body : GatewayError.invalid("the body must be a JSON object")
+  if (!Canonical.isObject(body)) return GatewayError.invalid("the body must be a JSON object")
+  // The same refusal as the REST API's: strings PostgreSQL cannot store (NUL, lone surrogates; a model name is
+  // looked up there) and nesting too deep to write upstream without overflowing the stack.
+  const problem = Validation.jsonInputProblem(body)
+  return problem === undefined ? body : GatewayError.invalid(`${problem.path}: ${problem.message}`, problem.path)
+}
+
+/** A path segment decoded; a malformed escape or a NUL (PostgreSQL refuses it in text) is the client's error. */
+const pathSegment = (raw: string): string => {
+  let decoded: string
+  try {
+    decoded = decodeURIComponent(raw)
+  } catch {
+    return GatewayError.invalid("the path is not valid percent-encoded UTF-8")
+  }
+  return decoded.includes("\u0000") ? GatewayError.invalid("the path must not contain NUL (%00)") : decoded
+}
+
+/**
+ * The error body for a request node:http refused before the handler saw it
+ * (malformed framing, headers over its limit), in the protocol its path
+ * names. When the request line came in an earlier packet than the one
+ * refused, the path is unknown: then the body is Anthropic's with OpenAI's
+ * `param` added, which both protocols' SDKs read as their own.
+ */
+export const clientErrorBody = (
+  error: { readonly status: number; readonly code: string; readonly message: string },
+  path: string | undefined
+) => {
+  const refused = new GatewayError.GatewayError({ status: error.status, code: error.code, message: error.message })
+  if (path === undefined) {
+    const body = Messages.codec.errorBody(refused) as { type: string; error: Record<string, unknown> }
+    return { ...body, error: { ...body.error, param: null } }
+  }
+  return (path.startsWith("/v1/messages") ? Messages.codec : ChatCompletions.codec).errorBody(refused)
 }
 
 const codecs: Record<string, Codec> = {
@@ -111,11 +147,16 @@ export class Gateway extends Effect.Service<Gateway>()("@agent-runtime/gateway/G
     const listing = yield* Listing.Listing
     const operator = yield* Operator.Operator
     const tenants = yield* Tenants.Tenants
+    const health = yield* DatabaseHealth.DatabaseHealth
 
     /** Runs an Effect from a callback; a failure is thrown as the `GatewayError` it maps to. */
     const run = <A, E>(effect: Effect.Effect<A, E>, toError: (error: E) => GatewayError.GatewayError) =>
       runPromiseExit(effect).then((exit) => {
         if (Exit.isSuccess(exit)) return exit.value
+        if (DatabaseHealth.isUnreachable(exit.cause)) {
+          health.observe(exit.cause)
+          throw GatewayError.databaseUnreachable()
+        }
         const failure = Cause.failureOption(exit.cause)
         if (Option.isSome(failure)) throw toError(failure.value)
         throw exit.cause
@@ -251,7 +292,7 @@ export class Gateway extends Effect.Service<Gateway>()("@agent-runtime/gateway/G
       if (path === "/v1/models" && req.method === "GET") return models(req, res)
       if (path === "/healthz") return Reply.json(res, 200, { status: "ok" })
       const admin_ = adminPath.exec(path)
-      if (admin_ !== null) return admin(req, res, decodeURIComponent(admin_[1]!))
+      if (admin_ !== null) return admin(req, res, pathSegment(admin_[1]!))
       throw GatewayError.notFound(`no route ${req.method} ${path}`)
     }
 
@@ -263,6 +304,11 @@ export class Gateway extends Effect.Service<Gateway>()("@agent-runtime/gateway/G
       const codec = path.startsWith("/v1/messages") ? Messages.codec : ChatCompletions.codec
       const fail = (error: unknown) => {
         if (error instanceof GatewayError.GatewayError) return sendError(res, codec, error)
+        // A key looked up while the database is away (the cache missed): 503 in the protocol's own shape.
+        if (DatabaseHealth.isUnreachable(error)) {
+          health.observe(error)
+          return sendError(res, codec, GatewayError.databaseUnreachable())
+        }
         Runtime.runFork(runtime)(Effect.logError("gateway request failed", Cause.isCause(error) ? error : Cause.die(error)))
         sendError(res, codec, GatewayError.internal())
       }

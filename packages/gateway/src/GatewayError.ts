@@ -31,6 +31,15 @@ export const rateLimited = (message: string, retryAfter: number) =>
 
 export const internal = () => new GatewayError({ status: 500, code: "INTERNAL", message: "internal error" })
 
+/** The node cannot reach its database (see `DatabaseHealth.isUnreachable`): another node, or this one shortly, can serve. */
+export const databaseUnreachable = () =>
+  new GatewayError({
+    status: 503,
+    code: "UNAVAILABLE",
+    message: "the database cannot be reached from this node; try again shortly",
+    retryAfter: 2
+  })
+
 /** A model name the tenant cannot use: unknown (or another tenant's), or its provider has no key. */
 export const fromModelError = (error: ModelError.UnknownModel | ModelError.ModelKeyMissing): GatewayError =>
   error._tag === "UnknownModel"

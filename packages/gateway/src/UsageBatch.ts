@@ -1,10 +1,16 @@
 /**
  * Usage of gateway calls, recorded off the response path: entries collect
  * in memory and are written every 100 ms in one statement (and at
- * shutdown), so a call never waits on PostgreSQL.
+ * shutdown), so a call never waits on PostgreSQL. While the database cannot
+ * be reached they are kept (up to `maxKept`) and written once it is back, so
+ * calls served during an outage are still billed.
  */
 import { UsageLog } from "@agent-runtime/models"
+import { DatabaseHealth } from "@agent-runtime/store"
 import { Effect, Schedule } from "effect"
+
+/** Entries kept while the database is away; beyond this the oldest are dropped (and the drop logged). */
+const maxKept = 50_000
 
 export class UsageBatch extends Effect.Service<UsageBatch>()("@agent-runtime/gateway/UsageBatch", {
   scoped: Effect.gen(function*() {
@@ -16,7 +22,17 @@ export class UsageBatch extends Effect.Service<UsageBatch>()("@agent-runtime/gat
       const batch = pending
       pending = []
       return log.recordAll(batch).pipe(
-        Effect.catchAllCause((cause) => Effect.logWarning("recording gateway usage failed", cause))
+        Effect.catchAllCause((cause) => {
+          // Only a batch that never reached the server is kept: one cut mid-statement may have been written.
+          if (!DatabaseHealth.neverSent(cause)) return Effect.logWarning("recording gateway usage failed", cause)
+          pending = batch.concat(pending)
+          const dropped = pending.length - maxKept
+          if (dropped <= 0) return Effect.void
+          pending = pending.slice(dropped)
+          return Effect.logWarning("gateway usage dropped: the database has been away too long").pipe(
+            Effect.annotateLogs({ dropped })
+          )
+        })
       )
     })
 

@@ -105,13 +105,15 @@ export class KeyScopes extends Effect.Service<KeyScopes>()("@agent-runtime/model
           headerNames: JSON.stringify(Secrets.headerNames(headers)),
           region: input.region ?? null
         }
-        yield* sql`
+        // The saved row comes back from the same statement: read again after it, a concurrent delete of the
+        // scope left nothing to read (and the answer was a 500).
+        const [saved] = yield* sql<Row>`
           INSERT INTO key_scope_entries ${sql.insert(row)}
           ON CONFLICT (tenant_id, scope, provider) DO UPDATE SET
             sealed_key = excluded.sealed_key, last4 = excluded.last4, base_url = excluded.base_url,
             sealed_headers = excluded.sealed_headers, header_names = excluded.header_names, region = excluded.region,
-            set_at = now()`.pipe(Effect.orDie)
-        const [saved] = yield* rows(tenantId, Option.some(scope), provider)
+            set_at = now()
+          RETURNING ${columns}`.pipe(Effect.orDie)
         return toEntry(saved!)
       })
 

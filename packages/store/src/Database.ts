@@ -5,7 +5,7 @@
  */
 import { SqlClient } from "@effect/sql"
 import { PgClient } from "@effect/sql-pg"
-import { Config, Effect, Layer, Option, Redacted, String } from "effect"
+import { Config, Duration, Effect, Layer, Option, Redacted, String } from "effect"
 import * as EmbeddedPostgres from "./EmbeddedPostgres.ts"
 import * as Migrations from "./Migrations.ts"
 
@@ -39,15 +39,28 @@ export const withStartupLock = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
     })
   )
 
+/**
+ * How long a query waits for a connection (a new one, or a free one from the
+ * pool) before it fails. Without it a query waits as long as the server does
+ * not answer; with it, a node cut off from its database answers 503 within a
+ * bounded time (`DatabaseHealth.isUnreachable` knows pg-pool's timeout errors).
+ */
+export const connectTimeout = Duration.seconds(2)
+
 /** A client on `url`, with the schema migrated. */
 export const layerClient = (url: Redacted.Redacted<string>, options: Omit<Options, "url" | "dataDir"> = {}) =>
   Layer.effectDiscard(withStartupLock(Migrations.run)).pipe(
     Layer.provideMerge(PgClient.layer({
       url,
       maxConnections: options.maxConnections ?? 20,
+      connectTimeout,
       applicationName: options.applicationName ?? "agent-runtime",
       transformQueryNames: String.camelToSnake,
-      transformResultNames: String.snakeToCamel
+      transformResultNames: String.snakeToCamel,
+      // Column names only. By default the transform also renames every key inside jsonb values, which holds
+      // tenants' and models' own data (context, metadata, tool arguments): `order_id` came back as `orderId`,
+      // and a key ending in `_` threw inside the row transform, so an agent holding one could never load again.
+      transformJson: false
     }))
   )
 

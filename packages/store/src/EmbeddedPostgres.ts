@@ -18,6 +18,8 @@ export interface Options {
   readonly dataDir: string
   /** Extra server settings, e.g. `["-c", "fsync=off"]` for throwaway test data. */
   readonly postgresFlags?: ReadonlyArray<string>
+  /** The port to listen on, so a server stopped and started again keeps its clients' URLs; a free one when absent. */
+  readonly port?: number
 }
 
 export interface Server {
@@ -120,7 +122,7 @@ export const start = (options: Options): Effect.Effect<Server, EmbeddedPostgresE
       yield* attempt("cannot open the data directory to postgres", () => Fs.chmod(dataDir, 0o711))
     }
     const leftRunning = yield* runningPort(dir)
-    const port = leftRunning ?? (yield* freePort)
+    const port = leftRunning ?? options.port ?? (yield* freePort)
     const Postgres = yield* loadPackage
     const postgres = new Postgres({
       databaseDir: dir,

@@ -5,6 +5,7 @@
  */
 import { Effect, Scope } from "effect"
 import * as Crypto from "node:crypto"
+import * as TcpProxy from "./TcpProxy.ts"
 import * as TestNode from "./TestNode.ts"
 
 export interface Member {
@@ -13,6 +14,8 @@ export interface Member {
   readonly node: TestNode.TestNode
   /** False while stopped or paused: not to be sent requests. */
   readonly up: boolean
+  /** The member's own way to the database, kept across restarts (with `proxied`). */
+  readonly proxy: TcpProxy.TcpProxy | undefined
 }
 
 export interface TestCluster {
@@ -30,28 +33,31 @@ export interface Options {
   readonly size: number
   readonly databaseUrl: string
   readonly env?: Record<string, string>
+  /** Each member reaches the database through its own TCP proxy, so a test can cut one off, or all. */
+  readonly proxied?: boolean
 }
 
 export const start = (options: Options): Effect.Effect<TestCluster, Error, Scope.Scope> =>
   Effect.gen(function*() {
     const scope = yield* Effect.scope
     const operatorToken = `aro_${Crypto.randomBytes(32).toString("base64url")}`
+    // One key for the cluster, as in production: agent tokens and sealed secrets made on one node open on all.
+    const sealingKey = Crypto.randomBytes(32).toString("base64")
     const addresses = yield* Effect.forEach(
       Array.from({ length: options.size }),
       () => Effect.map(TestNode.freePort, (port) => `127.0.0.1:${port}`)
     )
+    const proxies = yield* Effect.forEach(addresses, () =>
+      options.proxied === true ? TcpProxy.start(options.databaseUrl) : Effect.succeed(undefined))
     const launch = (address: string) =>
       TestNode.start({
-        databaseUrl: options.databaseUrl,
+        databaseUrl: proxies[addresses.indexOf(address)]?.url ?? options.databaseUrl,
         operatorToken,
-        env: { ...options.env, RUNNER_ADDRESS: address }
+        env: { SEALING_KEY: sealingKey, ...options.env, RUNNER_ADDRESS: address }
       }).pipe(Scope.extend(scope))
     const nodes = yield* Effect.forEach(addresses, launch, { concurrency: "unbounded" })
-    const members: Array<{ runnerAddress: string; node: TestNode.TestNode; up: boolean }> = nodes.map((node, i) => ({
-      runnerAddress: addresses[i]!,
-      node,
-      up: true
-    }))
+    const members: Array<{ runnerAddress: string; node: TestNode.TestNode; up: boolean; proxy: TcpProxy.TcpProxy | undefined }> =
+      nodes.map((node, i) => ({ runnerAddress: addresses[i]!, node, up: true, proxy: proxies[i] }))
     return {
       operatorToken,
       members,

@@ -80,10 +80,16 @@ export const start = (options: Options): Effect.Effect<TestNode, Error, Scope.Sc
     let output = ""
     const ready = yield* Deferred.make<Option.Option<RegExpMatchArray>>()
     const exited = yield* Deferred.make<Exit>()
+    let started = false
     const onData = (chunk: Buffer) => {
       output += chunk.toString()
+      // Only until ready: matching the whole output on every chunk of a long, chatty run costs the test process dearly.
+      if (started) return
       const match = output.match(readyLine)
-      if (match) Deferred.unsafeDone(ready, Effect.succeed(Option.some(match)))
+      if (match) {
+        started = true
+        Deferred.unsafeDone(ready, Effect.succeed(Option.some(match)))
+      }
     }
     child.stdout!.on("data", onData)
     child.stderr!.on("data", onData)
@@ -99,7 +105,9 @@ export const start = (options: Options): Effect.Effect<TestNode, Error, Scope.Sc
     yield* Effect.addFinalizer(() =>
       // A paused process would not hear SIGTERM.
       Effect.sync(() => child.exitCode === null && child.signalCode === null && child.kill("SIGCONT")).pipe(
-        Effect.andThen(stop("SIGTERM")),
+        // Finalizers run uninterruptibly: without this the timeout could not cut the wait for a node that
+        // does not exit on SIGTERM, and the test's scope would never close.
+        Effect.andThen(Effect.interruptible(stop("SIGTERM"))),
         Effect.timeout("10 seconds"),
         Effect.catchAll(() => stop("SIGKILL")),
         Effect.andThen(Effect.promise(() => Fs.rm(dataDir, { recursive: true, force: true })))

@@ -1,5 +1,8 @@
 export * as FakeUpstream from "./FakeUpstream.ts"
+export * as Fuzz from "./Fuzz.ts"
+export * as FuzzWorld from "./FuzzWorld.ts"
 export * as Http from "./Http.ts"
+export * as TcpProxy from "./TcpProxy.ts"
 export * as TestCluster from "./TestCluster.ts"
 export * as TestDatabase from "./TestDatabase.ts"
 export * as TestNode from "./TestNode.ts"

@@ -4,7 +4,8 @@
  * routes and defects. Applied around the whole API, before its errors are
  * encoded.
  */
-import { Api, ApiError } from "@agent-runtime/domain"
+import { Api, ApiError, Validation } from "@agent-runtime/domain"
+import { DatabaseHealth } from "@agent-runtime/store"
 import {
   HttpApiBuilder,
   HttpApiError,
@@ -14,6 +15,8 @@ import {
   HttpServerResponse
 } from "@effect/platform"
 import { Cause, Effect, Option, Schema } from "effect"
+import * as Http from "node:http"
+import type { Duplex } from "node:stream"
 import { ServerConfig } from "../ServerConfig.ts"
 
 const describe = (error: HttpApiError.HttpApiDecodeError) =>
@@ -58,16 +61,94 @@ const withRetryAfter = (error: ApiError.RateLimited | ApiError.Unavailable) => {
   }).pipe(Effect.orDie)
 }
 
+/**
+ * 503 for a request that needed the database while the node could not reach
+ * it. A write may have been journaled before the connection failed, so its
+ * answer says the outcome is unknown; a prompt sent again with the same
+ * requestId runs once.
+ */
+const unreachable = (method: string | undefined) =>
+  withRetryAfter(
+    new ApiError.Unavailable({
+      error: method === "GET" || method === "HEAD"
+        ? "the database cannot be reached from this node; try again shortly"
+        : "the database cannot be reached from this node; whether this request took effect is unknown " +
+          "(a prompt sent again with the same requestId runs once)",
+      retryAfter: 2
+    })
+  )
+
+/**
+ * Why a request's URL cannot be served, if it cannot: escapes that are not
+ * UTF-8 name nothing, and a NUL (%00) could reach PostgreSQL as part of an
+ * id or a cursor, which refuses it in text. Checked once here, before the
+ * router, instead of in every handler that takes a path or query value.
+ */
+const urlProblem = (url: string): string | undefined => {
+  const query = url.indexOf("?")
+  const path = query === -1 ? url : url.slice(0, query)
+  try {
+    if (decodeURIComponent(path).includes("\u0000")) return "path: must not contain NUL (%00)"
+  } catch {
+    return "path: not valid percent-encoded UTF-8"
+  }
+  if (query === -1) return undefined
+  for (const pair of url.slice(query + 1).split("&")) {
+    const equals = pair.indexOf("=")
+    const name = equals === -1 ? pair : pair.slice(0, equals)
+    try {
+      if (decodeURIComponent(pair.replaceAll("+", " ")).includes("\u0000")) {
+        return `${JSON.stringify(decodeURIComponent(name)).slice(1, -1)}: must not contain NUL (%00)`
+      }
+    } catch {
+      return `${name}: not valid percent-encoded UTF-8`
+    }
+  }
+  return undefined
+}
+
+const notJson = Effect.fail(
+  new ApiError.InvalidRequest({ error: "invalid request: the body must be JSON (content-type application/json)" })
+)
+
+/**
+ * The request as the router and handlers see it, with its body checked
+ * where it is decoded (so authentication still runs first, and routes that
+ * take no body never read one): JSON with a string or key PostgreSQL
+ * cannot store (NUL, a lone surrogate) or nested deeper than
+ * `Validation.maxJsonDepth` is refused naming the field (see
+ * `Validation.jsonInputProblem`); form and multipart bodies are refused
+ * outright, since the API takes JSON only and their decoders would hand on
+ * what the JSON check refuses (and a malformed multipart body failed as a
+ * defect).
+ */
+const checkedBody = (request: HttpServerRequest.HttpServerRequest): HttpServerRequest.HttpServerRequest =>
+  Object.create(request, {
+    json: {
+      get: () =>
+        Effect.flatMap(request.json, (json) => {
+          const problem = Validation.jsonInputProblem(json)
+          return problem === undefined
+            ? Effect.succeed(json)
+            : Effect.fail(new ApiError.InvalidRequest({ error: `invalid request: ${problem.path}: ${problem.message}` }))
+        })
+    },
+    urlParamsBody: { get: () => notJson },
+    multipart: { get: () => notJson }
+  })
+
 export const layer = HttpApiBuilder.middleware(
   Api.Api,
-  Effect.map(ServerConfig, (config) => (app: HttpApp.Default) =>
+  Effect.map(Effect.all([ServerConfig, DatabaseHealth.DatabaseHealth]), ([config, health]) => (app: HttpApp.Default) =>
     Effect.gen(function*() {
       const request = yield* HttpServerRequest.HttpServerRequest
       const length = Number(request.headers["content-length"] ?? 0)
       if (length > config.maxBodyBytes) {
         return yield* new ApiError.TooLarge({ error: `request body over ${config.maxBodyBytes} bytes` })
       }
-      return yield* app
+      const refused = urlProblem(request.url)
+      if (refused !== undefined) return yield* new ApiError.InvalidRequest({ error: `invalid request: ${refused}` })
+      return yield* Effect.provideService(app, HttpServerRequest.HttpServerRequest, checkedBody(request))
     }).pipe(
       HttpServerRequest.withMaxBodySize(Option.some(config.maxBodyBytes)),
       Effect.catchAllCause((cause): Effect.Effect<
@@ -82,6 +163,14 @@ export const layer = HttpApiBuilder.middleware(
         if (Cause.isInterruptedOnly(cause) || ApiError.isApiError(failure)) {
           return Effect.failCause(cause as Cause.Cause<never>)
         }
+        // The node cannot reach the database now (the outage itself is logged once, by DatabaseHealth).
+        if (DatabaseHealth.isUnreachable(cause)) {
+          health.observe(cause)
+          return Effect.flatMap(
+            Effect.serviceOption(HttpServerRequest.HttpServerRequest),
+            (request) => unreachable(Option.getOrUndefined(request)?.method)
+          )
+        }
         return Option.match(toApiError(failure), {
           onSome: (error) => Effect.fail(error),
           onNone: () =>
@@ -93,3 +182,40 @@ export const layer = HttpApiBuilder.middleware(
       })
     ))
 )
+
+/** A request node:http refused while parsing it, as one of the spec's errors. */
+const parseFailure = (error: NodeJS.ErrnoException) =>
+  error.code === "HPE_HEADER_OVERFLOW" || error.code === "HPE_CHUNK_EXTENSIONS_OVERFLOW"
+    ? { status: 413, code: "TOO_LARGE", message: "request headers too large" }
+    : { status: 400, code: "INVALID_REQUEST", message: "malformed HTTP request" }
+
+/**
+ * Requests node:http refuses before any handler sees them (malformed
+ * framing, headers over its limit) answer with an error body too, instead
+ * of node's bare status line; `body` writes it in the listener's own shape
+ * (the path is the request line's, when the parser got that far). As in
+ * node's default, nothing is written once an answer on the connection has
+ * started, and the connection is closed.
+ */
+export const answerClientErrors = (
+  server: Http.Server,
+  body: (error: { status: number; code: string; message: string }, path: string | undefined) => unknown
+): Http.Server =>
+  server.on("clientError", (error: NodeJS.ErrnoException & { rawPacket?: Buffer }, socket: Duplex) => {
+    // node's own check (lib/_http_server.js): an answer already under way on this socket must not be corrupted.
+    const inFlight = (socket as Duplex & { _httpMessage?: { headersSent?: boolean } })._httpMessage
+    if (error.code !== "ECONNRESET" && socket.writable && inFlight?.headersSent !== true) {
+      const failure = parseFailure(error)
+      const path = error.rawPacket?.toString("latin1").match(/^\S+ ([^\s?]+)/)?.[1]
+      const text = JSON.stringify(body(failure, path))
+      socket.write(
+        `HTTP/1.1 ${failure.status} ${Http.STATUS_CODES[failure.status]}\r\ncontent-type: application/json\r\n` +
+          `content-length: ${Buffer.byteLength(text)}\r\nconnection: close\r\n\r\n${text}`
+      )
+    }
+    socket.destroy()
+  })
+
+/** The REST API's body for a request node:http refused. */
+export const restClientError = (error: { code: string; message: string }) => ({ error: error.message, code: error.code })
+
