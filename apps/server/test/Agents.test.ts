@@ -772,3 +772,46 @@ it.scopedLive("a node killed mid-turn finishes the accepted prompt after a resta
     expect(snapshot.cursor).toBeGreaterThan(100000)
   }), { timeout: 90_000 })
 
+
+it.scopedLive("a turn cut before its prompts reached history resumes with them: its own and one steered into it", () =>
+  Effect.gen(function*() {
+    const upstream = yield* FakeUpstream.start()
+    const databaseUrl = yield* TestDatabase.make
+    const cluster = yield* TestCluster.start({ size: 1, databaseUrl, env: { ALLOW_PRIVATE_URLS: "true" } })
+    const first = cluster.members[0]!.node
+    const { api, token } = yield* tenantWithModel({ node: first, upstream }, "cut-early")
+    upstream.script({ text: Array.from({ length: 30 }, (_, i) => `w${i}`).join(" "), tokenDelayMs: 100 })
+    upstream.script({ text: "answered both" })
+    const created = (yield* api.post("/v1/agents", { token, json: { model: "fake/m1", prompt: { text: "first ask" } } }))
+      .body
+    yield* Effect.sleep("800 millis")
+    yield* cluster.stop(0, "SIGKILL")
+    // What the journal holds when a node dies right after marking the turn running (before its user message),
+    // or right after taking a steered prompt (before that one's user message).
+    yield* TestDatabase.query(databaseUrl, `DELETE FROM agent_messages WHERE agent_id = '${created.id}'`)
+    yield* TestDatabase.query(
+      databaseUrl,
+      `INSERT INTO agent_requests (agent_id, id, method, state, fingerprint, input, steered_into, began_at)
+       VALUES ('${created.id}', 'req_steered_cut', 'prompt', 'queued', 'f', '{"text":"and this too"}',
+         '${created.prompt.id}', now())`
+    )
+
+    const second = yield* cluster.start(0)
+    const api2 = Http.client(second.rest)
+    const done = (yield* api2.get(`/v1/agents/${created.id}/requests/${created.prompt.id}?wait=25`, { token })).body
+    expect(done).toMatchObject({ state: "completed", outcome: { result: { reply: "answered both", resumed: true } } })
+    expect((yield* api2.get(`/v1/agents/${created.id}/requests/req_steered_cut`, { token })).body).toMatchObject({
+      state: "completed",
+      steeredInto: created.prompt.id
+    })
+    const history = (yield* api2.get(`/v1/agents/${created.id}/history`, { token })).body
+    expect(history.entries.map((entry: any) => [entry.message.role, entry.message.content])).toEqual([
+      ["user", "first ask"],
+      ["user", "and this too"],
+      ["assistant", expect.anything()]
+    ])
+    // The model was asked with both prompts.
+    const asked = JSON.stringify(upstream.requests().at(-1)!.body)
+    expect(asked).toContain("first ask")
+    expect(asked).toContain("and this too")
+  }), { timeout: 90_000 })

@@ -54,6 +54,7 @@ const handOnTimeout = Duration.seconds(30)
 
 export const layer = Agent.toLayer(
   Effect.gen(function*() {
+    const makeClient = yield* Agent.client
     const address = yield* Entity.CurrentAddress
     const agentId = address.entityId
     const store = yield* AgentStore
@@ -68,6 +69,14 @@ export const layer = Agent.toLayer(
     const ownership = yield* Effect.orDie(store.claim(agentId, runnerAddress))
     const epoch = ownership.epoch
     const fenced = (write: Parameters<typeof store.fenced>[2]) => Effect.orDie(store.fenced(agentId, epoch, write))
+    /**
+     * Set when a journal write was refused: another runner claimed the agent since this one did (it was cut
+     * off from the cluster a while). From then on every message fails this instance, so the cluster builds the
+     * entity again, which claims the agent afresh and picks its open work up from the journal.
+     */
+    let superseded = false
+    const current = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
+      Effect.suspend(() => superseded ? Effect.die(new Fenced({ agentId, epoch })) : effect)
     const agent0 = Option.getOrThrowWith(
       yield* Effect.orDie(store.findById(agentId)),
       () => new Error(`agent ${agentId} does not exist`)
@@ -152,7 +161,20 @@ export const layer = Agent.toLayer(
         const input = row.input as unknown as Pick<Turn.TurnInput, "text" | "metadata" | "from">
         const resumed = row.state === "running"
         const began = row.beganIndex ?? history.length
+        let unjournaled: Array<Turn.Steered> = []
         if (resumed) {
+          // The turn's prompts (its own, and those steered into it) whose user message the lost node had not
+          // written yet: a turn cut right after it began, or right after it took a steered prompt.
+          const inHistory = new Set(history.slice(began).flatMap((message) =>
+            message.role === "user" && message.requestId !== undefined ? [message.requestId] : []
+          ))
+          const prompts = [
+            ...(row.method === "continue" ? [] : [row]),
+            ...yield* Effect.orDie(store.steeredInto(agentId, row.id))
+          ]
+          unjournaled = prompts.flatMap((prompt) =>
+            inHistory.has(prompt.id) ? [] : [{ requestId: prompt.id, ...(prompt.input as any) }]
+          )
           // Another node began this turn: continue from what it journaled.
           yield* fenced((guard) => store.markResumed(agentId, row.id, guard))
           yield* Effect.logInfo("turn resumed here").pipe(Effect.annotateLogs({
@@ -178,7 +200,7 @@ export const layer = Agent.toLayer(
             config: agent.config,
             requestId: row.id,
             continue: row.method === "continue",
-            resume: resumed ? { began } : undefined,
+            resume: resumed ? { began, unjournaled } : undefined,
             text: input.text,
             metadata: input.metadata,
             from: input.from
@@ -243,7 +265,7 @@ export const layer = Agent.toLayer(
         // Steered prompts the turn took (here or on a node before) end with it; those it did not reach
         // run as their own turns.
         for (const steered of yield* Effect.orDie(store.steeredInto(agentId, row.id))) {
-          yield* settle(steered, stored, row.id)
+          yield* settle(steered.id, stored, row.id)
         }
         taken = []
         pending.unshift(...steering)
@@ -300,8 +322,14 @@ export const layer = Agent.toLayer(
       // The epoch moved on: the cluster gave the agent to another runner while this one was cut off.
       Effect.catchAllDefect((defect) =>
         defect instanceof Fenced
-          ? Effect.logWarning("another runner owns the agent now; this one stops running it").pipe(
-            Effect.annotateLogs({ agentId, epoch })
+          ? Effect.logWarning("another runner claimed the agent; this instance stops and is built again").pipe(
+            Effect.annotateLogs({ agentId, epoch }),
+            Effect.zipRight(Effect.sync(() => {
+              superseded = true
+            })),
+            // A message rebuilds the entity if the cluster still places the agent here, else it wakes the
+            // agent where it lives now; either way its open work runs.
+            Effect.zipRight(makeClient(agentId).Wake().pipe(Effect.timeout("5 seconds"), Effect.ignore, Effect.forkDaemon))
           )
           : Effect.die(defect)
       ),
@@ -322,7 +350,7 @@ export const layer = Agent.toLayer(
 
     return {
       Prompt: ({ payload }) =>
-        Effect.gen(function*() {
+        current(Effect.gen(function*() {
           const row = yield* Effect.orDie(store.insertRequest({
             agentId,
             id: payload.requestId,
@@ -344,9 +372,9 @@ export const layer = Agent.toLayer(
             yield* Queue.offer(wakeup, void 0)
           }
           return toRecord(row)
-        }),
+        })),
       Abort: ({ payload }) =>
-        immediate(
+        current(immediate(
           payload,
           "abort",
           {},
@@ -364,9 +392,9 @@ export const layer = Agent.toLayer(
             }
             return { cancelled: cancelled.map((row) => row.id), aborted: stopped }
           })
-        ),
+        )),
       Configure: ({ payload }) =>
-        immediate(
+        current(immediate(
           payload,
           "configure",
           { changes: payload.changes },
@@ -375,28 +403,28 @@ export const layer = Agent.toLayer(
             yield* fenced((guard) => store.updateConfig(agentId, agent.config, guard))
             return { config: agent.config }
           })
-        ),
-      Wake: () => loadOpenWork,
+        )),
+      Wake: () => current(loadOpenWork),
       Status: () =>
-        Effect.map(log.cursor, (cursor) => ({
+        current(Effect.map(log.cursor, (cursor) => ({
           cursor,
           running: active !== null,
           activeRequest: active,
           queued: pending.map((row) => row.id)
-        })),
+        }))),
       Snapshot: () =>
-        Effect.map(log.cursor, (cursor) => {
+        current(Effect.map(log.cursor, (cursor) => {
           const began = active === null ? history.length : (activeBegan ?? history.length)
           return {
             cursor,
             requestId: active,
             turn: [...history.slice(began), ...(partial === undefined ? [] : [partial])]
           }
-        }),
+        })),
       Watch: ({ payload }) =>
         Stream.unwrapScoped(
           Effect.map(
-            Effect.mapError(log.subscribe(Option.fromNullable(payload.cursor)), (gap) =>
+            Effect.mapError(current(log.subscribe(Option.fromNullable(payload.cursor))), (gap) =>
               new ReplayGap({ cursor: gap.cursor, oldest: gap.oldest })),
             (entries) =>
               entries.pipe(
@@ -411,10 +439,10 @@ export const layer = Agent.toLayer(
         ),
       Poll: ({ payload }) =>
         Effect.mapError(
-          Effect.raceFirst(
+          current(Effect.raceFirst(
             log.poll(payload.cursor, `${payload.waitMillis} millis`),
             Effect.zipRight(drain.closed, log.poll(payload.cursor, 0))
-          ),
+          )),
           (gap) => new ReplayGap({ cursor: gap.cursor, oldest: gap.oldest })
         )
     }

@@ -168,10 +168,8 @@ export class AgentStore extends Effect.Service<AgentStore>()("@agent-runtime/age
 
     /** Open requests a turn took as steered prompts. */
     const steeredInto = (agentId: string, into: string) =>
-      sql<{ id: string }>`SELECT id FROM agent_requests
-        WHERE agent_id = ${agentId} AND steered_into = ${into} AND state <> 'completed'`.pipe(
-        Effect.map((rows) => rows.map((row) => row.id))
-      )
+      sql<RequestRow>`SELECT ${requestFields} FROM agent_requests
+        WHERE agent_id = ${agentId} AND steered_into = ${into} AND state <> 'completed' ORDER BY seq`
 
     /** The latest requests: the running and the most recently settled. */
     const recentRequests = (agentId: string, limit: number) =>

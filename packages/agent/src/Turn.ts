@@ -41,9 +41,10 @@ export interface TurnInput extends Steered {
   /**
    * Continues a turn another node began (history from `began` is journaled):
    * a step whose tool calls are unanswered is finished first, and a turn whose
-   * last response was final is not asked again.
+   * last response was final is not asked again. `unjournaled` are its prompts
+   * (its own, or steered into it) whose user message the lost node never wrote.
    */
-  readonly resume?: { readonly began: number } | undefined
+  readonly resume?: { readonly began: number; readonly unjournaled: ReadonlyArray<Steered> } | undefined
 }
 
 export interface ToolCallRecord {
@@ -342,6 +343,7 @@ export const run = (input: TurnInput, hooks: TurnHooks) =>
       yield* event("agent_start")
       if (!input.continue) yield* addUser(input)
     } else {
+      for (const prompt of input.resume.unjournaled) yield* addUser(prompt)
       // The step the lost node was in: a final response ends the turn; unanswered calls are answered first.
       const history = hooks.history()
       const last = history.findLastIndex((message) => message.role === "assistant")
