@@ -1,3 +1,4 @@
+import { fileURLToPath } from "node:url"
 import { defineWorkspace } from "vitest/config"
 
 // The root vitest.config.ts holds the run-wide setup (one embedded PostgreSQL).
@@ -10,5 +11,14 @@ export default defineWorkspace([
   { test: { name: "models", root: "./packages/models", testTimeout: 30_000 } },
   { test: { name: "agent", root: "./packages/agent" } },
   { test: { name: "gateway", root: "./packages/gateway" } },
-  { test: { name: "server", root: "./apps/server", testTimeout: 60_000, hookTimeout: 60_000 } }
+  {
+    test: {
+      name: "server",
+      root: "./apps/server",
+      testTimeout: 60_000,
+      hookTimeout: 60_000,
+      // What the testing package's TestNode starts: it does not know the app.
+      provide: { serverMain: fileURLToPath(new URL("./apps/server/src/main.ts", import.meta.url)) }
+    }
+  }
 ])

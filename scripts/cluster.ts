@@ -30,7 +30,11 @@ const secret = (dataDir: string, name: string, make: () => string) =>
 Effect.gen(function*() {
   const dataDir = yield* Config.string("DATA_DIR").pipe(Config.withDefault("./.data/cluster"))
   const server = yield* EmbeddedPostgres.start({ dataDir: Path.join(dataDir, "postgres") })
-  const operatorToken = yield* secret(dataDir, "operator-token", () => `aro_${Crypto.randomBytes(32).toString("base64url")}`)
+  const operatorToken = yield* secret(
+    dataDir,
+    "operator-token",
+    () => `aro_${Crypto.randomBytes(32).toString("base64url")}`
+  )
   const sealingKey = yield* secret(dataDir, "sealing-key", () => Crypto.randomBytes(32).toString("base64"))
   const nodes = [0, 1, 2].map((i) => {
     const name = `node${i + 1}`

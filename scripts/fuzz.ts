@@ -23,6 +23,7 @@ import { Console, Effect, Redacted } from "effect"
 import * as Fs from "node:fs/promises"
 import * as Os from "node:os"
 import * as Path from "node:path"
+import { serverScript } from "./serverScript.ts"
 
 const runs = Number(process.env.FUZZ_RUNS ?? 20_000)
 const seed = Number(process.env.FUZZ_SEED ?? Math.floor(Math.random() * 2 ** 31))
@@ -41,11 +42,17 @@ const program = Effect.gen(function*() {
   })
   const databaseUrl = Redacted.value(yield* postgres.createDatabase("fuzz"))
   const upstream = yield* FakeUpstream.start({ maxRecorded: 1000 })
-  const node = yield* TestNode.start({ databaseUrl, env: yield* FuzzWorld.env(upstream, maxBodyBytes) })
+  const node = yield* TestNode.start({
+    script: serverScript,
+    databaseUrl,
+    env: yield* FuzzWorld.env(upstream, maxBodyBytes)
+  })
   // Long polls up to 3 s: a long run may afford them, and they overlap with other requests.
   const world = yield* FuzzWorld.make(node, upstream, { maxBodyBytes, longPollSeconds: 3 })
   const operations = world.operations.filter((operation) => only === undefined || only.test(Fuzz.label(operation)))
-  yield* Console.log(`fuzz: ${runs} requests over ${operations.length} endpoints, seed ${seed}, concurrency ${concurrency}`)
+  yield* Console.log(
+    `fuzz: ${runs} requests over ${operations.length} endpoints, seed ${seed}, concurrency ${concurrency}`
+  )
   const started = Date.now()
   const { problems, report } = yield* Fuzz.run({
     rest: node.rest,

@@ -21,6 +21,7 @@ import { Console, Effect, Redacted } from "effect"
 import * as Fs from "node:fs/promises"
 import * as Os from "node:os"
 import * as Path from "node:path"
+import { serverScript } from "../serverScript.ts"
 
 const prompts = Number(process.env.BENCH_PROMPTS ?? 300)
 const watchers = Number(process.env.BENCH_WATCHERS ?? 1000)
@@ -91,6 +92,7 @@ const program = Effect.gen(function*() {
   const databaseUrl = Redacted.value(yield* postgres.createDatabase("bench"))
   const upstream = yield* FakeUpstream.start({ maxRecorded: 1000 })
   const node = yield* TestNode.start({
+    script: serverScript,
     databaseUrl,
     env: {
       ALLOW_PRIVATE_URLS: "true",
@@ -104,7 +106,11 @@ const program = Effect.gen(function*() {
   const token = tenant.token as string
   yield* api.put("/v1/providers/fake", {
     token,
-    json: { type: "openai-completions", baseUrl: `${upstream.url}/v1`, models: [{ id: "m1", contextWindow: 1_000_000 }] }
+    json: {
+      type: "openai-completions",
+      baseUrl: `${upstream.url}/v1`,
+      models: [{ id: "m1", contextWindow: 1_000_000 }]
+    }
   })
   const agentId = (yield* api.post("/v1/agents", { token, json: { model: "fake/m1" } })).body.id as string
   // Warm up: the entity starts, the first turn runs.
@@ -180,7 +186,11 @@ const program = Effect.gen(function*() {
 
   const figures = {
     acceptLatencyMs: { p50: percentile(accept, 50), p99: percentile(accept, 99), samples: accept.length },
-    firstTokenToFrameMs: { p50: percentile(firstToken, 50), p99: percentile(firstToken, 99), samples: firstToken.length },
+    firstTokenToFrameMs: {
+      p50: percentile(firstToken, 50),
+      p99: percentile(firstToken, 99),
+      samples: firstToken.length
+    },
     fanOut: {
       watchers,
       framesPerWatcher: expected,

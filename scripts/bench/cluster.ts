@@ -25,6 +25,7 @@ import * as Fs from "node:fs/promises"
 import * as Os from "node:os"
 import * as Path from "node:path"
 import Pg from "pg"
+import { serverScript } from "../serverScript.ts"
 
 const clients = Number(process.env.BENCH_CLIENTS ?? 24)
 const seconds = Number(process.env.BENCH_SECONDS ?? 15)
@@ -42,15 +43,22 @@ const percentile = (values: ReadonlyArray<number>, p: number) => {
 const world = (databaseUrl: string, upstream: FakeUpstream.FakeUpstream, size: number, agents: number) =>
   Effect.gen(function*() {
     const cluster = yield* TestCluster.start({
+      script: serverScript,
       size,
       databaseUrl,
       env: { ALLOW_PRIVATE_URLS: "true", LOG_LEVEL: "Warn", RUNNER_LEASE_SECONDS: lease }
     })
     const { token } = yield* TestWorld.tenantWithModel({ node: cluster.members[0]!.node, upstream }, "bench")
     const api = Http.client(cluster.members[0]!.node.rest)
-    const ids = yield* Effect.forEach(Array.from({ length: agents }), () =>
-      Effect.map(api.post("/v1/agents", { token, json: { model: "fake/m1", ttlSeconds: 3600 } }), (r) =>
-        r.body.id as string), { concurrency: 8 })
+    const ids = yield* Effect.forEach(
+      Array.from({ length: agents }),
+      () =>
+        Effect.map(
+          api.post("/v1/agents", { token, json: { model: "fake/m1", ttlSeconds: 3600 } }),
+          (r) => r.body.id as string
+        ),
+      { concurrency: 8 }
+    )
     return { cluster, token, ids }
   })
 
@@ -100,7 +108,9 @@ const ownerOf = (databaseUrl: string, agentId: string) =>
     const client = new Pg.Client({ connectionString: databaseUrl })
     await client.connect()
     try {
-      return (await client.query("SELECT owner FROM agents WHERE id = $1", [agentId])).rows[0]?.owner as string | undefined
+      return (await client.query("SELECT owner FROM agents WHERE id = $1", [agentId])).rows[0]?.owner as
+        | string
+        | undefined
     } finally {
       await client.end()
     }
@@ -160,8 +170,9 @@ const handover = (databaseUrl: string, upstream: FakeUpstream.FakeUpstream, sign
       tokenDelayMs: 50
     })
     upstream.script({ text: "after the move" })
-    const accepted = (yield* Http.client(observer).post(`/v1/agents/${agentId}/prompt`, { token, json: { text: "go" } }))
-      .body
+    const accepted =
+      (yield* Http.client(observer).post(`/v1/agents/${agentId}/prompt`, { token, json: { text: "go" } }))
+        .body
     while (!watcher.events.some((entry) => typeOf(entry) === "message_update")) yield* Effect.sleep("10 millis")
     yield* Effect.sleep("300 millis")
     const cut = now()
@@ -204,11 +215,17 @@ const program = Effect.gen(function*() {
     leaseSeconds: Number(lease),
     drain,
     crash,
-    throughput: { clients, seconds, agents: agentCount, one, three, ratio: Number((three.promptsPerSecond / Math.max(1, one.promptsPerSecond)).toFixed(2)) }
+    throughput: {
+      clients,
+      seconds,
+      agents: agentCount,
+      one,
+      three,
+      ratio: Number((three.promptsPerSecond / Math.max(1, one.promptsPerSecond)).toFixed(2))
+    }
   }
   yield* Console.log(JSON.stringify(figures, null, 2))
   yield* Effect.promise(() => Fs.rm(dataDir, { recursive: true, force: true }))
 })
 
 program.pipe(Effect.scoped, NodeRuntime.runMain({ disablePrettyLogger: true }))
-

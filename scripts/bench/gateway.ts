@@ -36,6 +36,7 @@ import * as Fs from "node:fs/promises"
 import * as Os from "node:os"
 import * as Path from "node:path"
 import { Pool } from "undici"
+import { serverScript } from "../serverScript.ts"
 
 const requests = Number(process.env.BENCH_REQUESTS ?? 4000)
 const latencyMs = Number(process.env.BENCH_LATENCY_MS ?? 1)
@@ -127,9 +128,11 @@ const startRelay = (upstream: string) =>
         env: { ...process.env, UPSTREAM: upstream },
         stdio: ["ignore", "pipe", "inherit"]
       })
-      child.stdout.once("data", (port: Buffer) => resume(Effect.succeed({ child, url: `http://127.0.0.1:${String(port).trim()}` })))
+      child.stdout.once("data", (port: Buffer) =>
+        resume(Effect.succeed({ child, url: `http://127.0.0.1:${String(port).trim()}` })))
     }),
-    ({ child }) => Effect.sync(() => child.kill())
+    ({ child }) =>
+      Effect.sync(() => child.kill())
   )
 
 const program = Effect.gen(function*() {
@@ -144,6 +147,7 @@ const program = Effect.gen(function*() {
   const upstream = yield* FakeUpstream.start({ latencyMs, maxRecorded: 100 })
   const relay = yield* startRelay(upstream.url)
   const node = yield* TestNode.start({
+    script: serverScript,
     databaseUrl,
     env: {
       ALLOW_PRIVATE_URLS: "true",
@@ -156,13 +160,20 @@ const program = Effect.gen(function*() {
   const api = Http.client(node.rest)
   const tenant = (yield* api.post("/v1/admin/tenants", { token: node.operatorToken, json: { name: "bench" } })).body
   const token = tenant.token as string
-  for (const [name, type, baseUrl] of [
-    ["chat", "openai-completions", `${upstream.url}/v1`],
-    ["msg", "anthropic-messages", upstream.url]
-  ] as const) {
+  for (
+    const [name, type, baseUrl] of [
+      ["chat", "openai-completions", `${upstream.url}/v1`],
+      ["msg", "anthropic-messages", upstream.url]
+    ] as const
+  ) {
     yield* api.put(`/v1/providers/${name}`, {
       token,
-      json: { type, baseUrl, apiKey: "sk-bench", models: [{ id: "m1", contextWindow: 1_000_000, pricing: { input: 1, output: 2 } }] }
+      json: {
+        type,
+        baseUrl,
+        apiKey: "sk-bench",
+        models: [{ id: "m1", contextWindow: 1_000_000, pricing: { input: 1, output: 2 } }]
+      }
     })
   }
   // Enough slots for the saturation run: slots stay on, they just do not queue.
@@ -177,24 +188,53 @@ const program = Effect.gen(function*() {
   const bare = new Pool(relay.url, { connections })
   const messages = [{ role: "user", content: "Say hello in one short sentence." }]
   const chatBody = (model: string, stream = false) =>
-    JSON.stringify({ model, messages, max_tokens: 64, stream, ...(stream ? { stream_options: { include_usage: true } } : {}) })
+    JSON.stringify({
+      model,
+      messages,
+      max_tokens: 64,
+      stream,
+      ...(stream ? { stream_options: { include_usage: true } } : {})
+    })
   const json = { "content-type": "application/json" }
   const targets = {
-    direct: { pool: direct, path: "/v1/chat/completions", headers: { ...json, authorization: "Bearer sk-bench" }, body: chatBody("m1") },
-    relay: { pool: bare, path: "/v1/chat/completions", headers: { ...json, authorization: "Bearer sk-bench" }, body: chatBody("m1") },
+    direct: {
+      pool: direct,
+      path: "/v1/chat/completions",
+      headers: { ...json, authorization: "Bearer sk-bench" },
+      body: chatBody("m1")
+    },
+    relay: {
+      pool: bare,
+      path: "/v1/chat/completions",
+      headers: { ...json, authorization: "Bearer sk-bench" },
+      body: chatBody("m1")
+    },
     directMessages: {
       pool: direct,
       path: "/v1/messages",
       headers: { ...json, "x-api-key": "sk-bench", "anthropic-version": "2023-06-01" },
       body: JSON.stringify({ model: "m1", messages, max_tokens: 64 })
     },
-    same: { pool: gateway, path: "/v1/chat/completions", headers: { ...json, authorization: `Bearer ${token}` }, body: chatBody("chat/m1") },
-    translated: { pool: gateway, path: "/v1/chat/completions", headers: { ...json, authorization: `Bearer ${token}` }, body: chatBody("msg/m1") }
+    same: {
+      pool: gateway,
+      path: "/v1/chat/completions",
+      headers: { ...json, authorization: `Bearer ${token}` },
+      body: chatBody("chat/m1")
+    },
+    translated: {
+      pool: gateway,
+      path: "/v1/chat/completions",
+      headers: { ...json, authorization: `Bearer ${token}` },
+      body: chatBody("msg/m1")
+    }
   } satisfies Record<string, Target>
   const streamed = (target: Target, body: string): Target => ({ ...target, body })
   const streams = {
     direct: streamed(targets.direct, chatBody("m1", true)),
-    directMessages: streamed(targets.directMessages, JSON.stringify({ model: "m1", messages, max_tokens: 64, stream: true })),
+    directMessages: streamed(
+      targets.directMessages,
+      JSON.stringify({ model: "m1", messages, max_tokens: 64, stream: true })
+    ),
     same: streamed(targets.same, chatBody("chat/m1", true)),
     translated: streamed(targets.translated, chatBody("msg/m1", true))
   }
@@ -215,20 +255,30 @@ const program = Effect.gen(function*() {
         }
       } else {
         for (let round = 0; round < 4; round++) {
-          baseAll.push(...(await measure(base, requests / 4, concurrency, firstByte)).latencies)
-          viaAll.push(...(await measure(via, requests / 4, concurrency, firstByte)).latencies)
+          for (const latency of (await measure(base, requests / 4, concurrency, firstByte)).latencies) {
+            baseAll.push(latency)
+          }
+          for (const latency of (await measure(via, requests / 4, concurrency, firstByte)).latencies) {
+            viaAll.push(latency)
+          }
         }
       }
       const p50 = percentile(viaAll, 50) - percentile(baseAll, 50)
       const p99 = percentile(viaAll, 99) - percentile(baseAll, 99)
       rows.push([
         label,
-        `added p50 ${ms(p50)}, p99 ${ms(p99)} (direct p50 ${ms(percentile(baseAll, 50))} p99 ${ms(percentile(baseAll, 99))}; ` +
+        `added p50 ${ms(p50)}, p99 ${ms(p99)} (direct p50 ${ms(percentile(baseAll, 50))} p99 ${
+          ms(percentile(baseAll, 99))
+        }; ` +
         `gateway p50 ${ms(percentile(viaAll, 50))} p99 ${ms(percentile(viaAll, 99))})`
       ])
     }
-    if (wanted("relay")) await added("bare relay (floor: no gateway work), concurrency 1", targets.relay, targets.direct, 1)
-    if (wanted("same")) await added("same protocol (chat → chat upstream), concurrency 1", targets.same, targets.direct, 1)
+    if (wanted("relay")) {
+      await added("bare relay (floor: no gateway work), concurrency 1", targets.relay, targets.direct, 1)
+    }
+    if (wanted("same")) {
+      await added("same protocol (chat → chat upstream), concurrency 1", targets.same, targets.direct, 1)
+    }
     if (wanted("translated")) {
       await added("translated (chat → messages upstream), concurrency 1", targets.translated, targets.directMessages, 1)
     }
@@ -238,7 +288,13 @@ const program = Effect.gen(function*() {
     }
     if (wanted("stream")) {
       await added("streamed, time to first byte, same protocol, concurrency 1", streams.same, streams.direct, 1, true)
-      await added("streamed, time to first byte, translated, concurrency 1", streams.translated, streams.directMessages, 1, true)
+      await added(
+        "streamed, time to first byte, translated, concurrency 1",
+        streams.translated,
+        streams.directMessages,
+        1,
+        true
+      )
     }
     if (!wanted("rps")) return
     const saturation = requests * 2

@@ -20,7 +20,13 @@
  * open when it shuts down.
  */
 import * as Fs from "node:fs"
-import { constants, monitorEventLoopDelay, performance, type PerformanceEntry, PerformanceObserver } from "node:perf_hooks"
+import {
+  constants,
+  monitorEventLoopDelay,
+  performance,
+  type PerformanceEntry,
+  PerformanceObserver
+} from "node:perf_hooks"
 import * as V8 from "node:v8"
 import * as Vm from "node:vm"
 

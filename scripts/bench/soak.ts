@@ -45,6 +45,7 @@ import * as Path from "node:path"
 import { monitorEventLoopDelay } from "node:perf_hooks"
 import { fileURLToPath } from "node:url"
 import Pg from "pg"
+import { serverScript } from "../serverScript.ts"
 
 const env = (name: string, fallback: number) => {
   const value = Number(process.env[name] ?? fallback)
@@ -211,7 +212,9 @@ const probe = (pid: number, file: string, forceGc: boolean) =>
     const deadline = now() + 5000
     while (now() < deadline) {
       const text = yield* Effect.promise(() => Fs.readFile(file, "utf8").catch(() => ""))
-      if (text.length > before && text.endsWith("\n")) return JSON.parse(text.trimEnd().split("\n").at(-1)!) as ProbeLine
+      if (text.length > before && text.endsWith("\n")) {
+        return JSON.parse(text.trimEnd().split("\n").at(-1)!) as ProbeLine
+      }
       yield* Effect.sleep("20 millis")
     }
     return undefined
@@ -219,8 +222,10 @@ const probe = (pid: number, file: string, forceGc: boolean) =>
 
 const historyBytes = (client: Pg.Client) =>
   Effect.promise(async () =>
-    Number((await client.query(`SELECT coalesce(sum(octet_length(message::text)), 0) AS bytes FROM agent_messages`))
-      .rows[0].bytes)
+    Number(
+      (await client.query(`SELECT coalesce(sum(octet_length(message::text)), 0) AS bytes FROM agent_messages`))
+        .rows[0].bytes
+    )
   )
 
 /** The node's PostgreSQL connections by state (the sampler's own connection excluded). */
@@ -278,6 +283,7 @@ const program = Effect.gen(function*() {
   const pages = yield* ToolServer.start
   const probeFile = Path.join(dataDir, "probe.jsonl")
   const node = yield* TestNode.start({
+    script: serverScript,
     databaseUrl,
     env: {
       ALLOW_PRIVATE_URLS: "true",
@@ -354,25 +360,26 @@ const program = Effect.gen(function*() {
 
   const generatorLoop = monitorEventLoopDelay({ resolution: 10 })
   generatorLoop.enable()
-  const takeSample = (forceGc: boolean) => Effect.gen(function*() {
-    const probeLine = yield* probe(pid, probeFile, forceGc)
-    const sample: Sample = {
-      t: (now() - began) / 1000,
-      rss: yield* rssBytes(pid),
-      fds: yield* openFds(pid),
-      probe: probeLine,
-      pg: yield* pgConnections(pg),
-      historyBytes: yield* historyBytes(pg),
-      prompts: { sent: counts.prompts.sent, accepted: counts.prompts.accepted, completed: counts.prompts.completed },
-      outstanding: outstanding.size,
-      watchersOpen,
-      errors5xx: [...counts.errors].filter(([key]) => / 5\d\d$/.test(key)).reduce((sum, [, n]) => sum + n, 0),
-      // The same correction as the probe's: the histogram counts the 10 ms timer period itself.
-      generatorLoopMaxMs: Math.max(0, generatorLoop.max / 1e6 - 10)
-    }
-    generatorLoop.reset()
-    return sample
-  })
+  const takeSample = (forceGc: boolean) =>
+    Effect.gen(function*() {
+      const probeLine = yield* probe(pid, probeFile, forceGc)
+      const sample: Sample = {
+        t: (now() - began) / 1000,
+        rss: yield* rssBytes(pid),
+        fds: yield* openFds(pid),
+        probe: probeLine,
+        pg: yield* pgConnections(pg),
+        historyBytes: yield* historyBytes(pg),
+        prompts: { sent: counts.prompts.sent, accepted: counts.prompts.accepted, completed: counts.prompts.completed },
+        outstanding: outstanding.size,
+        watchersOpen,
+        errors5xx: [...counts.errors].filter(([key]) => / 5\d\d$/.test(key)).reduce((sum, [, n]) => sum + n, 0),
+        // The same correction as the probe's: the histogram counts the 10 ms timer period itself.
+        generatorLoopMaxMs: Math.max(0, generatorLoop.max / 1e6 - 10)
+      }
+      generatorLoop.reset()
+      return sample
+    })
 
   yield* Console.log(
     `soak: ${seconds} s, ${agentCount} agents, ${watcherCount} watchers, ${promptsPerSecond} prompts/s, ` +
@@ -393,7 +400,13 @@ const program = Effect.gen(function*() {
       let polls = 0
       while (now() < giveUpAt) {
         polls++
-        const answer = yield* call("wait", "GET", `/v1/agents/${agents[entry.agent]}/requests/${id}?wait=25`, {}, 35_000)
+        const answer = yield* call(
+          "wait",
+          "GET",
+          `/v1/agents/${agents[entry.agent]}/requests/${id}?wait=25`,
+          {},
+          35_000
+        )
         if (answer === undefined || answer.status !== 200) {
           yield* Effect.sleep("1 second")
           continue
@@ -417,7 +430,8 @@ const program = Effect.gen(function*() {
           unixSeconds === undefined ? "?" : `${(unixSeconds - entry.acceptedAt / 1000).toFixed(1)} s`
         counts.slowest.push({
           ms: seen - entry.acceptedAt,
-          detail: `${entry.kind} ${agents[entry.agent]} ${id} at t=${((entry.acceptedAt - began) / 1000).toFixed(0)} s: ` +
+          detail:
+            `${entry.kind} ${agents[entry.agent]} ${id} at t=${((entry.acceptedAt - began) / 1000).toFixed(0)} s: ` +
             `seen done after ${((seen - entry.acceptedAt) / 1000).toFixed(1)} s over ${polls} polls; ` +
             `server startedAt ${at(record.startedAt)}, endedAt ${at(record.endedAt)}; code ${record.code ?? "ok"}, ` +
             `${record.outcome?.result?.toolCalls?.length ?? 0} tool calls` +
@@ -459,7 +473,9 @@ const program = Effect.gen(function*() {
       { text: "the page says 42", tokenDelayMs: 15 }
     ], { model: modelOf(agent).model })
     counts.prompts.sent++
-    const answer = yield* call("prompt", "POST", `/v1/agents/${agents[agent]}/prompt`, { json: { text: `prompt ${n}` } })
+    const answer = yield* call("prompt", "POST", `/v1/agents/${agents[agent]}/prompt`, {
+      json: { text: `prompt ${n}` }
+    })
     if (answer?.status !== 202) return
     counts.prompts.accepted++
     yield* FiberSet.run(followers, follow(answer.body.id, { agent, kind: "prompt", acceptedAt: now() }))
@@ -682,7 +698,10 @@ const program = Effect.gen(function*() {
     atRate(promptsPerSecond, sendPrompt),
     atRate(steersPerSecond, sendSteer),
     atRate(abortsPerSecond, sendAbort),
-    Effect.forEach(Array.from({ length: watcherCount }), () => watcherSlot, { concurrency: "unbounded", discard: true }),
+    Effect.forEach(Array.from({ length: watcherCount }), () => watcherSlot, {
+      concurrency: "unbounded",
+      discard: true
+    }),
     sampler,
     // Watchers are cut at the deadline, not left to their lifetimes.
     Effect.sleep(Duration.millis(deadline - now())).pipe(Effect.andThen(Effect.sync(() => stopWatchers.abort())))
@@ -861,7 +880,11 @@ const program = Effect.gen(function*() {
       fds: { baseline: baseline.fds, idle: idle.fds, rested: rested.fds }
     },
     postgres: {
-      connections: { baseline: baseline.pg, peak: Math.max(...samples.map((sample) => total(sample.pg))), idle: pgIdle },
+      connections: {
+        baseline: baseline.pg,
+        peak: Math.max(...samples.map((sample) => total(sample.pg))),
+        idle: pgIdle
+      },
       largestTables: tables.map((table) => ({ ...table, MiB: Number((Number(table.bytes) / MiB).toFixed(1)) }))
     },
     nodeLog: {

@@ -4,7 +4,15 @@
  * in the node's runtime (no per-request router or middleware on the hot
  * path). Closing the scope stops accepting and lets open calls finish.
  */
-import { Authenticator, Gateway, GatewayConfig, Slots, Targets, TenantSettings, UsageBatch } from "@agent-runtime/gateway"
+import {
+  Authenticator,
+  Gateway,
+  GatewayConfig,
+  Slots,
+  Targets,
+  TenantSettings,
+  UsageBatch
+} from "@agent-runtime/gateway"
 import { Effect, Layer } from "effect"
 import * as Http from "node:http"
 import type { AddressInfo } from "node:net"

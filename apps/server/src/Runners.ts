@@ -1,182 +1,27 @@
 /**
- * This node as a member of the cluster. It reports its figures (shards,
- * agents, running turns, waiting requests) every few seconds, drains when an
- * operator asks, and ends the database sessions of a runner whose lease ran
- * out: a paused or vanished process keeps its sessions (and so its shard
- * locks) open, and its shards could never move otherwise. Should it come
- * back, the ownership epoch refuses its writes. It also knows whether this
- * node still holds its lease (a report written within it), which readiness
- * needs: a node that cannot write its reports has lost its shards.
+ * This node as a member of the cluster: its address and shards from the
+ * configuration, and the agent package's `RunnerReports` (reports, operator
+ * drains, ending a silent runner's sessions, whether the lease is held)
+ * wired to this process, which an operator's drain sends SIGTERM.
  */
-import { Drain } from "@agent-runtime/agent"
-import { ApiError, Runner } from "@agent-runtime/domain"
-import { DatabaseHealth } from "@agent-runtime/store"
-import { RunnerAddress, Runners as ClusterRunners, Sharding, ShardId } from "@effect/cluster"
-import { SqlClient } from "@effect/sql"
-import { Duration, Effect, Schedule } from "effect"
+import { RunnerReports } from "@agent-runtime/agent"
+import { Effect, Layer } from "effect"
 import { ServerConfig } from "./ServerConfig.ts"
 
-/** How every database session of the runner at `address` names itself (pg_stat_activity.application_name). */
-export const sessionName = (address: string) => `agent-runtime runner ${address}`
+export const addressOf = (config: ServerConfig) => RunnerReports.addressOf(config.runnerAddress)
 
-export const addressOf = (config: ServerConfig) => `${config.runnerAddress.host}:${config.runnerAddress.port}`
+/** How every database session of this node names itself, so a stale runner's can be told apart. */
+export const sessionName = (config: ServerConfig) => RunnerReports.sessionName(addressOf(config))
 
 export const shardsPerGroup = 300
 
-interface RunnerRow {
-  readonly address: string
-  readonly state: "active" | "draining" | null
-  readonly startedAt: number | null
-  readonly reportedAt: number | null
-  readonly lastHeartbeat: number | null
-  readonly inRing: boolean | null
-  readonly shards: number | null
-  readonly agents: number | null
-  readonly turnsRunning: number | null
-  readonly mailboxDepth: number | null
-  readonly silent: boolean
-}
-
-export class Runners extends Effect.Service<Runners>()("@agent-runtime/server/Runners", {
-  scoped: Effect.gen(function*() {
-    const sql = yield* SqlClient.SqlClient
-    const config = yield* ServerConfig
-    const sharding = yield* Sharding.Sharding
-    const drain = yield* Drain.Drain
-    const health = yield* DatabaseHealth.DatabaseHealth
-    const cluster = yield* ClusterRunners.Runners
-    const me = addressOf(config)
-    const lease = config.runnerLeaseSeconds
-    const shardIds = Array.from({ length: shardsPerGroup }, (_, i) => ShardId.make("default", i + 1))
-
-    /** Drains this node the way SIGTERM does, so both take one path. */
-    const drainSelf = Effect.suspend(() => {
-      if (drain.isDraining()) return Effect.void
-      return Effect.zipRight(
-        Effect.logInfo("drain requested by the operator"),
-        Effect.sync(() => process.kill(process.pid, "SIGTERM"))
-      )
-    })
-
-    // A new life at this address: whatever an operator asked of the last one does not apply.
-    yield* sql`
-      INSERT INTO runner_reports (address, started_at, reported_at, state)
-      VALUES (${me}, now(), now(), 'active')
-      ON CONFLICT (address) DO UPDATE SET started_at = now(), reported_at = now(), state = 'active',
-        drain_requested_at = NULL`
-    /** When this node last wrote its report: the other runners count its lease from it. */
-    let reportedAt = Date.now()
-
-    const report = Effect.gen(function*() {
-      const shards = shardIds.filter((id) => sharding.hasShardId(id)).length
-      const rows = yield* sql<{ drainRequested: boolean }>`
-        UPDATE runner_reports SET reported_at = now(),
-          state = ${drain.isDraining() ? "draining" : "active"},
-          shards = ${shards},
-          turns_running = ${drain.running()},
-          agents = (SELECT count(*) FROM agents WHERE owner = ${me}),
-          mailbox_depth = (SELECT count(*) FROM agent_requests r JOIN agents a ON a.id = r.agent_id
-            WHERE a.owner = ${me} AND r.state = 'queued' AND r.steered_into IS NULL)
-        WHERE address = ${me}
-        RETURNING drain_requested_at IS NOT NULL AS drain_requested`
-      reportedAt = Date.now()
-      if (rows[0]?.drainRequested === true) yield* drainSelf
-    })
-
-    /** Ends the sessions of runners silent past their lease, so the shard locks they hold are freed. */
-    const reap = Effect.gen(function*() {
-      const ended = yield* sql<{ address: string; sessions: number }>`
-        SELECT r.address, count(pg_terminate_backend(a.pid))::int AS sessions
-        FROM runner_reports r JOIN pg_stat_activity a ON a.application_name = 'agent-runtime runner ' || r.address
-        WHERE r.address <> ${me} AND r.reported_at < now() - make_interval(secs => ${lease})
-          -- Only the silent process's own sessions: a new process at the same address opens its after that.
-          AND a.backend_start < r.reported_at
-        GROUP BY r.address`
-      for (const runner of ended) {
-        yield* Effect.logWarning("runner silent past its lease: ended its database sessions so its shards move").pipe(
-          Effect.annotateLogs({ runner: runner.address, sessions: runner.sessions, leaseSeconds: lease })
-        )
-      }
-    })
-
-    const every = Schedule.spaced(Duration.seconds(lease / 3))
-    yield* report.pipe(
-      Effect.catchAllCause(DatabaseHealth.warnUnlessUnreachable("reporting the runner failed")),
-      Effect.repeat(every),
-      Effect.forkScoped
-    )
-    yield* reap.pipe(
-      Effect.catchAllCause(DatabaseHealth.warnUnlessUnreachable("checking runner leases failed")),
-      Effect.repeat(Schedule.spaced(Duration.seconds(1))),
-      Effect.forkScoped
-    )
-
-    /**
-     * Whether a runner silent past its lease is still alive: one that answers
-     * on its runner address yet writes no reports cannot reach the database.
-     */
-    const databaseOf = (row: RunnerRow): Effect.Effect<Runner.RunnerDatabase> => {
-      if (row.address === me) return Effect.sync(() => health.current().reachable ? "reachable" : "unreachable")
-      if (!row.silent) return Effect.succeed("reachable")
-      const colon = row.address.lastIndexOf(":")
-      return cluster.ping(RunnerAddress.make(row.address.slice(0, colon), Number(row.address.slice(colon + 1)))).pipe(
-        Effect.timeout(Duration.seconds(1)),
-        Effect.match({ onFailure: () => "unknown" as const, onSuccess: () => "unreachable" as const })
-      )
-    }
-
-    const list = Effect.gen(function*() {
-      const rows = yield* sql<RunnerRow>`
-        SELECT coalesce(r.address, c.address) AS address, r.state,
-          floor(extract(epoch from r.started_at))::float8 AS started_at,
-          floor(extract(epoch from r.reported_at))::float8 AS reported_at,
-          floor(extract(epoch from c.last_heartbeat))::float8 AS last_heartbeat,
-          (c.healthy AND c.last_heartbeat > now() - make_interval(secs => ${lease})) AS in_ring,
-          r.shards, r.agents, r.turns_running, r.mailbox_depth,
-          coalesce(r.reported_at < now() - make_interval(secs => ${lease}), true) AS silent
-        FROM runner_reports r FULL OUTER JOIN cluster_runners c ON c.address = r.address
-        WHERE c.address IS NOT NULL OR r.reported_at > now() - interval '10 minutes'
-        ORDER BY 1`
-      const databases = yield* Effect.forEach(rows, databaseOf, { concurrency: "unbounded" })
-      const data = rows.map((row, i) =>
-        new Runner.Runner({
-          address: row.address,
-          state: row.silent ? "unresponsive" : row.state ?? "active",
-          healthy: row.inRing === true,
-          startedAt: row.startedAt,
-          lastHeartbeat: row.lastHeartbeat,
-          shards: row.silent ? 0 : row.shards ?? 0,
-          agents: row.agents ?? 0,
-          turnsRunning: row.turnsRunning ?? 0,
-          mailboxDepth: row.mailboxDepth ?? 0,
-          reportedAt: row.reportedAt,
-          database: databases[i]!
-        })
-      )
-      return new Runner.RunnerList({
-        data,
-        healthy: data.filter((runner) => runner.healthy).length,
-        shards: shardsPerGroup,
-        leaseSeconds: lease
-      })
-    }).pipe(Effect.orDie)
-
-    const requestDrain = (address: string) =>
-      Effect.gen(function*() {
-        const rows = yield* sql<{ requestedAt: number }>`
-          UPDATE runner_reports SET drain_requested_at = coalesce(drain_requested_at, now())
-          WHERE address = ${address} AND reported_at > now() - make_interval(secs => ${lease})
-          RETURNING floor(extract(epoch from drain_requested_at))::float8 AS requested_at`.pipe(Effect.orDie)
-        if (rows.length === 0) {
-          return yield* new ApiError.NotFound({ error: `no live runner at ${address}` })
-        }
-        if (address === me) yield* drainSelf
-        return new Runner.DrainStarted({ address, state: "draining", requestedAt: rows[0]!.requestedAt })
-      })
-
-    /** Whether this node's last report is within its lease: past it, the other runners take its shards. */
-    const leaseHeld = () => Date.now() - reportedAt < lease * 1000
-
-    return { me, list, requestDrain, leaseHeld } as const
-  })
-}) {}
+export const layer = Layer.unwrapEffect(
+  Effect.map(ServerConfig, (config) =>
+    RunnerReports.layer({
+      address: addressOf(config),
+      leaseSeconds: config.runnerLeaseSeconds,
+      shardsPerGroup,
+      // The way SIGTERM drains, so both take one path.
+      drain: Effect.sync(() => process.kill(process.pid, "SIGTERM"))
+    }))
+)

@@ -3,27 +3,46 @@
  * layer is what `main.ts` runs and what tests start on free ports.
  */
 import { Operator, Tenants, Tokens } from "@agent-runtime/accounts"
+import {
+  AgentEvents,
+  AgentRuntime,
+  Agents,
+  AgentStore,
+  AgentTokens,
+  Drain,
+  EventLog,
+  Tools,
+  Wakeups
+} from "@agent-runtime/agent"
 import { Api } from "@agent-runtime/domain"
 import { Egress, Resolver } from "@agent-runtime/egress"
-import { Catalog, Credentials, CustomProviders, Keys, KeyScopes, Listing, ModelClient, UsageLog } from "@agent-runtime/models"
+import {
+  Catalog,
+  Credentials,
+  CustomProviders,
+  Keys,
+  KeyScopes,
+  Listing,
+  ModelClient,
+  UsageLog
+} from "@agent-runtime/models"
 import { Database, DatabaseHealth, SealedSecret } from "@agent-runtime/store"
-import { HttpApiBuilder, HttpApiScalar, HttpMiddleware, HttpServer } from "@effect/platform"
-import { Agents, AgentRuntime, AgentStore, Drain, EventLog, Tools } from "@agent-runtime/agent"
 import { RunnerAddress, ShardingConfig, SqlMessageStorage, SqlRunnerStorage } from "@effect/cluster"
+import { HttpApiBuilder, HttpApiScalar, HttpMiddleware, HttpServer } from "@effect/platform"
 import { NodeClusterHttp, NodeHttpServer } from "@effect/platform-node"
-import { PgClient } from "@effect/sql-pg"
-import { Context, Duration, Effect, Layer, Option, Schedule, Stream } from "effect"
+import { Context, Duration, Effect, Layer, Option } from "effect"
 import { createServer } from "node:http"
 import * as Gateway from "./Gateway.ts"
 import * as Admin from "./http/Admin.ts"
 import * as AgentsHttp from "./http/Agents.ts"
-import * as Clients from "./http/Clients.ts"
 import * as Authentication from "./http/Authentication.ts"
+import * as Clients from "./http/Clients.ts"
 import * as Errors from "./http/Errors.ts"
 import * as Health from "./http/Health.ts"
 import * as Me from "./http/Me.ts"
 import * as Models from "./http/Models.ts"
 import * as Tokens_ from "./http/Tokens.ts"
+import { migrations } from "./Migrations.ts"
 import * as Readiness from "./Readiness.ts"
 import * as Runners from "./Runners.ts"
 import * as ServerConfig from "./ServerConfig.ts"
@@ -41,7 +60,8 @@ const baseUrl = Effect.map(HttpServer.HttpServer, (server) =>
 const listen = (port: (config: ServerConfig.ServerConfig) => number) =>
   Layer.unwrapEffect(
     Effect.map(ServerConfig.ServerConfig, (config) =>
-      NodeHttpServer.layer(() => Errors.answerClientErrors(createServer(), Errors.restClientError), {
+      NodeHttpServer.layer(() =>
+        Errors.answerClientErrors(createServer(), Errors.restClientError), {
         port: port(config),
         host: config.host
       }))
@@ -63,14 +83,22 @@ const layerApi = HttpApiBuilder.api(Api.Api).pipe(
   Layer.provide([Authentication.layer, Authentication.layerOperator, Authentication.layerAgent])
 )
 
-const layerRest = Layer.effect(RestAddress, baseUrl).pipe(
-  Layer.provideMerge(HttpApiBuilder.serve(HttpMiddleware.logger)),
+/**
+ * The REST API served on whatever `HttpServer` it is given: the node's own
+ * listener in `layer`, `NodeHttpServer.layerTest` in tests that call it in
+ * process. Needs the services of `layerServicesOn`.
+ */
+export const layerRestApp = HttpApiBuilder.serve(HttpMiddleware.logger).pipe(
   Layer.provide([
     HttpApiBuilder.middlewareOpenApi({ path: "/v1/openapi.json" }),
     HttpApiScalar.layer({ path: "/docs" }),
     Errors.layer
   ]),
-  Layer.provide(layerApi),
+  Layer.provide(layerApi)
+)
+
+const layerRest = Layer.effect(RestAddress, baseUrl).pipe(
+  Layer.provideMerge(layerRestApp),
   Layer.provide(listen((config) => config.port))
 )
 
@@ -80,7 +108,9 @@ const layerGateway = Layer.scoped(GatewayAddress, Gateway.serve).pipe(Layer.prov
 const layerModels = ModelClient.ModelClient.Default.pipe(
   Layer.provideMerge(Listing.Listing.Default),
   Layer.provideMerge(Credentials.Credentials.Default),
-  Layer.provideMerge(Layer.mergeAll(Keys.Keys.Default, KeyScopes.KeyScopes.Default, CustomProviders.CustomProviders.Default)),
+  Layer.provideMerge(
+    Layer.mergeAll(Keys.Keys.Default, KeyScopes.KeyScopes.Default, CustomProviders.CustomProviders.Default)
+  ),
   Layer.provideMerge(Layer.mergeAll(Catalog.Catalog.Default, UsageLog.UsageLog.Default)),
   Layer.provideMerge(Layer.mergeAll(Egress.layerConfig.pipe(Layer.provide(Resolver.layer)), SealedSecret.layerConfig))
 )
@@ -107,8 +137,10 @@ const layerShardingConfig = Layer.unwrapEffect(
 
 /** The cluster runner: cluster storage on the node's PostgreSQL, the runner's own HTTP listener at RUNNER_ADDRESS. */
 const layerCluster = Layer.unwrapEffect(
-  Effect.map(ServerConfig.ServerConfig, (config) =>
-    NodeClusterHttp.layer({ transport: "http", storage: "sql", shardingConfig: shardingConfigOf(config) }))
+  Effect.map(
+    ServerConfig.ServerConfig,
+    (config) => NodeClusterHttp.layer({ transport: "http", storage: "sql", shardingConfig: shardingConfigOf(config) })
+  )
 )
 
 /**
@@ -119,63 +151,58 @@ const layerClusterTables = Layer.effectDiscard(
   Database.withStartupLock(
     Effect.scoped(
       Layer.build(
-        Layer.mergeAll(SqlMessageStorage.layer, SqlRunnerStorage.layer).pipe(Layer.provide(ShardingConfig.layerDefaults))
+        Layer.mergeAll(SqlMessageStorage.layer, SqlRunnerStorage.layer).pipe(
+          Layer.provide(ShardingConfig.layerDefaults)
+        )
       )
     )
   )
 )
 
+/** Wakes agents with accepted but unfinished work, on the cluster's lease. */
+const layerWakeups = Layer.unwrapEffect(
+  Effect.map(ServerConfig.ServerConfig, (config) => Wakeups.layer({ leaseSeconds: config.runnerLeaseSeconds }))
+)
+
+/** The node's cluster runner with its settings, its tables made first. */
+const layerClusterRunner = layerCluster.pipe(Layer.provide(layerClusterTables), Layer.provideMerge(layerShardingConfig))
+
+/** The agent runtime: the entity on `cluster`'s runner and the service the API calls. */
+const layerAgentsOn = <ROut, E, RIn>(cluster: Layer.Layer<ROut, E, RIn>) =>
+  layerWakeups.pipe(
+    Layer.provideMerge(Layer.mergeAll(Agents.layer, Runners.layer)),
+    Layer.provideMerge(Layer.mergeAll(AgentEvents.layer, AgentTokens.layer)),
+    Layer.provideMerge(AgentRuntime.layer),
+    Layer.provideMerge(Layer.mergeAll(EventLog.LocalLogs.Default, Tools.Tools.Default)),
+    Layer.provide(cluster),
+    // Below the cluster runner, so it closes after the runner has let its shards go.
+    Layer.provideMerge(AgentRuntime.layerReleaseAnnouncements),
+    Layer.provideMerge(Layer.mergeAll(AgentStore.layer, Drain.Drain.Default))
+  )
+
 /**
- * Wakes agents with accepted but unfinished work: each agent another node let go with work open (announced
- * on a PostgreSQL channel, so it starts on its next owner at once), and now and then every agent no live
- * runner holds, so nothing accepted is lost.
+ * Everything a node needs but its configuration, logger and database, on a
+ * cluster runner (Sharding, the cluster's Runners, ShardingConfig): the
+ * node's own in `layer`; the cluster's in-memory `TestRunner` in tests.
  */
-const layerResumer = Layer.scopedDiscard(
-  Effect.gen(function*() {
-    const agents = yield* Agents.Agents
-    const config = yield* ServerConfig.ServerConfig
-    const sql = yield* PgClient.PgClient
-    const health = yield* DatabaseHealth.DatabaseHealth
-    yield* sql.listen(AgentStore.releasedChannel).pipe(
-      Stream.runForEach((agentId) => Effect.fork(agents.wakeReleased(agentId, config.runnerLeaseSeconds))),
-      // A listener whose connection died with the database hears nothing more, and never fails (the driver
-      // drops that connection's errors): it listens anew, on a new connection, once the database is back.
-      Effect.raceFirst(health.lost),
-      Effect.catchAllCause(DatabaseHealth.warnUnlessUnreachable("listening for released agents failed")),
-      Effect.zipRight(Effect.sleep(Duration.seconds(1))),
-      Effect.forever,
-      Effect.forkScoped
+export const layerServicesOn = <ROut, E, RIn>(cluster: Layer.Layer<ROut, E, RIn>) =>
+  layerAgentsOn(cluster).pipe(
+    Layer.provideMerge(
+      Layer.mergeAll(Tenants.Tenants.Default, Tokens.Tokens.Default, Operator.layerConfig, layerModels)
     )
-    yield* agents.wakeOpenWork(config.runnerLeaseSeconds).pipe(
-      Effect.catchAllCause(DatabaseHealth.warnUnlessUnreachable("waking agents failed")),
-      Effect.repeat(Schedule.spaced(Duration.seconds(config.runnerLeaseSeconds / 2))),
-      Effect.forkScoped
-    )
-  })
-)
+  )
 
-/** The agent runtime: the entity on this runner and the service the API calls. */
-const layerAgents = layerResumer.pipe(
-  Layer.provideMerge(Layer.mergeAll(Agents.Agents.Default, Runners.Runners.Default)),
-  Layer.provideMerge(AgentRuntime.layer),
-  Layer.provideMerge(Layer.mergeAll(EventLog.LocalLogs.Default, Tools.Tools.Default)),
-  Layer.provide(layerCluster),
-  Layer.provide(layerClusterTables),
-  Layer.provide(layerShardingConfig),
-  // Below the cluster runner, so it closes after the runner has let its shards go.
-  Layer.provideMerge(AgentRuntime.layerReleaseAnnouncements),
-  Layer.provideMerge(Layer.mergeAll(AgentStore.AgentStore.Default, Drain.Drain.Default))
-)
+const layerServices = layerServicesOn(layerClusterRunner)
 
-/** Everything a node needs but its configuration, logger and database. */
-const layerServices = layerAgents.pipe(
-  Layer.provideMerge(Layer.mergeAll(Tenants.Tenants.Default, Tokens.Tokens.Default, Operator.layerConfig, layerModels))
-)
-
-/** The node's database, its sessions named for the runner so a stale runner's can be told apart. */
+/**
+ * The node's database, migrated under the startup lock before anything uses
+ * it, its sessions named for the runner so a stale runner's can be told apart.
+ */
 const layerDatabase = Layer.unwrapEffect(
-  Effect.map(ServerConfig.ServerConfig, (config) =>
-    Database.layerConfig({ applicationName: Runners.sessionName(Runners.addressOf(config)) }))
+  Effect.map(
+    ServerConfig.ServerConfig,
+    (config) => Database.layerConfig({ applicationName: Runners.sessionName(config), migrations })
+  )
 )
 
 export const layer = Readiness.layerServing.pipe(

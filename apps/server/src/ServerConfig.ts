@@ -1,7 +1,8 @@
 /**
  * The node's settings, read from the environment through Effect `Config`.
  */
-import { Config, ConfigError, Context, Either, Layer, Option } from "effect"
+import type { Option } from "effect"
+import { Config, ConfigError, Context, Either, Layer } from "effect"
 
 export interface ServerConfig {
   readonly port: number

@@ -42,7 +42,12 @@ layer(WorldLive, { excludeTestServices: true })("agents", (it) => {
         json: { text: "hi", metadata: { ticket: "T-1" } }
       })
       expect(accepted.status).toBe(202)
-      expect(accepted.body).toMatchObject({ method: "prompt", state: "running", prompt: "hi", metadata: { ticket: "T-1" } })
+      expect(accepted.body).toMatchObject({
+        method: "prompt",
+        state: "running",
+        prompt: "hi",
+        metadata: { ticket: "T-1" }
+      })
       const requestId = accepted.body.id as string
 
       const done = yield* settle(api, token, agentId, requestId)
@@ -62,7 +67,9 @@ layer(WorldLive, { excludeTestServices: true })("agents", (it) => {
       const parsed = data.map((frame) => JSON.parse(frame.data!))
       const kinds = parsed.map((frame) =>
         frame.type === "event"
-          ? frame.event.type === "message_update" ? `message_update:${frame.event.assistantMessageEvent.type}` : frame.event.type
+          ? frame.event.type === "message_update"
+            ? `message_update:${frame.event.assistantMessageEvent.type}`
+            : frame.event.type
           : frame.type
       )
       const deltas = kinds.filter((kind) => kind === "message_update:text_delta").length
@@ -86,7 +93,11 @@ layer(WorldLive, { excludeTestServices: true })("agents", (it) => {
       expect(parsed.every((frame) => frame.type !== "event" || frame.requestId === requestId)).toBe(true)
       const userMessage = parsed.find((frame) => frame.event?.type === "message_end")!.event.message
       expect(userMessage).toMatchObject({ role: "user", content: "hi", metadata: { ticket: "T-1" } })
-      expect(parsed.at(-1)).toMatchObject({ type: "response", id: requestId, outcome: { result: { reply: "Hello from the fake model" } } })
+      expect(parsed.at(-1)).toMatchObject({
+        type: "response",
+        id: requestId,
+        outcome: { result: { reply: "Hello from the fake model" } }
+      })
 
       const history = (yield* api.get(`/v1/agents/${agentId}/history`, { token })).body
       expect(history.total).toBe(2)
@@ -95,7 +106,13 @@ layer(WorldLive, { excludeTestServices: true })("agents", (it) => {
       expect(state.cursor).toBe(ids.at(-1))
       expect(state.requests.map((request: any) => request.id)).toContain(requestId)
       const detail = (yield* api.get(`/v1/agents/${agentId}`, { token })).body
-      expect(detail).toMatchObject({ id: agentId, name: "helper", model: "fake/m1", running: false, cursor: ids.at(-1) })
+      expect(detail).toMatchObject({
+        id: agentId,
+        name: "helper",
+        model: "fake/m1",
+        running: false,
+        cursor: ids.at(-1)
+      })
 
       // The model never sees the metadata.
       const sent = world.upstream.requests().filter((request) => request.protocol === "openai-chat").at(-1)!
@@ -123,7 +140,9 @@ layer(WorldLive, { excludeTestServices: true })("agents", (it) => {
         "answer 5"
       ])
       const history = (yield* api.get(`/v1/agents/${agentId}/history`, { token })).body
-      expect(history.entries.filter((entry: any) => entry.message.role === "user").map((entry: any) => entry.message.content))
+      expect(
+        history.entries.filter((entry: any) => entry.message.role === "user").map((entry: any) => entry.message.content)
+      )
         .toEqual(["question 1", "question 2", "question 3", "question 4", "question 5"])
     }))
 
@@ -196,7 +215,11 @@ layer(WorldLive, { excludeTestServices: true })("agents", (it) => {
         .body.id as string
       const configured = yield* api.post(`/v1/agents/${agentId}/configure`, {
         token,
-        json: { systemPrompt: "Be thorough.", systemPromptAppend: "Answer in French.", modelHeaders: { "x-team": "blue" } }
+        json: {
+          systemPrompt: "Be thorough.",
+          systemPromptAppend: "Answer in French.",
+          modelHeaders: { "x-team": "blue" }
+        }
       })
       expect(configured.body).toMatchObject({ method: "configure", state: "completed" })
       const prompt = (yield* api.post(`/v1/agents/${agentId}/prompt`, { token, json: { text: "hi" } })).body
@@ -207,8 +230,10 @@ layer(WorldLive, { excludeTestServices: true })("agents", (it) => {
       const detail = (yield* api.get(`/v1/agents/${agentId}`, { token })).body
       expect(detail).toMatchObject({ systemPrompt: "Be thorough.", modelHeaders: { "x-team": "blue" } })
       expect((yield* api.post(`/v1/agents/${agentId}/configure`, { token, json: { colour: "red" } })).status).toBe(400)
-      expect((yield* api.post(`/v1/agents/${agentId}/configure`, { token, json: { modelHeaders: { authorization: "x" } } }))
-        .status).toBe(400)
+      expect(
+        (yield* api.post(`/v1/agents/${agentId}/configure`, { token, json: { modelHeaders: { authorization: "x" } } }))
+          .status
+      ).toBe(400)
     }))
 
   it.effect("create with an Idempotency-Key and prompt request ids are idempotent", () =>
@@ -262,11 +287,13 @@ layer(WorldLive, { excludeTestServices: true })("agents", (it) => {
       expect(accepted.body).toMatchObject({ id: "c-1", method: "prompt", state: "running" })
       const done = (yield* api.get(`/clients/${id}/requests/c-1?wait=20`, { token: agentToken })).body
       expect(done.outcome.result.reply).toBe("from the client route")
-      const status = (yield* api.post(`/clients/${id}/requests`, { token: agentToken, json: { method: "status" } })).body
+      const status =
+        (yield* api.post(`/clients/${id}/requests`, { token: agentToken, json: { method: "status" } })).body
       expect(status).toMatchObject({ method: "status", state: "completed", outcome: { result: { running: false } } })
       expect((yield* api.get(`/clients/${id}/history`, { token: agentToken })).body.total).toBe(2)
-      const polled = (yield* api.get(`/clients/${id}/events?poll=1`, { token: agentToken, headers: { "last-event-id": "0" } }))
-        .body
+      const polled =
+        (yield* api.get(`/clients/${id}/events?poll=1`, { token: agentToken, headers: { "last-event-id": "0" } }))
+          .body
       expect(polled.events.length).toBeGreaterThan(0)
       const configured = yield* api.post(`/clients/${id}/requests`, {
         token: agentToken,
@@ -276,7 +303,10 @@ layer(WorldLive, { excludeTestServices: true })("agents", (it) => {
 
       // The agent's own token cannot change keyScope, spendLimit or modelHeaders.
       for (const field of [{ keyScope: "x" }, { spendLimit: { usd: 1 } }, { modelHeaders: { "x-a": "b" } }]) {
-        const refused = yield* api.post(`/clients/${id}/requests`, { token: agentToken, json: { method: "configure", ...field } })
+        const refused = yield* api.post(`/clients/${id}/requests`, {
+          token: agentToken,
+          json: { method: "configure", ...field }
+        })
         expect(refused.status).toBe(400)
       }
       // Nowhere else: not another agent's routes, not the account's.
@@ -286,7 +316,9 @@ layer(WorldLive, { excludeTestServices: true })("agents", (it) => {
       expect((yield* api.get(`/clients/${id}/history`, { token })).status).toBe(401)
       expect((yield* api.get(`/clients/${id}/history`, { token: `${agentToken.slice(0, -2)}xx` })).status).toBe(401)
       // Never from a browser.
-      expect(yield* api.get(`/clients/${id}/history`, { token: agentToken, headers: { origin: "https://evil.example" } }))
+      expect(
+        yield* api.get(`/clients/${id}/history`, { token: agentToken, headers: { origin: "https://evil.example" } })
+      )
         .toMatchObject({ status: 403, body: { code: "FORBIDDEN" } })
       // A deleted agent's token stops working.
       yield* api.delete(`/v1/agents/${id}`, { token })
@@ -341,7 +373,10 @@ layer(WorldLive, { excludeTestServices: true })("agents", (it) => {
         }
       })
       const agent = (yield* api.post("/v1/agents", { token, json: { model: "paid/m1", spendLimit: { usd: 1 } } })).body
-      world.upstream.script({ toolCalls: [{ name: "lookup", arguments: { q: "x" } }], usage: { input: 1000, output: 1000 } })
+      world.upstream.script({
+        toolCalls: [{ name: "lookup", arguments: { q: "x" } }],
+        usage: { input: 1000, output: 1000 }
+      })
       const first = (yield* api.post(`/v1/agents/${agent.id}/prompt`, { token, json: { text: "go" } })).body
       const done = yield* settle(api, token, agent.id, first.id)
       expect(done).toMatchObject({ state: "completed", stopped: "spend_limit" })
@@ -361,8 +396,9 @@ layer(WorldLive, { excludeTestServices: true })("agents", (it) => {
       // A run's own budget ends that run only.
       const b = (yield* api.post("/v1/agents", { token, json: { model: "paid/m1" } })).body
       world.upstream.script({ toolCalls: [{ name: "lookup", arguments: {} }], usage: { input: 1000, output: 1000 } })
-      const run = (yield* api.post(`/v1/agents/${b.id}/prompt`, { token, json: { text: "go", spendLimit: { usd: 1 } } }))
-        .body
+      const run =
+        (yield* api.post(`/v1/agents/${b.id}/prompt`, { token, json: { text: "go", spendLimit: { usd: 1 } } }))
+          .body
       expect(yield* settle(api, token, b.id, run.id)).toMatchObject({ stopped: "spend_limit" })
       expect((yield* api.post(`/v1/agents/${b.id}/prompt`, { token, json: { text: "next" } })).status).toBe(202)
 
@@ -382,7 +418,11 @@ layer(WorldLive, { excludeTestServices: true })("agents", (it) => {
       // 1,000 tokens of context, 500 of them kept for the answer.
       yield* api.put("/v1/providers/tiny", {
         token,
-        json: { type: "openai-completions", baseUrl: `${world.upstream.url}/v1`, models: [{ id: "m1", contextWindow: 1000 }] }
+        json: {
+          type: "openai-completions",
+          baseUrl: `${world.upstream.url}/v1`,
+          models: [{ id: "m1", contextWindow: 1000 }]
+        }
       })
       const agent = (yield* api.post("/v1/agents", {
         token,
@@ -397,7 +437,14 @@ layer(WorldLive, { excludeTestServices: true })("agents", (it) => {
               api: "openai-completions",
               provider: "tiny",
               model: "m1",
-              usage: { input: 0, output: 0, cacheRead: 0, cacheWrite: 0, totalTokens: 0, cost: { input: 0, output: 0, cacheRead: 0, cacheWrite: 0, total: 0 } },
+              usage: {
+                input: 0,
+                output: 0,
+                cacheRead: 0,
+                cacheWrite: 0,
+                totalTokens: 0,
+                cost: { input: 0, output: 0, cacheRead: 0, cacheWrite: 0, total: 0 }
+              },
               stopReason: "stop"
             }
           ]
@@ -412,7 +459,8 @@ layer(WorldLive, { excludeTestServices: true })("agents", (it) => {
 
       world.upstream.script({ text: "SUMMARY: long a-text discussed.", usage: { input: 700, output: 20 } })
       world.upstream.script({ text: "second answer" })
-      const second = (yield* api.post(`/v1/agents/${agent.id}/prompt`, { token, json: { text: "b".repeat(1200) } })).body
+      const second =
+        (yield* api.post(`/v1/agents/${agent.id}/prompt`, { token, json: { text: "b".repeat(1200) } })).body
       const done = yield* settle(api, token, agent.id, second.id)
       expect(done.outcome.result.reply).toBe("second answer")
       const history = (yield* api.get(`/v1/agents/${agent.id}/history`, { token })).body.entries
@@ -423,8 +471,9 @@ layer(WorldLive, { excludeTestServices: true })("agents", (it) => {
       const sent = JSON.stringify(lastCall.body)
       expect(sent).toContain("SUMMARY: long a-text discussed.")
       expect(sent).not.toContain("a".repeat(100))
-      const events = (yield* api.get(`/v1/agents/${agent.id}/events?poll=1`, { token, headers: { "last-event-id": "0" } }))
-        .body.events.map((event: any) => event.data.event?.type)
+      const events =
+        (yield* api.get(`/v1/agents/${agent.id}/events?poll=1`, { token, headers: { "last-event-id": "0" } }))
+          .body.events.map((event: any) => event.data.event?.type)
       expect(events).toContain("compaction_start")
       expect(events).toContain("compaction_end")
       const kinds = yield* TestDatabase.query(
@@ -473,7 +522,10 @@ layer(WorldLive, { excludeTestServices: true })("agents", (it) => {
         yield* settle(api, token, source.id, request.id)
         ids.push(request.id)
       }
-      const whole = yield* api.post(`/v1/agents/${source.id}/fork`, { token, json: { key: "f1", systemPromptAppend: "Forked." } })
+      const whole = yield* api.post(`/v1/agents/${source.id}/fork`, {
+        token,
+        json: { key: "f1", systemPromptAppend: "Forked." }
+      })
       expect(whole.status).toBe(201)
       expect(whole.body.forkedFrom).toEqual({ agentId: source.id, atMessage: 5 })
       const copy = (yield* api.get(`/v1/agents/${whole.body.id}/history`, { token })).body
@@ -635,8 +687,9 @@ layer(WorldLive, { excludeTestServices: true })("agents", (it) => {
       expect((sent.body as any).thinking).toBeDefined()
       const history = (yield* api.get(`/v1/agents/${agent.id}/history`, { token })).body.entries
       expect(history.at(-1).message.content[0]).toMatchObject({ type: "thinking", thinking: "weighing it up" })
-      const events = (yield* api.get(`/v1/agents/${agent.id}/events?poll=1`, { token, headers: { "last-event-id": "0" } }))
-        .body.events
+      const events =
+        (yield* api.get(`/v1/agents/${agent.id}/events?poll=1`, { token, headers: { "last-event-id": "0" } }))
+          .body.events
       expect(events.some((event: any) => event.data.event?.assistantMessageEvent?.type === "thinking_delta")).toBe(true)
     }))
 
@@ -656,10 +709,12 @@ layer(WorldLive, { excludeTestServices: true })("agents", (it) => {
     Effect.gen(function*() {
       const world = yield* TestWorld.TestWorld
       const { api, token } = yield* tenantWithModel(world, "poll")
-      const created = (yield* api.post("/v1/agents", { token, json: { model: "fake/m1", prompt: { text: "hi" } } })).body
+      const created =
+        (yield* api.post("/v1/agents", { token, json: { model: "fake/m1", prompt: { text: "hi" } } })).body
       yield* settle(api, token, created.id, created.prompt.id)
-      const all = (yield* api.get(`/v1/agents/${created.id}/events?poll=1`, { token, headers: { "last-event-id": "0" } }))
-        .body
+      const all =
+        (yield* api.get(`/v1/agents/${created.id}/events?poll=1`, { token, headers: { "last-event-id": "0" } }))
+          .body
       expect(all.events.length).toBeGreaterThan(5)
       const middle = all.events[3].id
       const rest = (yield* api.get(`/v1/agents/${created.id}/events?poll=1`, {
@@ -685,8 +740,9 @@ layer(WorldLive, { excludeTestServices: true })("agents", (it) => {
       const world = yield* TestWorld.TestWorld
       const a = yield* tenantWithModel(world, "iso-a")
       const b = yield* tenantWithModel(world, "iso-b")
-      const agent = (yield* a.api.post("/v1/agents", { token: a.token, json: { model: "fake/m1", prompt: { text: "x" } } }))
-        .body
+      const agent =
+        (yield* a.api.post("/v1/agents", { token: a.token, json: { model: "fake/m1", prompt: { text: "x" } } }))
+          .body
       const routes = [
         ["get", `/v1/agents/${agent.id}`],
         ["get", `/v1/agents/${agent.id}/state`],
@@ -707,7 +763,10 @@ layer(WorldLive, { excludeTestServices: true })("agents", (it) => {
       expect((yield* b.api.get("/v1/agents", { token: b.token })).body.data).toEqual([])
       expect((yield* a.api.get("/v1/agents", { token: a.token })).body.data.map((s: any) => s.id)).toEqual([agent.id])
 
-      yield* TestDatabase.query(world.databaseUrl, `UPDATE agents SET expires_at = now() - interval '1 second' WHERE id = '${agent.id}'`)
+      yield* TestDatabase.query(
+        world.databaseUrl,
+        `UPDATE agents SET expires_at = now() - interval '1 second' WHERE id = '${agent.id}'`
+      )
       expect(yield* a.api.get(`/v1/agents/${agent.id}`, { token: a.token })).toMatchObject({
         status: 410,
         body: { code: "GONE" }
@@ -722,96 +781,105 @@ layer(WorldLive, { excludeTestServices: true })("agents", (it) => {
     }))
 })
 
-it.scopedLive("a node killed mid-turn finishes the accepted prompt after a restart, with turn_resumed", () =>
-  Effect.gen(function*() {
-    const upstream = yield* FakeUpstream.start()
-    // One node restarted in place: same database, runner address and operator token.
-    const cluster = yield* TestCluster.start({
-      size: 1,
-      databaseUrl: yield* TestDatabase.make,
-      env: { ALLOW_PRIVATE_URLS: "true" }
-    })
-    const first = cluster.members[0]!.node
-    const { api, token } = yield* tenantWithModel({ node: first, upstream }, "crash")
-    // Slow enough to be cut: 30 words at 100 ms each.
-    upstream.script({ text: Array.from({ length: 30 }, (_, i) => `w${i}`).join(" "), tokenDelayMs: 100 })
-    upstream.script({ text: "finished after the restart" })
-    const created = (yield* api.post("/v1/agents", { token, json: { model: "fake/m1", prompt: { text: "long one" } } }))
-      .body
-    yield* Effect.sleep("800 millis")
-    yield* cluster.stop(0, "SIGKILL")
+it.scopedLive(
+  "a node killed mid-turn finishes the accepted prompt after a restart, with turn_resumed",
+  () =>
+    Effect.gen(function*() {
+      const upstream = yield* FakeUpstream.start()
+      // One node restarted in place: same database, runner address and operator token.
+      const cluster = yield* TestCluster.start({
+        size: 1,
+        databaseUrl: yield* TestDatabase.make,
+        env: { ALLOW_PRIVATE_URLS: "true" }
+      })
+      const first = cluster.members[0]!.node
+      const { api, token } = yield* tenantWithModel({ node: first, upstream }, "crash")
+      // Slow enough to be cut: 30 words at 100 ms each.
+      upstream.script({ text: Array.from({ length: 30 }, (_, i) => `w${i}`).join(" "), tokenDelayMs: 100 })
+      upstream.script({ text: "finished after the restart" })
+      const created =
+        (yield* api.post("/v1/agents", { token, json: { model: "fake/m1", prompt: { text: "long one" } } }))
+          .body
+      yield* Effect.sleep("800 millis")
+      yield* cluster.stop(0, "SIGKILL")
 
-    const second = yield* cluster.start(0)
-    const api2 = Http.client(second.rest)
-    const done = (yield* api2.get(`/v1/agents/${created.id}/requests/${created.prompt.id}?wait=25`, { token })).body
-    expect(done).toMatchObject({
-      state: "completed",
-      outcome: { result: { reply: "finished after the restart", resumed: true }, uncertain: false }
-    })
-    const history = (yield* api2.get(`/v1/agents/${created.id}/history`, { token })).body
-    expect(history.entries.map((entry: any) => entry.message.role)).toEqual(["user", "assistant"])
-    const events = (yield* api2.get(`/v1/agents/${created.id}/events?poll=1`, {
-      token,
-      headers: { "last-event-id": "100000" }
-    })).body
-    expect(events.events.some((event: any) => event.data.event?.type === "turn_resumed")).toBe(true)
-    // Cursors only grow: the new owner hands out ids past everything the first one could have.
-    expect(events.events[0].id).toBeGreaterThan(100000)
-    // A cursor from before the restart is behind what the new owner holds: 409, or a snapshot when asked for.
-    expect(yield* api2.get(`/v1/agents/${created.id}/events?poll=1`, { token, headers: { "last-event-id": "3" } }))
-      .toMatchObject({ status: 409, body: { code: "REPLAY_GAP" } })
-    expect(yield* api2.get(`/v1/agents/${created.id}/events`, { token, headers: { "last-event-id": "3" } }))
-      .toMatchObject({ status: 409, body: { code: "REPLAY_GAP" } })
-    const resumed = yield* Http.sse(second.rest, `/v1/agents/${created.id}/events?snapshot=1`, {
-      token,
-      headers: { "last-event-id": "3" }
-    })
-    const frames = yield* resumed.take((frame) => frame.data?.includes('"snapshot"') ?? false)
-    const snapshot = JSON.parse(frames.find((frame) => frame.data?.includes('"snapshot"'))!.data!)
-    expect(snapshot).toMatchObject({ type: "snapshot", requestId: null, turn: [] })
-    expect(snapshot.cursor).toBeGreaterThan(100000)
-  }), { timeout: 90_000 })
+      const second = yield* cluster.start(0)
+      const api2 = Http.client(second.rest)
+      const done = (yield* api2.get(`/v1/agents/${created.id}/requests/${created.prompt.id}?wait=25`, { token })).body
+      expect(done).toMatchObject({
+        state: "completed",
+        outcome: { result: { reply: "finished after the restart", resumed: true }, uncertain: false }
+      })
+      const history = (yield* api2.get(`/v1/agents/${created.id}/history`, { token })).body
+      expect(history.entries.map((entry: any) => entry.message.role)).toEqual(["user", "assistant"])
+      const events = (yield* api2.get(`/v1/agents/${created.id}/events?poll=1`, {
+        token,
+        headers: { "last-event-id": "100000" }
+      })).body
+      expect(events.events.some((event: any) => event.data.event?.type === "turn_resumed")).toBe(true)
+      // Cursors only grow: the new owner hands out ids past everything the first one could have.
+      expect(events.events[0].id).toBeGreaterThan(100000)
+      // A cursor from before the restart is behind what the new owner holds: 409, or a snapshot when asked for.
+      expect(yield* api2.get(`/v1/agents/${created.id}/events?poll=1`, { token, headers: { "last-event-id": "3" } }))
+        .toMatchObject({ status: 409, body: { code: "REPLAY_GAP" } })
+      expect(yield* api2.get(`/v1/agents/${created.id}/events`, { token, headers: { "last-event-id": "3" } }))
+        .toMatchObject({ status: 409, body: { code: "REPLAY_GAP" } })
+      const resumed = yield* Http.sse(second.rest, `/v1/agents/${created.id}/events?snapshot=1`, {
+        token,
+        headers: { "last-event-id": "3" }
+      })
+      const frames = yield* resumed.take((frame) => frame.data?.includes('"snapshot"') ?? false)
+      const snapshot = JSON.parse(frames.find((frame) => frame.data?.includes('"snapshot"'))!.data!)
+      expect(snapshot).toMatchObject({ type: "snapshot", requestId: null, turn: [] })
+      expect(snapshot.cursor).toBeGreaterThan(100000)
+    }),
+  { timeout: 90_000 }
+)
 
-
-it.scopedLive("a turn cut before its prompts reached history resumes with them: its own and one steered into it", () =>
-  Effect.gen(function*() {
-    const upstream = yield* FakeUpstream.start()
-    const databaseUrl = yield* TestDatabase.make
-    const cluster = yield* TestCluster.start({ size: 1, databaseUrl, env: { ALLOW_PRIVATE_URLS: "true" } })
-    const first = cluster.members[0]!.node
-    const { api, token } = yield* tenantWithModel({ node: first, upstream }, "cut-early")
-    upstream.script({ text: Array.from({ length: 30 }, (_, i) => `w${i}`).join(" "), tokenDelayMs: 100 })
-    upstream.script({ text: "answered both" })
-    const created = (yield* api.post("/v1/agents", { token, json: { model: "fake/m1", prompt: { text: "first ask" } } }))
-      .body
-    yield* Effect.sleep("800 millis")
-    yield* cluster.stop(0, "SIGKILL")
-    // What the journal holds when a node dies right after marking the turn running (before its user message),
-    // or right after taking a steered prompt (before that one's user message).
-    yield* TestDatabase.query(databaseUrl, `DELETE FROM agent_messages WHERE agent_id = '${created.id}'`)
-    yield* TestDatabase.query(
-      databaseUrl,
-      `INSERT INTO agent_requests (agent_id, id, method, state, fingerprint, input, steered_into, began_at)
+it.scopedLive(
+  "a turn cut before its prompts reached history resumes with them: its own and one steered into it",
+  () =>
+    Effect.gen(function*() {
+      const upstream = yield* FakeUpstream.start()
+      const databaseUrl = yield* TestDatabase.make
+      const cluster = yield* TestCluster.start({ size: 1, databaseUrl, env: { ALLOW_PRIVATE_URLS: "true" } })
+      const first = cluster.members[0]!.node
+      const { api, token } = yield* tenantWithModel({ node: first, upstream }, "cut-early")
+      upstream.script({ text: Array.from({ length: 30 }, (_, i) => `w${i}`).join(" "), tokenDelayMs: 100 })
+      upstream.script({ text: "answered both" })
+      const created =
+        (yield* api.post("/v1/agents", { token, json: { model: "fake/m1", prompt: { text: "first ask" } } }))
+          .body
+      yield* Effect.sleep("800 millis")
+      yield* cluster.stop(0, "SIGKILL")
+      // What the journal holds when a node dies right after marking the turn running (before its user message),
+      // or right after taking a steered prompt (before that one's user message).
+      yield* TestDatabase.query(databaseUrl, `DELETE FROM agent_messages WHERE agent_id = '${created.id}'`)
+      yield* TestDatabase.query(
+        databaseUrl,
+        `INSERT INTO agent_requests (agent_id, id, method, state, fingerprint, input, steered_into, began_at)
        VALUES ('${created.id}', 'req_steered_cut', 'prompt', 'queued', 'f', '{"text":"and this too"}',
          '${created.prompt.id}', now())`
-    )
+      )
 
-    const second = yield* cluster.start(0)
-    const api2 = Http.client(second.rest)
-    const done = (yield* api2.get(`/v1/agents/${created.id}/requests/${created.prompt.id}?wait=25`, { token })).body
-    expect(done).toMatchObject({ state: "completed", outcome: { result: { reply: "answered both", resumed: true } } })
-    expect((yield* api2.get(`/v1/agents/${created.id}/requests/req_steered_cut`, { token })).body).toMatchObject({
-      state: "completed",
-      steeredInto: created.prompt.id
-    })
-    const history = (yield* api2.get(`/v1/agents/${created.id}/history`, { token })).body
-    expect(history.entries.map((entry: any) => [entry.message.role, entry.message.content])).toEqual([
-      ["user", "first ask"],
-      ["user", "and this too"],
-      ["assistant", expect.anything()]
-    ])
-    // The model was asked with both prompts.
-    const asked = JSON.stringify(upstream.requests().at(-1)!.body)
-    expect(asked).toContain("first ask")
-    expect(asked).toContain("and this too")
-  }), { timeout: 90_000 })
+      const second = yield* cluster.start(0)
+      const api2 = Http.client(second.rest)
+      const done = (yield* api2.get(`/v1/agents/${created.id}/requests/${created.prompt.id}?wait=25`, { token })).body
+      expect(done).toMatchObject({ state: "completed", outcome: { result: { reply: "answered both", resumed: true } } })
+      expect((yield* api2.get(`/v1/agents/${created.id}/requests/req_steered_cut`, { token })).body).toMatchObject({
+        state: "completed",
+        steeredInto: created.prompt.id
+      })
+      const history = (yield* api2.get(`/v1/agents/${created.id}/history`, { token })).body
+      expect(history.entries.map((entry: any) => [entry.message.role, entry.message.content])).toEqual([
+        ["user", "first ask"],
+        ["user", "and this too"],
+        ["assistant", expect.anything()]
+      ])
+      // The model was asked with both prompts.
+      const asked = JSON.stringify(upstream.requests().at(-1)!.body)
+      expect(asked).toContain("first ask")
+      expect(asked).toContain("and this too")
+    }),
+  { timeout: 90_000 }
+)

@@ -56,7 +56,9 @@ const timeUntil = (what: string, check: Effect.Effect<boolean>, timeoutMs: numbe
 /** Debugging aid: says when the finalizers registered at this point have run (they run last to first). */
 const mark = (name: string) =>
   process.env.DBFAULTS_DEBUG
-    ? Effect.addFinalizer(() => Effect.sync(() => console.log(`finalizers: reached ${name} at ${new Date().toISOString()}`)))
+    ? Effect.addFinalizer(() =>
+      Effect.sync(() => console.log(`finalizers: reached ${name} at ${new Date().toISOString()}`))
+    )
     : Effect.void
 
 const readyz = (base: string) =>
@@ -65,482 +67,554 @@ const readyz = (base: string) =>
     Effect.orElseSucceed(() => 0)
   )
 
-it.scopedLive("database faults: an outage, a partition and a restart answer 503, report not ready and lose nothing", () =>
-  Effect.gen(function*() {
-    // --- A PostgreSQL of our own, so it can be stopped and started on the same port.
-    const dataDir = yield* Effect.acquireRelease(
-      Effect.promise(() => Fs.mkdtemp(Path.join(Os.tmpdir(), "agent-runtime-dbfaults-"))),
-      (dir) => Effect.promise(() => Fs.rm(dir, { recursive: true, force: true }))
-    )
-    const postgresFlags = ["-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off"]
-    let postgresScope = yield* Scope.make()
-    yield* Effect.addFinalizer(() => Effect.suspend(() => Scope.close(postgresScope, Exit.void)))
-    const postgres = yield* EmbeddedPostgres.start({ dataDir, postgresFlags }).pipe(Scope.extend(postgresScope))
-    const databaseUrl = Redacted.value(yield* Effect.orDie(postgres.createDatabase("dbfaults")))
-
-    yield* mark("postgres")
-    const upstream = yield* FakeUpstream.start()
-    yield* mark("upstream")
-    const pages = yield* ToolServer.start
-    yield* mark("pages")
-    const cluster = yield* TestCluster.start({
-      size: 3,
-      databaseUrl,
-      proxied: true,
-      env: { ALLOW_PRIVATE_URLS: "true", RUNNER_LEASE_SECONDS: String(leaseSeconds), DRAIN_TIMEOUT_SECONDS: "20" }
-    })
-    const members = cluster.members
-    yield* mark("cluster")
-    if (process.env.DBFAULTS_DEBUG) {
-      const dump = () => members.forEach((member, i) => FsSync.writeFileSync(`/tmp/dbfaults-node-${i}.log`, member.node.output()))
-      const timer = setInterval(dump, 10_000)
-      yield* Effect.addFinalizer(() => Effect.sync(() => {
-        clearInterval(timer)
-        dump()
-      }))
-    }
-    const proxyOf = (index: number) => members[index]!.proxy as TcpProxy.TcpProxy
-    // Should a check fail mid-fault, the nodes still reach the database to shut down.
-    yield* Effect.addFinalizer(() => Effect.forEach(members, (_, index) => proxyOf(index).restore))
-    const rest = (index: number) => members[index]!.node.rest
-    const { api, token } = yield* TestWorld.tenantWithModel({ node: members[0]!.node, upstream }, "dbfaults")
-    // m1 for the workload; m2 for the probe turns, whose steps no workload turn can take.
-    yield* api.put("/v1/providers/fake", {
-      token,
-      json: {
-        type: "openai-completions",
-        baseUrl: `${upstream.url}/v1`,
-        models: [{ id: "m1", contextWindow: 100_000 }, { id: "m2", contextWindow: 100_000 }]
-      }
-    })
-    const makeAgent = (model: string) =>
-      Effect.map(
-        api.post("/v1/agents", { token, json: { model, builtins: ["web_fetch"], ttlSeconds: 3600 } }),
-        (response) => ({ id: response.body.id as string, token: response.body.token as string })
+it.scopedLive(
+  "database faults: an outage, a partition and a restart answer 503, report not ready and lose nothing",
+  () =>
+    Effect.gen(function*() {
+      // --- A PostgreSQL of our own, so it can be stopped and started on the same port.
+      const dataDir = yield* Effect.acquireRelease(
+        Effect.promise(() => Fs.mkdtemp(Path.join(Os.tmpdir(), "agent-runtime-dbfaults-"))),
+        (dir) => Effect.promise(() => Fs.rm(dir, { recursive: true, force: true }))
       )
-    const agents = (yield* Effect.forEach(Array.from({ length: agentCount }), () => makeAgent("fake/m1"))).map((a) =>
-      a.id
-    )
-    const probeAgent = yield* makeAgent("fake/m2")
-    // A key the gateway has never seen: its lookup needs the database.
-    const freshKey = (yield* api.post("/v1/tokens", { token, json: { name: "gateway during outage" } })).body
-      .token as string
+      const postgresFlags = ["-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off"]
+      let postgresScope = yield* Scope.make()
+      yield* Effect.addFinalizer(() => Effect.suspend(() => Scope.close(postgresScope, Exit.void)))
+      const postgres = yield* EmbeddedPostgres.start({ dataDir, postgresFlags }).pipe(Scope.extend(postgresScope))
+      const databaseUrl = Redacted.value(yield* Effect.orDie(postgres.createDatabase("dbfaults")))
 
-    const pick = () => rest(Math.floor(Math.random() * members.length))
-    /** A request to any node, tried again (elsewhere) while it fails or answers 5xx. */
-    const call = (method: string, path: string) =>
-      Effect.suspend(() => Http.attempt(pick(), method, path, { token }, 30_000)).pipe(
-        Effect.filterOrFail((response) => response.status < 500, () => new Error("5xx")),
-        Effect.retry({ times: 100, schedule: Schedule.spaced("200 millis") })
-      )
-
-    // --- Watchers on every node: a live SSE stream pinned to each, and a long poll through any.
-    const watchers = new Map<string, Array<Watchers.Watcher>>()
-    for (const agentId of [...agents, probeAgent.id]) {
-      const cursor = (yield* api.get(`/v1/agents/${agentId}/state`, { token })).body.cursor as number
-      const pinned = yield* Effect.forEach(members, (_, index) =>
-        Watchers.sse(`${agentId} sse@${index}`, { agentId, token, cursor, base: () => rest(index) }))
-      const polled = yield* Watchers.poll(`${agentId} poll`, { agentId, token, cursor, base: pick })
-      watchers.set(agentId, [...pinned, polled])
-    }
-
-    yield* mark("watchers")
-    // --- Workload: a prompt every 200 ms round-robin over the agents. A 503 is sent again, with the same
-    // request id, to another node after its Retry-After, as a client would.
-    const sent = new Map<string, Sent>()
-    const answers = { accepted: 0, unavailable: 0, other: new Map<number, number>(), slowest503: 0, slowestInFault: 0 }
-    /** Which fault is in effect, if any: a prompt sent during it must be answered within the bound. */
-    let fault = 0
-    let faultActive = false
-    const unavailableBodies = new Set<string>()
-    let sequence = 0
-    let inFlight = 0
-    const sendOne = Effect.gen(function*() {
-      const n = sequence++
-      const agentId = agents[n % agentCount]!
-      const requestId = `req_db_${n}`
-      const text = `prompt ${n}`
-      if (n % 3 === 0) {
-        upstream.script({
-          toolCalls: [{ id: `call_${n}`, name: "web_fetch", arguments: { url: `${pages.url}/t/${n}?delay=600` } }]
-        }, { model: "m1" })
-      }
-      upstream.script({ text: "one two three four five six seven eight", tokenDelayMs: 60 }, { model: "m1" })
-      const entry: Sent = { agentId, text, accepted: false }
-      sent.set(requestId, entry)
-      // As a client would, for up to a minute: then its fate is read from the request itself (accepted or not).
-      const giveUp = Date.now() + 60_000
-      while (!entry.accepted && Date.now() < giveUp) {
-        const started = Date.now()
-        const inFault = faultActive ? fault : undefined
-        const answer = yield* Effect.either(
-          Http.attempt(pick(), "POST", `/v1/agents/${agentId}/prompt`, { token, json: { text, requestId } }, 15_000)
-        )
-        if (answer._tag === "Left") {
-          yield* Effect.sleep("500 millis")
-          continue
-        }
-        const { body, headers, status } = answer.right
-        if (status === 202) {
-          entry.accepted = true
-          answers.accepted++
-        } else if (status === 503) {
-          answers.unavailable++
-          answers.slowest503 = Math.max(answers.slowest503, Date.now() - started)
-          // Sent and answered within one fault (a prompt already waiting when it began may take longer).
-          if (inFault !== undefined && faultActive && fault === inFault) {
-            answers.slowestInFault = Math.max(answers.slowestInFault, Date.now() - started)
-          }
-          unavailableBodies.add(`${body?.code} retry-after=${headers.get("retry-after")}`)
-          yield* Effect.sleep(Duration.seconds(Number(headers.get("retry-after") ?? 1)))
-        } else {
-          answers.other.set(status, (answers.other.get(status) ?? 0) + 1)
-          return
-        }
-      }
-    }).pipe(
-      Effect.ensuring(Effect.sync(() => inFlight--)),
-      (send) => Effect.zipRight(Effect.sync(() => inFlight++), send)
-    )
-    const workload = yield* Effect.forkScoped(
-      Effect.forever(Effect.zipRight(Effect.forkScoped(sendOne), Effect.sleep(Duration.millis(promptEveryMs))))
-    )
-
-    const began = Date.now()
-    let current = "starting"
-    const phase = (name: string) =>
-      Effect.sync(() => {
-        current = name
-        console.log(`database faults +${Date.now() - began} ms: ${name}`)
+      yield* mark("postgres")
+      const upstream = yield* FakeUpstream.start()
+      yield* mark("upstream")
+      const pages = yield* ToolServer.start
+      yield* mark("pages")
+      const cluster = yield* TestCluster.start({
+        size: 3,
+        databaseUrl,
+        proxied: true,
+        env: { ALLOW_PRIVATE_URLS: "true", RUNNER_LEASE_SECONDS: String(leaseSeconds), DRAIN_TIMEOUT_SECONDS: "20" }
       })
-    if (process.env.DBFAULTS_DEBUG) {
-      const beat = setInterval(() => console.log(`+${Date.now() - began} ms: ${current}; sends in flight ${inFlight}`), 10_000)
-      yield* Effect.addFinalizer(() => Effect.sync(() => clearInterval(beat)))
-    }
-    const figures: Array<string> = []
-
-    /** A two-step turn on the probe agent, waiting until its tool call is being answered: the middle of a turn. */
-    let probes = 0
-    const probeTurn = Effect.gen(function*() {
-      const k = ++probes
-      upstream.script([
-        { toolCalls: [{ id: `probe_${k}`, name: "web_fetch", arguments: { url: `${pages.url}/probe/${k}?delay=1500` } }] },
-        { text: `probe ${k} done` }
-      ], { model: "m2" })
-      const requestId = `req_probe_${k}`
-      // Sent like the workload's prompts: again (same request id) until accepted, the cluster may still be settling.
-      const accepted = yield* Effect.suspend(() =>
-        Http.attempt(pick(), "POST", `/v1/agents/${probeAgent.id}/prompt`, {
-          token,
-          json: { text: `probe ${k}`, requestId }
-        }, 15_000)
-      ).pipe(
-        Effect.filterOrFail((answer) => answer.status === 202, (answer) => new Error(`answered ${answer.status}`)),
-        Effect.retry({ times: 30, schedule: Schedule.spaced("1 second") }),
-        Effect.either
-      )
-      expect(accepted._tag, `probe ${k} accepted`).toBe("Right")
-      sent.set(requestId, { agentId: probeAgent.id, text: `probe ${k}`, accepted: true })
-      yield* timeUntil(`probe ${k} calls its tool`, Effect.sync(() => pages.count(`/probe/${k}`) > 0), 20_000)
-      return requestId
-    })
-    /** Whether the request completed, asked of any node (one that cannot reach the database answers 503). */
-    const completed = (requestId: string) =>
-      Effect.suspend(() =>
+      const members = cluster.members
+      yield* mark("cluster")
+      if (process.env.DBFAULTS_DEBUG) {
+        const dump = () =>
+          members.forEach((member, i) => FsSync.writeFileSync(`/tmp/dbfaults-node-${i}.log`, member.node.output()))
+        const timer = setInterval(dump, 10_000)
+        yield* Effect.addFinalizer(() =>
+          Effect.sync(() => {
+            clearInterval(timer)
+            dump()
+          })
+        )
+      }
+      const proxyOf = (index: number) => members[index]!.proxy as TcpProxy.TcpProxy
+      // Should a check fail mid-fault, the nodes still reach the database to shut down.
+      yield* Effect.addFinalizer(() => Effect.forEach(members, (_, index) => proxyOf(index).restore))
+      const rest = (index: number) => members[index]!.node.rest
+      const { api, token } = yield* TestWorld.tenantWithModel({ node: members[0]!.node, upstream }, "dbfaults")
+      // m1 for the workload; m2 for the probe turns, whose steps no workload turn can take.
+      yield* api.put("/v1/providers/fake", {
+        token,
+        json: {
+          type: "openai-completions",
+          baseUrl: `${upstream.url}/v1`,
+          models: [{ id: "m1", contextWindow: 100_000 }, { id: "m2", contextWindow: 100_000 }]
+        }
+      })
+      const makeAgent = (model: string) =>
         Effect.map(
-          Effect.either(Http.attempt(pick(), "GET", `/v1/agents/${probeAgent.id}/requests/${requestId}`, { token }, 5_000)),
-          (answer) => answer._tag === "Right" && answer.right.body?.state === "completed"
+          api.post("/v1/agents", { token, json: { model, builtins: ["web_fetch"], ttlSeconds: 3600 } }),
+          (response) => ({ id: response.body.id as string, token: response.body.token as string })
         )
+      const agents = (yield* Effect.forEach(Array.from({ length: agentCount }), () => makeAgent("fake/m1"))).map((a) =>
+        a.id
+      )
+      const probeAgent = yield* makeAgent("fake/m2")
+      // A key the gateway has never seen: its lookup needs the database.
+      const freshKey = (yield* api.post("/v1/tokens", { token, json: { name: "gateway during outage" } })).body
+        .token as string
+
+      const pick = () => rest(Math.floor(Math.random() * members.length))
+      /** A request to any node, tried again (elsewhere) while it fails or answers 5xx. */
+      const call = (method: string, path: string) =>
+        Effect.suspend(() => Http.attempt(pick(), method, path, { token }, 30_000)).pipe(
+          Effect.filterOrFail((response) => response.status < 500, () => new Error("5xx")),
+          Effect.retry({ times: 100, schedule: Schedule.spaced("200 millis") })
+        )
+
+      // --- Watchers on every node: a live SSE stream pinned to each, and a long poll through any.
+      const watchers = new Map<string, Array<Watchers.Watcher>>()
+      for (const agentId of [...agents, probeAgent.id]) {
+        const cursor = (yield* api.get(`/v1/agents/${agentId}/state`, { token })).body.cursor as number
+        const pinned = yield* Effect.forEach(
+          members,
+          (_, index) => Watchers.sse(`${agentId} sse@${index}`, { agentId, token, cursor, base: () => rest(index) })
+        )
+        const polled = yield* Watchers.poll(`${agentId} poll`, { agentId, token, cursor, base: pick })
+        watchers.set(agentId, [...pinned, polled])
+      }
+
+      yield* mark("watchers")
+      // --- Workload: a prompt every 200 ms round-robin over the agents. A 503 is sent again, with the same
+      // request id, to another node after its Retry-After, as a client would.
+      const sent = new Map<string, Sent>()
+      const answers = {
+        accepted: 0,
+        unavailable: 0,
+        other: new Map<number, number>(),
+        slowest503: 0,
+        slowestInFault: 0
+      }
+      /** Which fault is in effect, if any: a prompt sent during it must be answered within the bound. */
+      let fault = 0
+      let faultActive = false
+      const unavailableBodies = new Set<string>()
+      let sequence = 0
+      let inFlight = 0
+      const sendOne = Effect.gen(function*() {
+        const n = sequence++
+        const agentId = agents[n % agentCount]!
+        const requestId = `req_db_${n}`
+        const text = `prompt ${n}`
+        if (n % 3 === 0) {
+          upstream.script({
+            toolCalls: [{ id: `call_${n}`, name: "web_fetch", arguments: { url: `${pages.url}/t/${n}?delay=600` } }]
+          }, { model: "m1" })
+        }
+        upstream.script({ text: "one two three four five six seven eight", tokenDelayMs: 60 }, { model: "m1" })
+        const entry: Sent = { agentId, text, accepted: false }
+        sent.set(requestId, entry)
+        // As a client would, for up to a minute: then its fate is read from the request itself (accepted or not).
+        const giveUp = Date.now() + 60_000
+        while (!entry.accepted && Date.now() < giveUp) {
+          const started = Date.now()
+          const inFault = faultActive ? fault : undefined
+          const answer = yield* Effect.either(
+            Http.attempt(pick(), "POST", `/v1/agents/${agentId}/prompt`, { token, json: { text, requestId } }, 15_000)
+          )
+          if (answer._tag === "Left") {
+            yield* Effect.sleep("500 millis")
+            continue
+          }
+          const { body, headers, status } = answer.right
+          if (status === 202) {
+            entry.accepted = true
+            answers.accepted++
+          } else if (status === 503) {
+            answers.unavailable++
+            answers.slowest503 = Math.max(answers.slowest503, Date.now() - started)
+            // Sent and answered within one fault (a prompt already waiting when it began may take longer).
+            if (inFault !== undefined && faultActive && fault === inFault) {
+              answers.slowestInFault = Math.max(answers.slowestInFault, Date.now() - started)
+            }
+            unavailableBodies.add(`${body?.code} retry-after=${headers.get("retry-after")}`)
+            yield* Effect.sleep(Duration.seconds(Number(headers.get("retry-after") ?? 1)))
+          } else {
+            answers.other.set(status, (answers.other.get(status) ?? 0) + 1)
+            return
+          }
+        }
+      }).pipe(
+        Effect.ensuring(Effect.sync(() => inFlight--)),
+        (send) => Effect.zipRight(Effect.sync(() => inFlight++), send)
+      )
+      const workload = yield* Effect.forkScoped(
+        Effect.forever(Effect.zipRight(Effect.forkScoped(sendOne), Effect.sleep(Duration.millis(promptEveryMs))))
       )
 
-    /** What a client sees on a node that cannot reach the database: 503 UNAVAILABLE with Retry-After, fast. */
-    const expectUnavailable = (index: number) =>
-      Effect.gen(function*() {
-        const base = rest(index)
-        const started = Date.now()
-        const prompt = yield* Http.attempt(base, "POST", `/v1/agents/${agents[0]}/prompt`, {
-          token,
-          json: { text: "during the outage" }
-        }, 10_000)
-        const took = Date.now() - started
-        expect(prompt.status).toBe(503)
-        expect(prompt.body).toMatchObject({ code: "UNAVAILABLE" })
-        expect(Number(prompt.headers.get("retry-after"))).toBeGreaterThanOrEqual(1)
-        expect(took).toBeLessThan(unavailableWithinMs)
-        // The /clients routes, with the agent's own token.
-        const history = yield* Http.attempt(base, "GET", `/clients/${probeAgent.id}/history`, {
-          token: probeAgent.token
-        }, 10_000)
-        expect(history.status).toBe(503)
-        expect(history.body.code).toBe("UNAVAILABLE")
-        expect(history.headers.get("retry-after")).not.toBeNull()
-        // The gateway, in each protocol's own error shape.
-        const gateway = members[index]!.node.gateway
-        const chat = yield* Http.attempt(gateway, "POST", "/v1/chat/completions", {
-          token: freshKey,
-          json: { model: "fake/m1", messages: [{ role: "user", content: "hi" }] }
-        }, 10_000)
-        expect(chat.status).toBe(503)
-        expect(chat.body.error).toMatchObject({ type: "server_error", code: "UNAVAILABLE" })
-        expect(chat.headers.get("retry-after")).not.toBeNull()
-        const messages = yield* Http.attempt(gateway, "POST", "/v1/messages", {
-          headers: { "x-api-key": freshKey, "anthropic-version": "2023-06-01" },
-          json: { model: "fake/m1", max_tokens: 10, messages: [{ role: "user", content: "hi" }] }
-        }, 10_000)
-        expect(messages.status).toBe(503)
-        expect(messages.body).toMatchObject({ type: "error", error: { type: "overloaded_error", code: "UNAVAILABLE" } })
-        const responses = yield* Http.attempt(gateway, "POST", "/v1/responses", {
-          token: freshKey,
-          json: { model: "fake/m1", input: "hi" }
-        }, 10_000)
-        expect(responses.status).toBe(503)
-        expect(responses.body.error.code).toBe("UNAVAILABLE")
-        // /healthz is about the process, which is fine.
-        expect((yield* Http.attempt(base, "GET", "/healthz", {}, 3_000)).status).toBe(200)
-        return took
-      })
+      const began = Date.now()
+      let current = "starting"
+      const phase = (name: string) =>
+        Effect.sync(() => {
+          current = name
+          console.log(`database faults +${Date.now() - began} ms: ${name}`)
+        })
+      if (process.env.DBFAULTS_DEBUG) {
+        const beat = setInterval(
+          () => console.log(`+${Date.now() - began} ms: ${current}; sends in flight ${inFlight}`),
+          10_000
+        )
+        yield* Effect.addFinalizer(() => Effect.sync(() => clearInterval(beat)))
+      }
+      const figures: Array<string> = []
 
-    /** Every member cut off for `seconds` in the middle of a two-step turn. */
-    const outage = (name: string, seconds: number) =>
-      Effect.gen(function*() {
+      /** A two-step turn on the probe agent, waiting until its tool call is being answered: the middle of a turn. */
+      let probes = 0
+      const probeTurn = Effect.gen(function*() {
+        const k = ++probes
+        upstream.script([
+          {
+            toolCalls: [{
+              id: `probe_${k}`,
+              name: "web_fetch",
+              arguments: { url: `${pages.url}/probe/${k}?delay=1500` }
+            }]
+          },
+          { text: `probe ${k} done` }
+        ], { model: "m2" })
+        const requestId = `req_probe_${k}`
+        // Sent like the workload's prompts: again (same request id) until accepted, the cluster may still be settling.
+        const accepted = yield* Effect.suspend(() =>
+          Http.attempt(pick(), "POST", `/v1/agents/${probeAgent.id}/prompt`, {
+            token,
+            json: { text: `probe ${k}`, requestId }
+          }, 15_000)
+        ).pipe(
+          Effect.filterOrFail((answer) => answer.status === 202, (answer) => new Error(`answered ${answer.status}`)),
+          Effect.retry({ times: 30, schedule: Schedule.spaced("1 second") }),
+          Effect.either
+        )
+        expect(accepted._tag, `probe ${k} accepted`).toBe("Right")
+        sent.set(requestId, { agentId: probeAgent.id, text: `probe ${k}`, accepted: true })
+        yield* timeUntil(`probe ${k} calls its tool`, Effect.sync(() => pages.count(`/probe/${k}`) > 0), 20_000)
+        return requestId
+      })
+      /** Whether the request completed, asked of any node (one that cannot reach the database answers 503). */
+      const completed = (requestId: string) =>
+        Effect.suspend(() =>
+          Effect.map(
+            Effect.either(
+              Http.attempt(pick(), "GET", `/v1/agents/${probeAgent.id}/requests/${requestId}`, { token }, 5_000)
+            ),
+            (answer) => answer._tag === "Right" && answer.right.body?.state === "completed"
+          )
+        )
+
+      /** What a client sees on a node that cannot reach the database: 503 UNAVAILABLE with Retry-After, fast. */
+      const expectUnavailable = (index: number) =>
+        Effect.gen(function*() {
+          const base = rest(index)
+          const started = Date.now()
+          const prompt = yield* Http.attempt(base, "POST", `/v1/agents/${agents[0]}/prompt`, {
+            token,
+            json: { text: "during the outage" }
+          }, 10_000)
+          const took = Date.now() - started
+          expect(prompt.status).toBe(503)
+          expect(prompt.body).toMatchObject({ code: "UNAVAILABLE" })
+          expect(Number(prompt.headers.get("retry-after"))).toBeGreaterThanOrEqual(1)
+          expect(took).toBeLessThan(unavailableWithinMs)
+          // The /clients routes, with the agent's own token.
+          const history = yield* Http.attempt(base, "GET", `/clients/${probeAgent.id}/history`, {
+            token: probeAgent.token
+          }, 10_000)
+          expect(history.status).toBe(503)
+          expect(history.body.code).toBe("UNAVAILABLE")
+          expect(history.headers.get("retry-after")).not.toBeNull()
+          // The gateway, in each protocol's own error shape.
+          const gateway = members[index]!.node.gateway
+          const chat = yield* Http.attempt(gateway, "POST", "/v1/chat/completions", {
+            token: freshKey,
+            json: { model: "fake/m1", messages: [{ role: "user", content: "hi" }] }
+          }, 10_000)
+          expect(chat.status).toBe(503)
+          expect(chat.body.error).toMatchObject({ type: "server_error", code: "UNAVAILABLE" })
+          expect(chat.headers.get("retry-after")).not.toBeNull()
+          const messages = yield* Http.attempt(gateway, "POST", "/v1/messages", {
+            headers: { "x-api-key": freshKey, "anthropic-version": "2023-06-01" },
+            json: { model: "fake/m1", max_tokens: 10, messages: [{ role: "user", content: "hi" }] }
+          }, 10_000)
+          expect(messages.status).toBe(503)
+          expect(messages.body).toMatchObject({
+            type: "error",
+            error: { type: "overloaded_error", code: "UNAVAILABLE" }
+          })
+          const responses = yield* Http.attempt(gateway, "POST", "/v1/responses", {
+            token: freshKey,
+            json: { model: "fake/m1", input: "hi" }
+          }, 10_000)
+          expect(responses.status).toBe(503)
+          expect(responses.body.error.code).toBe("UNAVAILABLE")
+          // /healthz is about the process, which is fine.
+          expect((yield* Http.attempt(base, "GET", "/healthz", {}, 3_000)).status).toBe(200)
+          return took
+        })
+
+      /** Every member cut off for `seconds` in the middle of a two-step turn. */
+      const outage = (name: string, seconds: number) =>
+        Effect.gen(function*() {
+          yield* phase(name)
+          const requestId = yield* probeTurn
+          const cutAt = Date.now()
+          yield* Effect.forEach(members, (_, index) => proxyOf(index).cut("refuse"))
+          fault++
+          faultActive = true
+          const notReady = yield* Effect.forEach(members, (_, index) =>
+            timeUntil(
+              `${name}: /readyz 503 on ${index}`,
+              Effect.map(readyz(rest(index)), (status) => status === 503),
+              10_000
+            ), {
+            concurrency: "unbounded"
+          })
+          const took = yield* expectUnavailable(1)
+          yield* Effect.sleep(Duration.millis(Math.max(0, cutAt + seconds * 1000 - Date.now())))
+          faultActive = false
+          yield* Effect.forEach(members, (_, index) => proxyOf(index).restore)
+          // Both measured from the moment the database is back.
+          const [ready, turn] = yield* Effect.all([
+            Effect.forEach(members, (_, index) =>
+              timeUntil(
+                `${name}: /readyz 200 on ${index}`,
+                Effect.map(readyz(rest(index)), (status) => status === 200),
+                30_000
+              ), {
+              concurrency: "unbounded"
+            }),
+            timeUntil(`${name}: the interrupted turn completes`, completed(requestId), 60_000)
+          ], { concurrency: "unbounded" })
+          figures.push(
+            `${name}: /readyz 503 after ${Math.max(...notReady)} ms; a prompt answered 503 in ${took} ms; ` +
+              `after the database was back: /readyz 200 in ${
+                Math.max(...ready)
+              } ms, the interrupted turn completed in ${turn} ms`
+          )
+        })
+
+      yield* Effect.sleep("3 seconds")
+      yield* outage("outage of every runner, 3 s", 3)
+      yield* Effect.sleep("4 seconds")
+      yield* outage(`outage of every runner past the lease, ${leaseSeconds + 3} s`, leaseSeconds + 3)
+      yield* Effect.sleep("4 seconds")
+
+      // --- One runner cut off from the database (new connections go unanswered) while it serves HTTP.
+      {
+        const name = `partition of one runner, ${2 * leaseSeconds + 2} s`
         yield* phase(name)
         const requestId = yield* probeTurn
+        const [row] = yield* TestDatabase.query(databaseUrl, `SELECT owner FROM agents WHERE id = '${probeAgent.id}'`)
+        const cut = members.findIndex((member) => member.runnerAddress === row?.owner)
+        expect(cut).toBeGreaterThanOrEqual(0)
+        const others = members.map((_, index) => index).filter((index) => index !== cut)
         const cutAt = Date.now()
-        yield* Effect.forEach(members, (_, index) => proxyOf(index).cut("refuse"))
+        yield* proxyOf(cut).cut("hold")
+        fault++
+        faultActive = true
+        // The others take its turns on: measured from the cut.
+        const turnTaken = yield* Effect.fork(
+          timeUntil(`${name}: the cut runner's turn completes elsewhere`, completed(requestId), 30_000)
+        )
+        const notReady = yield* timeUntil(
+          `${name}: /readyz 503 on the cut runner`,
+          Effect.map(readyz(rest(cut)), (status) => status === 503),
+          leaseSeconds * 1000
+        )
+        for (const index of others) expect(yield* readyz(rest(index))).toBe(200)
+        const took = yield* expectUnavailable(cut)
+        const turn = yield* Fiber.join(turnTaken)
+        const record = (yield* call("GET", `/v1/agents/${probeAgent.id}/requests/${requestId}`)).body
+        // Its tool call's result could not be journaled there: another runner resumed the turn.
+        expect(record.outcome.result).toMatchObject({ resumed: true })
+        // Past the lease, the operator sees it from any node that reaches the database.
+        yield* Effect.sleep(Duration.millis(Math.max(0, cutAt + (leaseSeconds + 1) * 1000 - Date.now())))
+        const listing =
+          (yield* Http.client(rest(others[0]!)).get("/v1/admin/runners", { token: cluster.operatorToken })).body
+        const listed = listing.data.find((runner: any) => runner.address === members[cut]!.runnerAddress)
+        expect(listed).toMatchObject({ state: "unresponsive", healthy: false, database: "unreachable" })
+        for (const index of others) {
+          expect(listing.data.find((runner: any) => runner.address === members[index]!.runnerAddress)?.database).toBe(
+            "reachable"
+          )
+        }
+        const fromCut = yield* Http.attempt(
+          rest(cut),
+          "GET",
+          "/v1/admin/runners",
+          { token: cluster.operatorToken },
+          10_000
+        )
+        expect(fromCut.status).toBe(503)
+        yield* Effect.sleep(Duration.millis(Math.max(0, cutAt + (2 * leaseSeconds + 2) * 1000 - Date.now())))
+        faultActive = false
+        yield* proxyOf(cut).restore
+        const ready = yield* timeUntil(
+          `${name}: /readyz 200 on the cut runner`,
+          Effect.map(readyz(rest(cut)), (status) => status === 200),
+          30_000
+        )
+        figures.push(
+          `${name}: /readyz 503 on the cut runner after ${notReady} ms (lease ${leaseSeconds} s); a prompt there ` +
+            `answered 503 in ${took} ms; its turn completed on another runner ${turn} ms after the cut; ` +
+            `/readyz 200 ${ready} ms after the database was back`
+        )
+      }
+      yield* Effect.sleep("4 seconds")
+
+      // --- A restart of PostgreSQL itself (fast shutdown: every session ends), on the same port.
+      {
+        const name = "restart of PostgreSQL"
+        yield* phase(name)
+        const requestId = yield* probeTurn
+        yield* Scope.close(postgresScope, Exit.void)
+        const stoppedAt = Date.now()
         fault++
         faultActive = true
         const notReady = yield* Effect.forEach(members, (_, index) =>
-          timeUntil(`${name}: /readyz 503 on ${index}`, Effect.map(readyz(rest(index)), (status) => status === 503), 10_000), {
+          timeUntil(
+            `${name}: /readyz 503 on ${index}`,
+            Effect.map(readyz(rest(index)), (status) => status === 503),
+            10_000
+          ), {
           concurrency: "unbounded"
         })
-        const took = yield* expectUnavailable(1)
-        yield* Effect.sleep(Duration.millis(Math.max(0, cutAt + seconds * 1000 - Date.now())))
+        const took = yield* expectUnavailable(2)
+        yield* Effect.sleep(Duration.millis(Math.max(0, stoppedAt + 3_000 - Date.now())))
         faultActive = false
-        yield* Effect.forEach(members, (_, index) => proxyOf(index).restore)
-        // Both measured from the moment the database is back.
+        postgresScope = yield* Scope.make()
+        yield* EmbeddedPostgres.start({ dataDir, postgresFlags, port: postgres.port }).pipe(
+          Scope.extend(postgresScope),
+          Effect.orDie
+        )
+        const startedAt = Date.now()
         const [ready, turn] = yield* Effect.all([
           Effect.forEach(members, (_, index) =>
-            timeUntil(`${name}: /readyz 200 on ${index}`, Effect.map(readyz(rest(index)), (status) => status === 200), 30_000), {
+            timeUntil(
+              `${name}: /readyz 200 on ${index}`,
+              Effect.map(readyz(rest(index)), (status) => status === 200),
+              30_000
+            ), {
             concurrency: "unbounded"
           }),
           timeUntil(`${name}: the interrupted turn completes`, completed(requestId), 60_000)
         ], { concurrency: "unbounded" })
         figures.push(
-          `${name}: /readyz 503 after ${Math.max(...notReady)} ms; a prompt answered 503 in ${took} ms; ` +
-            `after the database was back: /readyz 200 in ${Math.max(...ready)} ms, the interrupted turn completed in ${turn} ms`
-        )
-      })
-
-    yield* Effect.sleep("3 seconds")
-    yield* outage("outage of every runner, 3 s", 3)
-    yield* Effect.sleep("4 seconds")
-    yield* outage(`outage of every runner past the lease, ${leaseSeconds + 3} s`, leaseSeconds + 3)
-    yield* Effect.sleep("4 seconds")
-
-    // --- One runner cut off from the database (new connections go unanswered) while it serves HTTP.
-    {
-      const name = `partition of one runner, ${2 * leaseSeconds + 2} s`
-      yield* phase(name)
-      const requestId = yield* probeTurn
-      const [row] = yield* TestDatabase.query(databaseUrl, `SELECT owner FROM agents WHERE id = '${probeAgent.id}'`)
-      const cut = members.findIndex((member) => member.runnerAddress === row?.owner)
-      expect(cut).toBeGreaterThanOrEqual(0)
-      const others = members.map((_, index) => index).filter((index) => index !== cut)
-      const cutAt = Date.now()
-      yield* proxyOf(cut).cut("hold")
-      fault++
-      faultActive = true
-      // The others take its turns on: measured from the cut.
-      const turnTaken = yield* Effect.fork(
-        timeUntil(`${name}: the cut runner's turn completes elsewhere`, completed(requestId), 30_000)
-      )
-      const notReady = yield* timeUntil(
-        `${name}: /readyz 503 on the cut runner`,
-        Effect.map(readyz(rest(cut)), (status) => status === 503),
-        leaseSeconds * 1000
-      )
-      for (const index of others) expect(yield* readyz(rest(index))).toBe(200)
-      const took = yield* expectUnavailable(cut)
-      const turn = yield* Fiber.join(turnTaken)
-      const record = (yield* call("GET", `/v1/agents/${probeAgent.id}/requests/${requestId}`)).body
-      // Its tool call's result could not be journaled there: another runner resumed the turn.
-      expect(record.outcome.result).toMatchObject({ resumed: true })
-      // Past the lease, the operator sees it from any node that reaches the database.
-      yield* Effect.sleep(Duration.millis(Math.max(0, cutAt + (leaseSeconds + 1) * 1000 - Date.now())))
-      const listing = (yield* Http.client(rest(others[0]!)).get("/v1/admin/runners", { token: cluster.operatorToken })).body
-      const listed = listing.data.find((runner: any) => runner.address === members[cut]!.runnerAddress)
-      expect(listed).toMatchObject({ state: "unresponsive", healthy: false, database: "unreachable" })
-      for (const index of others) {
-        expect(listing.data.find((runner: any) => runner.address === members[index]!.runnerAddress)?.database).toBe(
-          "reachable"
+          `${name}: down ${startedAt - stoppedAt} ms; /readyz 503 after ${
+            Math.max(...notReady)
+          } ms; a prompt answered ` +
+            `503 in ${took} ms; after it was back: /readyz 200 in ${Math.max(...ready)} ms, the interrupted turn ` +
+            `completed in ${turn} ms`
         )
       }
-      const fromCut = yield* Http.attempt(rest(cut), "GET", "/v1/admin/runners", { token: cluster.operatorToken }, 10_000)
-      expect(fromCut.status).toBe(503)
-      yield* Effect.sleep(Duration.millis(Math.max(0, cutAt + (2 * leaseSeconds + 2) * 1000 - Date.now())))
-      faultActive = false
-      yield* proxyOf(cut).restore
-      const ready = yield* timeUntil(
-        `${name}: /readyz 200 on the cut runner`,
-        Effect.map(readyz(rest(cut)), (status) => status === 200),
-        30_000
+      yield* Effect.sleep("3 seconds")
+      yield* Fiber.interrupt(workload)
+      // Sends still in flight (and their retries) get their answer before the checks.
+      yield* timeUntil(
+        "every send answered",
+        Effect.sync(() => inFlight === 0),
+        75_000
       )
-      figures.push(
-        `${name}: /readyz 503 on the cut runner after ${notReady} ms (lease ${leaseSeconds} s); a prompt there ` +
-          `answered 503 in ${took} ms; its turn completed on another runner ${turn} ms after the cut; ` +
-          `/readyz 200 ${ready} ms after the database was back`
-      )
-    }
-    yield* Effect.sleep("4 seconds")
 
-    // --- A restart of PostgreSQL itself (fast shutdown: every session ends), on the same port.
-    {
-      const name = "restart of PostgreSQL"
-      yield* phase(name)
-      const requestId = yield* probeTurn
-      yield* Scope.close(postgresScope, Exit.void)
-      const stoppedAt = Date.now()
-      fault++
-      faultActive = true
-      const notReady = yield* Effect.forEach(members, (_, index) =>
-        timeUntil(`${name}: /readyz 503 on ${index}`, Effect.map(readyz(rest(index)), (status) => status === 503), 10_000), {
-        concurrency: "unbounded"
-      })
-      const took = yield* expectUnavailable(2)
-      yield* Effect.sleep(Duration.millis(Math.max(0, stoppedAt + 3_000 - Date.now())))
-      faultActive = false
-      postgresScope = yield* Scope.make()
-      yield* EmbeddedPostgres.start({ dataDir, postgresFlags, port: postgres.port }).pipe(
-        Scope.extend(postgresScope),
-        Effect.orDie
-      )
-      const startedAt = Date.now()
-      const [ready, turn] = yield* Effect.all([
-        Effect.forEach(members, (_, index) =>
-          timeUntil(`${name}: /readyz 200 on ${index}`, Effect.map(readyz(rest(index)), (status) => status === 200), 30_000), {
-          concurrency: "unbounded"
-        }),
-        timeUntil(`${name}: the interrupted turn completes`, completed(requestId), 60_000)
-      ], { concurrency: "unbounded" })
-      figures.push(
-        `${name}: down ${startedAt - stoppedAt} ms; /readyz 503 after ${Math.max(...notReady)} ms; a prompt answered ` +
-          `503 in ${took} ms; after it was back: /readyz 200 in ${Math.max(...ready)} ms, the interrupted turn ` +
-          `completed in ${turn} ms`
-      )
-    }
-    yield* Effect.sleep("3 seconds")
-    yield* Fiber.interrupt(workload)
-    // Sends still in flight (and their retries) get their answer before the checks.
-    yield* timeUntil("every send answered", Effect.sync(() => inFlight === 0), 75_000)
-
-    yield* phase("faults done; waiting for every request")
-    // --- Every accepted request completes (and a send whose answer was lost either completed or never arrived).
-    const outcomes = new Map<string, any>()
-    const deadline = Date.now() + 60_000
-    yield* Effect.forEach(sent, ([requestId, entry]) =>
-      Effect.gen(function*() {
-        while (Date.now() < deadline) {
-          const record = yield* call("GET", `/v1/agents/${entry.agentId}/requests/${requestId}?wait=20`)
-          if (record.status === 404 && !entry.accepted) return
-          // It arrived after all: it must complete like any accepted request.
-          if (record.status === 200) entry.accepted = true
-          if (record.status === 200 && record.body.state === "completed") {
-            outcomes.set(requestId, record.body)
-            return
+      yield* phase("faults done; waiting for every request")
+      // --- Every accepted request completes (and a send whose answer was lost either completed or never arrived).
+      const outcomes = new Map<string, any>()
+      const deadline = Date.now() + 60_000
+      yield* Effect.forEach(sent, ([requestId, entry]) =>
+        Effect.gen(function*() {
+          while (Date.now() < deadline) {
+            const record = yield* call("GET", `/v1/agents/${entry.agentId}/requests/${requestId}?wait=20`)
+            if (record.status === 404 && !entry.accepted) {
+              return
+            }
+            // It arrived after all: it must complete like any accepted request.
+            if (record.status === 200) {
+              entry.accepted = true
+            }
+            if (record.status === 200 && record.body.state === "completed") {
+              outcomes.set(requestId, record.body)
+              return
+            }
+            if (record.status !== 200) yield* Effect.sleep("200 millis")
           }
-          if (record.status !== 200) yield* Effect.sleep("200 millis")
-        }
-      }), { concurrency: 6, discard: true })
-    const accepted = [...sent].filter(([, entry]) => entry.accepted)
-    const lost = accepted.filter(([requestId]) => !outcomes.has(requestId))
-    expect(lost.map(([requestId]) => requestId)).toEqual([])
-    for (const [requestId, record] of outcomes) {
-      expect(record.outcome.error, requestId).toBeUndefined()
-      expect(record.outcome.result.error, requestId).toBeNull()
-    }
-    // A node that could not reach the database said so: never a 500.
-    expect([...answers.other.keys()]).toEqual([])
-    expect([...unavailableBodies].every((body) => /^UNAVAILABLE retry-after=\d+$/.test(body))).toBe(true)
-    expect(answers.slowestInFault).toBeLessThan(unavailableWithinMs)
-
-    yield* phase("requests settled; checking histories")
-    // --- Histories are whole and in order: every prompt once, every tool call answered once, right after its call.
-    let toolCallsInHistory = 0
-    for (const agentId of [...agents, probeAgent.id]) {
-      let entries: Array<{ index: number; message: any }> = []
-      let before: number | null = null
-      do {
-        const page: any = (yield* call("GET", `/v1/agents/${agentId}/history${before === null ? "" : `?before=${before}`}`))
-          .body
-        entries = [...page.entries, ...entries]
-        before = page.next
-      } while (before !== null)
-      expect(entries.map((entry) => entry.index)).toEqual(entries.map((_, i) => i))
-      const prompts = entries.filter((entry) => entry.message.role === "user").map((entry) => entry.message.content)
-      expect(new Set(prompts.map((prompt) => JSON.stringify(prompt))).size, agentId).toBe(prompts.length)
+        }), { concurrency: 6, discard: true })
+      const accepted = [...sent].filter(([, entry]) => entry.accepted)
+      const lost = accepted.filter(([requestId]) => !outcomes.has(requestId))
+      expect(lost.map(([requestId]) => requestId)).toEqual([])
       for (const [requestId, record] of outcomes) {
-        if (sent.get(requestId)!.agentId === agentId && record.steeredInto === undefined) {
-          const around = entries.slice(Math.max(0, record.began - 3), record.began + 4).map((entry) =>
-            `${entry.index} ${entry.message.role} ${JSON.stringify(entry.message.content).slice(0, 80)}`
+        expect(record.outcome.error, requestId).toBeUndefined()
+        expect(record.outcome.result.error, requestId).toBeNull()
+      }
+      // A node that could not reach the database said so: never a 500.
+      expect([...answers.other.keys()]).toEqual([])
+      expect([...unavailableBodies].filter((body) => !/^UNAVAILABLE retry-after=\d+$/.test(body))).toEqual([])
+      expect(answers.slowestInFault).toBeLessThan(unavailableWithinMs)
+
+      yield* phase("requests settled; checking histories")
+      // --- Histories are whole and in order: every prompt once, every tool call answered once, right after its call.
+      let toolCallsInHistory = 0
+      for (const agentId of [...agents, probeAgent.id]) {
+        let entries: Array<{ index: number; message: any }> = []
+        let before: number | null = null
+        do {
+          const page: any =
+            (yield* call("GET", `/v1/agents/${agentId}/history${before === null ? "" : `?before=${before}`}`))
+              .body
+          entries = [...page.entries, ...entries]
+          before = page.next
+        } while (before !== null)
+        expect(entries.map((entry) => entry.index)).toEqual(entries.map((_, i) => i))
+        const prompts = entries.filter((entry) => entry.message.role === "user").map((entry) => entry.message.content)
+        expect(new Set(prompts.map((prompt) => JSON.stringify(prompt))).size, agentId).toBe(prompts.length)
+        for (const [requestId, record] of outcomes) {
+          if (sent.get(requestId)!.agentId === agentId && record.steeredInto === undefined) {
+            const around = entries.slice(Math.max(0, record.began - 3), record.began + 4).map((entry) =>
+              `${entry.index} ${entry.message.role} ${JSON.stringify(entry.message.content).slice(0, 80)}`
+            )
+            expect(JSON.stringify(prompts), `${requestId}: ${JSON.stringify(record)}\n${around.join("\n")}`).toContain(
+              sent.get(requestId)!.text
+            )
+          }
+        }
+        entries.forEach((entry, i) => {
+          if (entry.message.role !== "assistant") return
+          const calls = entry.message.content.filter((part: any) => part.type === "toolCall")
+          toolCallsInHistory += calls.length
+          const results = entries.slice(i + 1, i + 1 + calls.length).map((next) => next.message)
+          expect(results.map((result) => result.role), agentId).toEqual(calls.map(() => "toolResult"))
+          expect(results.map((result) => result.toolCallId)).toEqual(calls.map((part: any) => part.id))
+        })
+      }
+
+      // --- No tool call was sent twice.
+      const paths = new Set(pages.calls.map((page) => page.path))
+      const duplicated = [...paths].filter((path) => pages.count(path) > 1)
+      expect(duplicated).toEqual([])
+
+      // --- Event ids only grew for every watcher, none skipped an event untold, every moved turn said so.
+      yield* Effect.sleep("5 seconds")
+      const moved = [...outcomes].filter(([, record]) => record.outcome.result?.resumed === true)
+      const violations = {
+        wentBack: [] as Array<string>,
+        skipped: [] as Array<string>,
+        missedResumes: [] as Array<string>
+      }
+      const resumesLost = new Set<string>()
+      for (const [agentId, agentWatchers] of watchers) {
+        const found = Watchers.verify(agentWatchers, {
+          moved: moved.filter(([requestId]) => sent.get(requestId)!.agentId === agentId).map(([requestId]) => requestId)
+        })
+        for (const violation of found.wentBack) violations.wentBack.push(violation)
+        for (const violation of found.skipped) violations.skipped.push(violation)
+        // A turn resumed, then lost again with its new owner's buffer at the next fault before any watcher read
+        // it: nobody saw that turn_resumed. Allowed only if every watcher of the agent was told it missed events
+        // after the last event of that request it saw (a gap mark after it).
+        const toldAfter = (watcher: Watchers.Watcher, requestId: string) => {
+          const last = watcher.marks.findLastIndex((mark) =>
+            mark._tag === "event" && mark.data?.requestId === requestId
           )
-          expect(JSON.stringify(prompts), `${requestId}: ${JSON.stringify(record)}\n${around.join("\n")}`).toContain(
-            sent.get(requestId)!.text
-          )
+          return watcher.marks.slice(last + 1).some((mark) => mark._tag === "gap")
+        }
+        for (const missed of found.missedResumes) {
+          const unseen = /: nobody saw turn_resumed of (\S+)$/.exec(missed)
+          if (unseen !== null && agentWatchers.every((watcher) => toldAfter(watcher, unseen[1]!))) {
+            resumesLost.add(unseen[1]!)
+          } else violations.missedResumes.push(missed)
         }
       }
-      entries.forEach((entry, i) => {
-        if (entry.message.role !== "assistant") return
-        const calls = entry.message.content.filter((part: any) => part.type === "toolCall")
-        toolCallsInHistory += calls.length
-        const results = entries.slice(i + 1, i + 1 + calls.length).map((next) => next.message)
-        expect(results.map((result) => result.role), agentId).toEqual(calls.map(() => "toolResult"))
-        expect(results.map((result) => result.toolCallId)).toEqual(calls.map((part: any) => part.id))
-      })
-    }
-
-    // --- No tool call was sent twice.
-    const paths = new Set(pages.calls.map((page) => page.path))
-    const duplicated = [...paths].filter((path) => pages.count(path) > 1)
-    expect(duplicated).toEqual([])
-
-    // --- Event ids only grew for every watcher, none skipped an event untold, every moved turn said so.
-    yield* Effect.sleep("5 seconds")
-    const moved = [...outcomes].filter(([, record]) => record.outcome.result?.resumed === true)
-    const violations = { wentBack: [] as Array<string>, skipped: [] as Array<string>, missedResumes: [] as Array<string> }
-    const resumesLost = new Set<string>()
-    for (const [agentId, agentWatchers] of watchers) {
-      const found = Watchers.verify(agentWatchers, {
-        moved: moved.filter(([requestId]) => sent.get(requestId)!.agentId === agentId).map(([requestId]) => requestId)
-      })
-      violations.wentBack.push(...found.wentBack)
-      violations.skipped.push(...found.skipped)
-      // A turn resumed, then lost again with its new owner's buffer at the next fault before any watcher read
-      // it: nobody saw that turn_resumed. Allowed only if every watcher of the agent was told it missed events
-      // after the last event of that request it saw (a gap mark after it).
-      const toldAfter = (watcher: Watchers.Watcher, requestId: string) => {
-        const last = watcher.marks.findLastIndex((mark) => mark._tag === "event" && mark.data?.requestId === requestId)
-        return watcher.marks.slice(last + 1).some((mark) => mark._tag === "gap")
-      }
-      for (const missed of found.missedResumes) {
-        const unseen = /: nobody saw turn_resumed of (\S+)$/.exec(missed)
-        if (unseen !== null && agentWatchers.every((watcher) => toldAfter(watcher, unseen[1]!))) resumesLost.add(unseen[1]!)
-        else violations.missedResumes.push(missed)
-      }
-    }
-    const all = [...watchers.values()].flat()
-    const sum = (f: (watcher: Watchers.Watcher) => number) => all.reduce((total, watcher) => total + f(watcher), 0)
-    const uncertain = [...outcomes].filter(([, record]) => record.outcome.uncertain === true).length
-    console.log(
-      `database faults: requests sent ${sent.size}, accepted ${accepted.length}, completed ${outcomes.size}, ` +
-        `answered 503 ${answers.unavailable} times (slowest ${answers.slowest503} ms; of those sent during a fault ` +
-        `${answers.slowestInFault} ms), moved turns ${moved.length} (turn_resumed lost with a buffer, every watcher ` +
-        `told: ${resumesLost.size}), ` +
-        `uncertain ${uncertain}, tool calls ${toolCallsInHistory} (pages fetched ${pages.calls.length}), ` +
-        `lost ${lost.length}, duplicated tool calls ${duplicated.length}; watchers ${all.length}: reconnects ` +
-        `${sum((w) => w.reconnects)}, cut off ${sum((w) => w.cutOff)}, stalls ${sum((w) => w.stalls)}, gaps ${
-          sum((w) => w.marks.filter((mark) => mark._tag === "gap").length)
-        }, unreachable ${sum((w) => w.unreachable)}\n${figures.join("\n")}`
-    )
-    expect(violations).toEqual({ wentBack: [], skipped: [], missedResumes: [] })
-    expect(moved.length).toBeGreaterThan(0)
-  }), { timeout: 240_000 })
+      const all = [...watchers.values()].flat()
+      const sum = (f: (watcher: Watchers.Watcher) => number) => all.reduce((total, watcher) => total + f(watcher), 0)
+      const uncertain = [...outcomes].filter(([, record]) => record.outcome.uncertain === true).length
+      console.log(
+        `database faults: requests sent ${sent.size}, accepted ${accepted.length}, completed ${outcomes.size}, ` +
+          `answered 503 ${answers.unavailable} times (slowest ${answers.slowest503} ms; of those sent during a fault ` +
+          `${answers.slowestInFault} ms), moved turns ${moved.length} (turn_resumed lost with a buffer, every watcher ` +
+          `told: ${resumesLost.size}), ` +
+          `uncertain ${uncertain}, tool calls ${toolCallsInHistory} (pages fetched ${pages.calls.length}), ` +
+          `lost ${lost.length}, duplicated tool calls ${duplicated.length}; watchers ${all.length}: reconnects ` +
+          `${sum((w) => w.reconnects)}, cut off ${sum((w) => w.cutOff)}, stalls ${sum((w) => w.stalls)}, gaps ${
+            sum((w) => w.marks.filter((mark) => mark._tag === "gap").length)
+          }, unreachable ${sum((w) => w.unreachable)}\n${figures.join("\n")}`
+      )
+      expect(violations).toEqual({ wentBack: [], skipped: [], missedResumes: [] })
+      expect(moved.length).toBeGreaterThan(0)
+    }),
+  { timeout: 240_000 }
+)

@@ -54,7 +54,7 @@ layer(NodeLive)("errors", (it) => {
       expect((yield* api.post("/v1/tokens", { token: key, json: { name: "x".repeat(80) } })).status).toBe(201)
       expect((yield* api.post("/v1/tokens", { token: key, json: { name: "x" } })).status).toBe(201)
       expect((yield* api.post("/v1/tokens", { token: key, json: { name: "" } })).body).toEqual({
-        error: "invalid request: name: Expected a string at least 1 character(s) long, actual \"\"",
+        error: 'invalid request: name: Expected a string at least 1 character(s) long, actual ""',
         code: "INVALID_REQUEST"
       })
     }))
@@ -64,7 +64,7 @@ layer(NodeLive)("errors", (it) => {
       const { api, key } = yield* setup
       const response = yield* api.post("/v1/tokens", {
         token: key,
-        body: "{\"name\":",
+        body: '{"name":',
         headers: { "content-type": "application/json" }
       })
       expect(response).toMatchObject({
@@ -94,7 +94,7 @@ layer(NodeLive)("errors", (it) => {
       for (let i = 0; i < 10; i++) {
         const page = yield* api.get(`/v1/tokens?limit=2${after}`, { token: key })
         expect(page.body.data.length).toBeLessThanOrEqual(2)
-        seen.push(...page.body.data.map((token: { id: string }) => token.id))
+        for (const token of page.body.data as Array<{ id: string }>) seen.push(token.id)
         if (page.body.next === null) break
         after = `&after=${page.body.next}`
       }
@@ -155,14 +155,17 @@ layer(NodeLive)("errors", (it) => {
     }))
 })
 
-layer(Layer.scoped(
-  Node,
-  Effect.gen(function*() {
-    const databaseUrl = yield* TestDatabase.make
-    const node = yield* TestNode.start({ databaseUrl, env: { DRAIN_GRACE_SECONDS: "3" } })
-    return { ...node, databaseUrl }
-  })
-), { excludeTestServices: true })("draining", (it) => {
+layer(
+  Layer.scoped(
+    Node,
+    Effect.gen(function*() {
+      const databaseUrl = yield* TestDatabase.make
+      const node = yield* TestNode.start({ databaseUrl, env: { DRAIN_GRACE_SECONDS: "3" } })
+      return { ...node, databaseUrl }
+    })
+  ),
+  { excludeTestServices: true }
+)("draining", (it) => {
   it.effect("readyz is UNAVAILABLE with Retry-After while the node drains", () =>
     Effect.gen(function*() {
       const node = yield* Node

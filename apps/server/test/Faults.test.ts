@@ -29,262 +29,281 @@ interface Sent {
   accepted: boolean
 }
 
-it.scopedLive("fault suite: drains, crashes, a paused runner and a full restart lose no accepted request", () =>
-  Effect.gen(function*() {
-    const upstream = yield* FakeUpstream.start()
-    const pages = yield* ToolServer.start
-    const databaseUrl = yield* TestDatabase.make
-    const cluster = yield* TestCluster.start({
-      size: 3,
-      databaseUrl,
-      env: {
-        ALLOW_PRIVATE_URLS: "true",
-        RUNNER_LEASE_SECONDS: String(leaseSeconds),
-        DRAIN_TIMEOUT_SECONDS: String(drainTimeoutSeconds)
-      }
-    })
-    const { api, token } = yield* TestWorld.tenantWithModel({ node: cluster.members[0]!.node, upstream }, "faults")
-    const agents = yield* Effect.forEach(Array.from({ length: agentCount }), () =>
-      Effect.map(
-        api.post("/v1/agents", { token, json: { model: "fake/m1", builtins: ["web_fetch"], ttlSeconds: 3600 } }),
-        (response) => response.body.id as string
-      ))
-
-    const pick = () => {
-      const live = cluster.live()
-      return live.length === 0 ? undefined : live[Math.floor(Math.random() * live.length)]
-    }
-    /** A request to any live node, tried again elsewhere while nodes come and go. */
-    const call = (method: string, path: string, json?: unknown) =>
-      Effect.suspend(() => {
-        const base = pick()
-        return base === undefined
-          ? Effect.fail(new Error("no live node"))
-          : Http.attempt(base, method, path, { token, ...(json === undefined ? {} : { json }) }, 30_000)
-      }).pipe(Effect.retry({ times: 200, schedule: Schedule.spaced("200 millis") }))
-
-    // --- Watchers: one long-polling reader per agent, through any node, for the whole run.
-    const lastSeen = new Map<string, number>()
-    const resumedSeen = new Set<string>()
-    /** When each agent's poll watcher was told it missed events (409 REPLAY_GAP). */
-    const toldAt = new Map<string, Array<number>>()
-    let cursorsWentBack = 0
-    let gaps = 0
-    const watch = (agentId: string) =>
-      Effect.gen(function*() {
-        let cursor = (yield* call("GET", `/v1/agents/${agentId}/state`)).body.cursor as number
-        while (true) {
-          const base = pick()
-          if (base === undefined) {
-            yield* Effect.sleep("200 millis")
-            continue
-          }
-          const polled = yield* Effect.either(Http.attempt(base, "GET", `/v1/agents/${agentId}/events?poll=1&wait=5`, {
-            token,
-            headers: { "last-event-id": String(cursor) }
-          }, 15_000))
-          if (polled._tag === "Left" || polled.right.status >= 500) {
-            yield* Effect.sleep("200 millis")
-            continue
-          }
-          const response = polled.right
-          if (response.status === 409) {
-            // The previous owner was lost: read on from the oldest event the new owner holds.
-            gaps++
-            toldAt.set(agentId, [...(toldAt.get(agentId) ?? []), Date.now()])
-            const oldest = Number(/oldest (\d+)/.exec(response.body.error)?.[1])
-            if (oldest - 1 < cursor) cursorsWentBack++
-            cursor = oldest - 1
-            continue
-          }
-          for (const event of response.body.events as Array<{ id: number; data: any }>) {
-            if (event.id <= cursor) cursorsWentBack++
-            cursor = event.id
-            if (event.data.type === "event" && event.data.event.type === "turn_resumed") {
-              resumedSeen.add(event.data.requestId)
-            }
-          }
-          lastSeen.set(agentId, cursor)
+it.scopedLive(
+  "fault suite: drains, crashes, a paused runner and a full restart lose no accepted request",
+  () =>
+    Effect.gen(function*() {
+      const upstream = yield* FakeUpstream.start()
+      const pages = yield* ToolServer.start
+      const databaseUrl = yield* TestDatabase.make
+      const cluster = yield* TestCluster.start({
+        size: 3,
+        databaseUrl,
+        env: {
+          ALLOW_PRIVATE_URLS: "true",
+          RUNNER_LEASE_SECONDS: String(leaseSeconds),
+          DRAIN_TIMEOUT_SECONDS: String(drainTimeoutSeconds)
         }
       })
-    const watchers = yield* Effect.forkScoped(Effect.forEach(agents, watch, { concurrency: "unbounded" }))
+      const { api, token } = yield* TestWorld.tenantWithModel({ node: cluster.members[0]!.node, upstream }, "faults")
+      const agents = yield* Effect.forEach(Array.from({ length: agentCount }), () =>
+        Effect.map(
+          api.post("/v1/agents", { token, json: { model: "fake/m1", builtins: ["web_fetch"], ttlSeconds: 3600 } }),
+          (response) => response.body.id as string
+        ))
 
-    // --- Watchers as clients hold them: an SSE stream pinned to every node (elsewhere while it is down) and a poll.
-    const anyLive = () => cluster.live()[0]
-    const pinned = (index: number) => () => cluster.members[index]!.up ? cluster.members[index]!.node.rest : anyLive()
-    const watched = new Map<string, Array<Watchers.Watcher>>()
-    for (const agentId of agents.slice(0, closelyWatched)) {
-      const cursor = (yield* call("GET", `/v1/agents/${agentId}/state`)).body.cursor as number
-      const live = yield* Effect.forEach(cluster.members, (_, index) =>
-        Watchers.sse(`${agentId} sse@${index}`, { agentId, token, cursor, base: pinned(index) }))
-      const polled = yield* Watchers.poll(`${agentId} poll`, { agentId, token, cursor, base: anyLive })
-      watched.set(agentId, [...live, polled])
-    }
-    /** How long each SIGTERM took to end its runner: at most the drain timeout and a few seconds. */
-    const drainTimes: Array<number> = []
-    const drainStop = (index: number) =>
-      Effect.gen(function*() {
-        const started = Date.now()
-        yield* cluster.stop(index, "SIGTERM")
-        drainTimes.push(Date.now() - started)
+      const pick = () => {
+        const live = cluster.live()
+        return live.length === 0 ? undefined : live[Math.floor(Math.random() * live.length)]
+      }
+      /** A request to any live node, tried again elsewhere while nodes come and go. */
+      const call = (method: string, path: string, json?: unknown) =>
+        Effect.suspend(() => {
+          const base = pick()
+          return base === undefined
+            ? Effect.fail(new Error("no live node"))
+            : Http.attempt(base, method, path, { token, ...(json === undefined ? {} : { json }) }, 30_000)
+        }).pipe(Effect.retry({ times: 200, schedule: Schedule.spaced("200 millis") }))
+
+      // --- Watchers: one long-polling reader per agent, through any node, for the whole run.
+      const lastSeen = new Map<string, number>()
+      const resumedSeen = new Set<string>()
+      /** When each agent's poll watcher was told it missed events (409 REPLAY_GAP). */
+      const toldAt = new Map<string, Array<number>>()
+      let cursorsWentBack = 0
+      let gaps = 0
+      const watch = (agentId: string) =>
+        Effect.gen(function*() {
+          let cursor = (yield* call("GET", `/v1/agents/${agentId}/state`)).body.cursor as number
+          while (true) {
+            const base = pick()
+            if (base === undefined) {
+              yield* Effect.sleep("200 millis")
+              continue
+            }
+            const polled = yield* Effect.either(
+              Http.attempt(base, "GET", `/v1/agents/${agentId}/events?poll=1&wait=5`, {
+                token,
+                headers: { "last-event-id": String(cursor) }
+              }, 15_000)
+            )
+            if (polled._tag === "Left" || polled.right.status >= 500) {
+              yield* Effect.sleep("200 millis")
+              continue
+            }
+            const response = polled.right
+            if (response.status === 409) {
+              // The previous owner was lost: read on from the oldest event the new owner holds.
+              gaps++
+              toldAt.set(agentId, [...(toldAt.get(agentId) ?? []), Date.now()])
+              const oldest = Number(/oldest (\d+)/.exec(response.body.error)?.[1])
+              if (oldest - 1 < cursor) cursorsWentBack++
+              cursor = oldest - 1
+              continue
+            }
+            for (const event of response.body.events as Array<{ id: number; data: any }>) {
+              if (event.id <= cursor) cursorsWentBack++
+              cursor = event.id
+              if (event.data.type === "event" && event.data.event.type === "turn_resumed") {
+                resumedSeen.add(event.data.requestId)
+              }
+            }
+            lastSeen.set(agentId, cursor)
+          }
+        })
+      const watchers = yield* Effect.forkScoped(Effect.forEach(agents, watch, { concurrency: "unbounded" }))
+
+      // --- Watchers as clients hold them: an SSE stream pinned to every node (elsewhere while it is down) and a poll.
+      const anyLive = () => cluster.live()[0]
+      const pinned = (index: number) => () => cluster.members[index]!.up ? cluster.members[index]!.node.rest : anyLive()
+      const watched = new Map<string, Array<Watchers.Watcher>>()
+      for (const agentId of agents.slice(0, closelyWatched)) {
+        const cursor = (yield* call("GET", `/v1/agents/${agentId}/state`)).body.cursor as number
+        const live = yield* Effect.forEach(cluster.members, (_, index) =>
+          Watchers.sse(`${agentId} sse@${index}`, { agentId, token, cursor, base: pinned(index) }))
+        const polled = yield* Watchers.poll(`${agentId} poll`, { agentId, token, cursor, base: anyLive })
+        watched.set(agentId, [...live, polled])
+      }
+      /** How long each SIGTERM took to end its runner: at most the drain timeout and a few seconds. */
+      const drainTimes: Array<number> = []
+      const drainStop = (index: number) =>
+        Effect.gen(function*() {
+          const started = Date.now()
+          yield* cluster.stop(index, "SIGTERM")
+          drainTimes.push(Date.now() - started)
+        })
+
+      // --- Workload: a prompt every 150 ms, round-robin over the agents, each with its own request id.
+      const sent = new Map<string, Sent>()
+      let sequence = 0
+      const sendOne = Effect.gen(function*() {
+        const n = sequence++
+        const agentId = agents[n % agentCount]!
+        const requestId = `req_fault_${n}`
+        const text = `prompt ${n}`
+        if (n % 3 === 0) {
+          upstream.script({
+            toolCalls: [{ id: `call_${n}`, name: "web_fetch", arguments: { url: `${pages.url}/t/${n}?delay=600` } }]
+          })
+        }
+        upstream.script({ text: "one two three four five six seven eight", tokenDelayMs: 60 })
+        const entry: Sent = { agentId, text, sentAt: Date.now(), accepted: false }
+        sent.set(requestId, entry)
+        const base = pick()
+        if (base === undefined) {
+          return
+        }
+        const answer = yield* Effect.either(
+          Http.attempt(base, "POST", `/v1/agents/${agentId}/prompt`, { token, json: { text, requestId } }, 30_000)
+        )
+        if (answer._tag === "Right" && answer.right.status === 202) {
+          entry.accepted = true
+        }
       })
+      const workload = yield* Effect.forkScoped(
+        Effect.forever(Effect.zipRight(Effect.forkScoped(sendOne), Effect.sleep(Duration.millis(promptEveryMs))))
+      )
 
-    // --- Workload: a prompt every 150 ms, round-robin over the agents, each with its own request id.
-    const sent = new Map<string, Sent>()
-    let sequence = 0
-    const sendOne = Effect.gen(function*() {
-      const n = sequence++
-      const agentId = agents[n % agentCount]!
-      const requestId = `req_fault_${n}`
-      const text = `prompt ${n}`
-      if (n % 3 === 0) {
-        upstream.script({
-          toolCalls: [{ id: `call_${n}`, name: "web_fetch", arguments: { url: `${pages.url}/t/${n}?delay=600` } }]
+      // --- Faults.
+      const began = Date.now()
+      const phase = (name: string) =>
+        Effect.sync(() => console.log(`fault suite +${Date.now() - began} ms: ${name}`))
+      const faults: Array<string> = []
+      yield* Effect.sleep("3 seconds")
+      faults.push("SIGTERM")
+      yield* phase(faults.at(-1)!)
+      yield* drainStop(0)
+      yield* cluster.start(0)
+      yield* Effect.sleep("3 seconds")
+      faults.push("kill -9")
+      yield* phase(faults.at(-1)!)
+      yield* cluster.stop(1, "SIGKILL")
+      yield* Effect.sleep(Duration.seconds(leaseSeconds + 2))
+      yield* cluster.start(1)
+      yield* Effect.sleep("3 seconds")
+      faults.push("SIGSTOP past the lease, then SIGCONT")
+      yield* phase(faults.at(-1)!)
+      yield* cluster.pause(2)
+      yield* Effect.sleep(Duration.seconds(leaseSeconds * 2 + 2))
+      yield* cluster.resume(2)
+      yield* Effect.sleep("4 seconds")
+      faults.push("restart of every runner")
+      yield* phase(faults.at(-1)!)
+      yield* Effect.forEach([0, 1, 2], drainStop, { concurrency: "unbounded" })
+      yield* Effect.forEach([0, 1, 2], (i) => cluster.start(i), { concurrency: "unbounded" })
+      yield* Effect.sleep("3 seconds")
+      yield* Fiber.interrupt(workload)
+      // Sends still in flight get their answer (or time out) before the checks.
+      yield* Effect.sleep("2 seconds")
+
+      yield* phase("faults done; waiting for every request")
+      // --- Every accepted request completes (and a send whose answer was lost either completed or never arrived).
+      const outcomes = new Map<string, any>()
+      const deadline = Date.now() + 120_000
+      for (const [requestId, entry] of sent) {
+        while (Date.now() < deadline) {
+          const record = yield* call("GET", `/v1/agents/${entry.agentId}/requests/${requestId}?wait=20`)
+          if (record.status === 404 && !entry.accepted) break
+          // It arrived after all: it must complete like any accepted request.
+          if (record.status === 200) entry.accepted = true
+          if (record.status === 200 && record.body.state === "completed") {
+            outcomes.set(requestId, record.body)
+            break
+          }
+        }
+      }
+      const accepted = [...sent].filter(([, entry]) => entry.accepted)
+      const lost = accepted.filter(([requestId]) => !outcomes.has(requestId))
+      expect(lost.map(([requestId]) => requestId)).toEqual([])
+      for (const [requestId, record] of outcomes) {
+        expect(record.outcome.error, requestId).toBeUndefined()
+        expect(record.outcome.result.error, requestId).toBeNull()
+      }
+
+      yield* phase("requests settled; checking histories")
+      // --- Histories are whole and in order: every prompt once, every tool call answered once, right after its call.
+      let toolCallsInHistory = 0
+      for (const agentId of agents) {
+        let entries: Array<{ index: number; message: any }> = []
+        let before: number | null = null
+        do {
+          const page: any =
+            (yield* call("GET", `/v1/agents/${agentId}/history${before === null ? "" : `?before=${before}`}`))
+              .body
+          entries = [...page.entries, ...entries]
+          before = page.next
+        } while (before !== null)
+        expect(entries.map((entry) => entry.index)).toEqual(entries.map((_, i) => i))
+        const prompts = entries.filter((entry) => entry.message.role === "user").map((entry) => entry.message.content)
+        expect(new Set(prompts).size, agentId).toBe(prompts.length)
+        for (const [requestId, record] of outcomes) {
+          if (sent.get(requestId)!.agentId === agentId && record.steeredInto === undefined) {
+            expect(prompts, requestId).toContain(sent.get(requestId)!.text)
+          }
+        }
+        entries.forEach((entry, i) => {
+          if (entry.message.role !== "assistant") return
+          const calls = entry.message.content.filter((part: any) => part.type === "toolCall")
+          toolCallsInHistory += calls.length
+          const results = entries.slice(i + 1, i + 1 + calls.length).map((next) => next.message)
+          expect(results.map((result) => result.role), agentId).toEqual(calls.map(() => "toolResult"))
+          expect(results.map((result) => result.toolCallId)).toEqual(calls.map((part: any) => part.id))
         })
       }
-      upstream.script({ text: "one two three four five six seven eight", tokenDelayMs: 60 })
-      const entry: Sent = { agentId, text, sentAt: Date.now(), accepted: false }
-      sent.set(requestId, entry)
-      const base = pick()
-      if (base === undefined) return
-      const answer = yield* Effect.either(
-        Http.attempt(base, "POST", `/v1/agents/${agentId}/prompt`, { token, json: { text, requestId } }, 30_000)
-      )
-      if (answer._tag === "Right" && answer.right.status === 202) entry.accepted = true
-    })
-    const workload = yield* Effect.forkScoped(
-      Effect.forever(Effect.zipRight(Effect.forkScoped(sendOne), Effect.sleep(Duration.millis(promptEveryMs))))
-    )
 
-    // --- Faults.
-    const began = Date.now()
-    const phase = (name: string) => Effect.sync(() => console.log(`fault suite +${Date.now() - began} ms: ${name}`))
-    const faults: Array<string> = []
-    yield* Effect.sleep("3 seconds")
-    faults.push("SIGTERM")
-    yield* phase(faults.at(-1)!)
-    yield* drainStop(0)
-    yield* cluster.start(0)
-    yield* Effect.sleep("3 seconds")
-    faults.push("kill -9")
-    yield* phase(faults.at(-1)!)
-    yield* cluster.stop(1, "SIGKILL")
-    yield* Effect.sleep(Duration.seconds(leaseSeconds + 2))
-    yield* cluster.start(1)
-    yield* Effect.sleep("3 seconds")
-    faults.push("SIGSTOP past the lease, then SIGCONT")
-    yield* phase(faults.at(-1)!)
-    yield* cluster.pause(2)
-    yield* Effect.sleep(Duration.seconds(leaseSeconds * 2 + 2))
-    yield* cluster.resume(2)
-    yield* Effect.sleep("4 seconds")
-    faults.push("restart of every runner")
-    yield* phase(faults.at(-1)!)
-    yield* Effect.forEach([0, 1, 2], drainStop, { concurrency: "unbounded" })
-    yield* Effect.forEach([0, 1, 2], (i) => cluster.start(i), { concurrency: "unbounded" })
-    yield* Effect.sleep("3 seconds")
-    yield* Fiber.interrupt(workload)
-    // Sends still in flight get their answer (or time out) before the checks.
-    yield* Effect.sleep("2 seconds")
+      // --- No tool call was sent twice.
+      const paths = new Set(pages.calls.map((page) => page.path))
+      const duplicated = [...paths].filter((path) => pages.count(path) > 1)
+      expect(duplicated).toEqual([])
 
-    yield* phase("faults done; waiting for every request")
-    // --- Every accepted request completes (and a send whose answer was lost either completed or never arrived).
-    const outcomes = new Map<string, any>()
-    const deadline = Date.now() + 120_000
-    for (const [requestId, entry] of sent) {
-      while (Date.now() < deadline) {
-        const record = yield* call("GET", `/v1/agents/${entry.agentId}/requests/${requestId}?wait=20`)
-        if (record.status === 404 && !entry.accepted) break
-        // It arrived after all: it must complete like any accepted request.
-        if (record.status === 200) entry.accepted = true
-        if (record.status === 200 && record.body.state === "completed") {
-          outcomes.set(requestId, record.body)
-          break
-        }
+      // --- Cursors only grew, and every moved turn said so.
+      yield* Effect.sleep("6 seconds")
+      yield* Fiber.interrupt(watchers)
+      expect(cursorsWentBack).toBe(0)
+      const moved = [...outcomes].filter(([, record]) => record.outcome.result?.resumed === true)
+      // Seen, or the agent's watcher was told it missed events while the turn ran (it moved twice, the second time
+      // off a lost runner, before the watcher read the first turn_resumed).
+      const toldWhileRunning = (requestId: string, record: any) =>
+        (toldAt.get(sent.get(requestId)!.agentId) ?? []).some((at) =>
+          at >= sent.get(requestId)!.sentAt && at <= (record.endedAt + 1) * 1000
+        )
+      expect(
+        moved.filter(([requestId, record]) => !resumedSeen.has(requestId) && !toldWhileRunning(requestId, record))
+          .map(([requestId]) => requestId)
+      ).toEqual([])
+      const uncertain = [...outcomes].filter(([, record]) => record.outcome.uncertain === true).length
+
+      // --- The closely watched agents: every watcher on every node followed them through every fault.
+      let told = 0
+      for (const [agentId, agentWatchers] of watched) {
+        const mine = [...outcomes].filter(([requestId]) => sent.get(requestId)!.agentId === agentId)
+        const violations = Watchers.verify(agentWatchers, {
+          moved: mine.filter(([, record]) => record.outcome.result?.resumed === true).map(([requestId]) => requestId),
+          settled: mine.filter(([, record]) => record.steeredInto === undefined).map(([requestId]) => requestId).slice(
+            -1
+          )
+        })
+        expect(violations, agentId).toEqual({ wentBack: [], skipped: [], missedResumes: [], behind: [] })
+        told += agentWatchers.reduce(
+          (sum, watcher) => sum + watcher.marks.filter((mark) => mark._tag === "gap").length,
+          0
+        )
       }
-    }
-    const accepted = [...sent].filter(([, entry]) => entry.accepted)
-    const lost = accepted.filter(([requestId]) => !outcomes.has(requestId))
-    expect(lost.map(([requestId]) => requestId)).toEqual([])
-    for (const [requestId, record] of outcomes) {
-      expect(record.outcome.error, requestId).toBeUndefined()
-      expect(record.outcome.result.error, requestId).toBeNull()
-    }
+      const streams = [...watched.values()].flat()
+      expect(Math.max(...drainTimes)).toBeLessThan((drainTimeoutSeconds + 5) * 1000)
 
-    yield* phase("requests settled; checking histories")
-    // --- Histories are whole and in order: every prompt once, every tool call answered once, right after its call.
-    let toolCallsInHistory = 0
-    for (const agentId of agents) {
-      let entries: Array<{ index: number; message: any }> = []
-      let before: number | null = null
-      do {
-        const page: any = (yield* call("GET", `/v1/agents/${agentId}/history${before === null ? "" : `?before=${before}`}`))
-          .body
-        entries = [...page.entries, ...entries]
-        before = page.next
-      } while (before !== null)
-      expect(entries.map((entry) => entry.index)).toEqual(entries.map((_, i) => i))
-      const prompts = entries.filter((entry) => entry.message.role === "user").map((entry) => entry.message.content)
-      expect(new Set(prompts).size, agentId).toBe(prompts.length)
-      for (const [requestId, record] of outcomes) {
-        if (sent.get(requestId)!.agentId === agentId && record.steeredInto === undefined) {
-          expect(prompts, requestId).toContain(sent.get(requestId)!.text)
-        }
-      }
-      entries.forEach((entry, i) => {
-        if (entry.message.role !== "assistant") return
-        const calls = entry.message.content.filter((part: any) => part.type === "toolCall")
-        toolCallsInHistory += calls.length
-        const results = entries.slice(i + 1, i + 1 + calls.length).map((next) => next.message)
-        expect(results.map((result) => result.role), agentId).toEqual(calls.map(() => "toolResult"))
-        expect(results.map((result) => result.toolCallId)).toEqual(calls.map((part: any) => part.id))
-      })
-    }
-
-    // --- No tool call was sent twice.
-    const paths = new Set(pages.calls.map((page) => page.path))
-    const duplicated = [...paths].filter((path) => pages.count(path) > 1)
-    expect(duplicated).toEqual([])
-
-    // --- Cursors only grew, and every moved turn said so.
-    yield* Effect.sleep("6 seconds")
-    yield* Fiber.interrupt(watchers)
-    expect(cursorsWentBack).toBe(0)
-    const moved = [...outcomes].filter(([, record]) => record.outcome.result?.resumed === true)
-    // Seen, or the agent's watcher was told it missed events while the turn ran (it moved twice, the second time
-    // off a lost runner, before the watcher read the first turn_resumed).
-    const toldWhileRunning = (requestId: string, record: any) =>
-      (toldAt.get(sent.get(requestId)!.agentId) ?? []).some((at) =>
-        at >= sent.get(requestId)!.sentAt && at <= (record.endedAt + 1) * 1000
+      console.log(
+        `fault suite: requests sent ${sent.size}, accepted ${accepted.length}, completed ${outcomes.size}, ` +
+          `faults ${faults.length} (${faults.join("; ")}), moved turns ${moved.length}, uncertain ${uncertain}, ` +
+          `tool calls ${toolCallsInHistory} (pages fetched ${pages.calls.length}), replay gaps ${gaps}, ` +
+          `lost ${lost.length}, duplicated tool calls ${duplicated.length}; watchers on every node of ${watched.size} agents: ` +
+          `${streams.length} watchers, ${streams.reduce((sum, watcher) => sum + watcher.reconnects, 0)} reconnects, ` +
+          `${told} told of a gap, ${
+            streams.reduce((sum, watcher) => sum + watcher.stalls, 0)
+          } stalls; drained runners ` +
+          `exited in ${drainTimes.map((ms) => (ms / 1000).toFixed(1)).join(", ")} s`
       )
-    expect(
-      moved.filter(([requestId, record]) => !resumedSeen.has(requestId) && !toldWhileRunning(requestId, record))
-        .map(([requestId]) => requestId)
-    ).toEqual([])
-    const uncertain = [...outcomes].filter(([, record]) => record.outcome.uncertain === true).length
-
-    // --- The closely watched agents: every watcher on every node followed them through every fault.
-    let told = 0
-    for (const [agentId, agentWatchers] of watched) {
-      const mine = [...outcomes].filter(([requestId]) => sent.get(requestId)!.agentId === agentId)
-      const violations = Watchers.verify(agentWatchers, {
-        moved: mine.filter(([, record]) => record.outcome.result?.resumed === true).map(([requestId]) => requestId),
-        settled: mine.filter(([, record]) => record.steeredInto === undefined).map(([requestId]) => requestId).slice(-1)
-      })
-      expect(violations, agentId).toEqual({ wentBack: [], skipped: [], missedResumes: [], behind: [] })
-      told += agentWatchers.reduce((sum, watcher) => sum + watcher.marks.filter((mark) => mark._tag === "gap").length, 0)
-    }
-    const streams = [...watched.values()].flat()
-    expect(Math.max(...drainTimes)).toBeLessThan((drainTimeoutSeconds + 5) * 1000)
-
-    console.log(
-      `fault suite: requests sent ${sent.size}, accepted ${accepted.length}, completed ${outcomes.size}, ` +
-        `faults ${faults.length} (${faults.join("; ")}), moved turns ${moved.length}, uncertain ${uncertain}, ` +
-        `tool calls ${toolCallsInHistory} (pages fetched ${pages.calls.length}), replay gaps ${gaps}, ` +
-        `lost ${lost.length}, duplicated tool calls ${duplicated.length}; watchers on every node of ${watched.size} agents: ` +
-        `${streams.length} watchers, ${streams.reduce((sum, watcher) => sum + watcher.reconnects, 0)} reconnects, ` +
-        `${told} told of a gap, ${streams.reduce((sum, watcher) => sum + watcher.stalls, 0)} stalls; drained runners ` +
-        `exited in ${drainTimes.map((ms) => (ms / 1000).toFixed(1)).join(", ")} s`
-    )
-    expect(moved.length).toBeGreaterThan(0)
-  }), { timeout: 300_000 })
+      expect(moved.length).toBeGreaterThan(0)
+    }),
+  { timeout: 300_000 }
+)

@@ -26,7 +26,10 @@ const WorldLive = Layer.effect(
   })
 ).pipe(Layer.provide(TestWorld.layer((upstream) => FuzzWorld.env(upstream, maxBodyBytes))))
 
-const invalid = (error: string) => ({ status: 400, body: { error: `invalid request: ${error}`, code: "INVALID_REQUEST" } })
+const invalid = (error: string) => ({
+  status: 400,
+  body: { error: `invalid request: ${error}`, code: "INVALID_REQUEST" }
+})
 
 layer(WorldLive, { excludeTestServices: true })("fuzz", (it) => {
   it.effect("strings PostgreSQL cannot store are refused at the edge, naming the field", () =>
@@ -39,12 +42,18 @@ layer(WorldLive, { excludeTestServices: true })("fuzz", (it) => {
       expect(yield* api.post("/v1/tokens", { token, json: { name: "a\ud800b" } }))
         .toMatchObject(invalid("name: must be valid Unicode (a lone surrogate such as \\ud800 is not)"))
       expect(yield* api.post("/v1/agents", { token, json: { model: "up-chat/m1", context: { ok: 1, "k\u0000": 1 } } }))
-        .toMatchObject(invalid("context.\"k\\u0000\": key must not contain NUL (\\u0000)"))
-      expect(yield* api.delete("/v1/tokens/tok_1%00", { token })).toMatchObject(invalid("path: must not contain NUL (%00)"))
+        .toMatchObject(invalid('context."k\\u0000": key must not contain NUL (\\u0000)'))
+      expect(yield* api.delete("/v1/tokens/tok_1%00", { token })).toMatchObject(
+        invalid("path: must not contain NUL (%00)")
+      )
       expect(yield* api.get(`/v1/agents/${agentId}%00/state`, { token }))
         .toMatchObject(invalid("path: must not contain NUL (%00)"))
-      expect(yield* api.get("/v1/tokens?limit=2&after=%00", { token })).toMatchObject(invalid("after: must not contain NUL (%00)"))
-      expect(yield* api.get("/v1/agents/%FF", { token })).toMatchObject(invalid("path: not valid percent-encoded UTF-8"))
+      expect(yield* api.get("/v1/tokens?limit=2&after=%00", { token })).toMatchObject(
+        invalid("after: must not contain NUL (%00)")
+      )
+      expect(yield* api.get("/v1/agents/%FF", { token })).toMatchObject(
+        invalid("path: not valid percent-encoded UTF-8")
+      )
       // The same in a form body, through another decoder: the API takes JSON only.
       const form = yield* api.post("/v1/tokens", {
         token,
@@ -54,7 +63,7 @@ layer(WorldLive, { excludeTestServices: true })("fuzz", (it) => {
       expect(form).toMatchObject(invalid("the body must be JSON (content-type application/json)"))
       const multipart = yield* api.post("/v1/tokens", {
         token,
-        body: "--x\r\ncontent-disposition: form-data; name=\"name\"\r\n\r\na\r\n--",
+        body: '--x\r\ncontent-disposition: form-data; name="name"\r\n\r\na\r\n--',
         headers: { "content-type": "multipart/form-data; boundary=x" }
       })
       expect(multipart).toMatchObject(invalid("the body must be JSON (content-type application/json)"))
@@ -112,15 +121,23 @@ layer(WorldLive, { excludeTestServices: true })("fuzz", (it) => {
       const { fill, node, upstream } = yield* World
       const api = Http.client(node.rest)
       const token = fill.keys.apiKey
-      expect(yield* api.put("/v1/keys/acme", { token, json: { apiKey: "sk-\u00e9\u4e2d", verify: false } })).toMatchObject(
-        invalid("apiKey: must be printable ASCII without whitespace (it is sent as a header)")
-      )
+      expect(yield* api.put("/v1/keys/acme", { token, json: { apiKey: "sk-\u00e9\u4e2d", verify: false } }))
+        .toMatchObject(
+          invalid("apiKey: must be printable ASCII without whitespace (it is sent as a header)")
+        )
       const provider = (headers: Record<string, string>) =>
         api.put("/v1/providers/fz-headers", {
           token,
-          json: { type: "openai-completions", baseUrl: `${upstream.url}/v1`, headers, models: [{ id: "m1", contextWindow: 1000 }] }
+          json: {
+            type: "openai-completions",
+            baseUrl: `${upstream.url}/v1`,
+            headers,
+            models: [{ id: "m1", contextWindow: 1000 }]
+          }
         })
-      for (const headers of [{ "x a": "1" }, { "content-length": "1" }, { "x-team": "\u4e2d" }, { "x-team": "a\u0001" }]) {
+      for (
+        const headers of [{ "x a": "1" }, { "content-length": "1" }, { "x-team": "\u4e2d" }, { "x-team": "a\u0001" }]
+      ) {
         const answer = yield* provider(headers)
         expect(answer.status).toBe(400)
         expect(answer.body.error).toMatch(/^invalid request: headers\./)

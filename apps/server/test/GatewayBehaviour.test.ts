@@ -73,7 +73,11 @@ layer(Fixture.layer(), { excludeTestServices: true, timeout: 60_000 })("gateway 
         })
       )
       const replayed = (upstream.requests()[1]!.body as any).messages[1].content
-      expect(replayed[0]).toMatchObject({ type: "thinking", thinking: "Think first.", signature: reasoning.encrypted_content })
+      expect(replayed[0]).toMatchObject({
+        type: "thinking",
+        thinking: "Think first.",
+        signature: reasoning.encrypted_content
+      })
     }))
 
   it.effect("thinking blocks are never turned into text for an upstream that cannot take them back", () =>
@@ -110,7 +114,10 @@ layer(Fixture.layer(), { excludeTestServices: true, timeout: 60_000 })("gateway 
       // Usage is written every 100 ms: let the earlier tests' records land first.
       yield* Effect.sleep("300 millis")
       const before = (yield* Fixture.usageRows(databaseUrl, tenant.id, 0)).length
-      upstream.script([{ text: "one", usage: { input: 31, output: 3 } }, { text: "two", usage: { input: 41, output: 4 } }])
+      upstream.script([{ text: "one", usage: { input: 31, output: 3 } }, {
+        text: "two",
+        usage: { input: 41, output: 4 }
+      }])
       const body = { model: Fixture.modelOf("openai-completions"), messages: [{ role: "user", content: "hi" }] }
       const without = yield* chatChunks(gateway, tenant.token, body)
       expect(without.some((chunk) => chunk.usage)).toBe(false)
@@ -156,7 +163,11 @@ layer(Fixture.layer(), { excludeTestServices: true, timeout: 60_000 })("gateway 
       const messages = [{ role: "user" as const, content: "What is the weather in Paris today?" }]
       const extra = {
         system: "You are a weather assistant. ".repeat(20),
-        tools: [{ name: "get_weather", description: "Weather for a city. ".repeat(10), input_schema: weatherSchema as any }]
+        tools: [{
+          name: "get_weather",
+          description: "Weather for a city. ".repeat(10),
+          input_schema: weatherSchema as any
+        }]
       }
       for (const type of ["openai-completions", "anthropic-messages"] as const) {
         const model = Fixture.modelOf(type)
@@ -174,6 +185,9 @@ layer(Fixture.layer(), { excludeTestServices: true, timeout: 60_000 })("gateway 
         json: { model: Fixture.modelOf("anthropic-messages"), messages }
       })
       expect(raw.status).toBe(400)
-      expect(raw.body).toMatchObject({ type: "error", error: { type: "invalid_request_error", code: "INVALID_REQUEST" } })
+      expect(raw.body).toMatchObject({
+        type: "error",
+        error: { type: "invalid_request_error", code: "INVALID_REQUEST" }
+      })
     }))
 })

@@ -48,7 +48,9 @@ layer(Fixture.layer(), { excludeTestServices: true, timeout: 60_000 })("gateway 
             ["get_time", { city: "Tokyo" }]
           ])
           expect(new Set(answer.toolCalls.map((call) => call.id)).size).toBe(2)
-          expect(answer.stop).toBe(inbound === "chat" ? "tool_calls" : inbound === "messages" ? "tool_use" : "completed")
+          expect(answer.stop).toBe(
+            inbound === "chat" ? "tool_calls" : inbound === "messages" ? "tool_use" : "completed"
+          )
           const tools = JSON.stringify((fake.requests()[0]!.body as any).tools)
           expect(tools).toContain("get_weather")
           expect(tools).toContain("get_time")

@@ -4,8 +4,8 @@
  * and their queue, tenant isolation, usage records, `auto`, and the model
  * listing both SDKs page through.
  */
-import Anthropic from "@anthropic-ai/sdk"
 import { Http } from "@agent-runtime/testing"
+import Anthropic from "@anthropic-ai/sdk"
 import { expect, layer } from "@effect/vitest"
 import { Effect, Fiber } from "effect"
 import OpenAI from "openai"
@@ -36,7 +36,10 @@ layer(WorldLive, { excludeTestServices: true, timeout: 60_000 })("gateway errors
         expect(viaResponses).toBeInstanceOf(OpenAI.AuthenticationError)
         const viaMessages = yield* failure(() => messages(Fixture.anthropic(gateway, key), model))
         expect(viaMessages).toBeInstanceOf(Anthropic.AuthenticationError)
-        expect(viaMessages.error).toMatchObject({ type: "error", error: { type: "authentication_error", code: "UNAUTHORIZED" } })
+        expect(viaMessages.error).toMatchObject({
+          type: "error",
+          error: { type: "authentication_error", code: "UNAUTHORIZED" }
+        })
       }
       // No key at all.
       const bare = yield* Http.client(gateway).post("/v1/messages", {
@@ -118,7 +121,10 @@ layer(WorldLive, { excludeTestServices: true, timeout: 60_000 })("gateway errors
       expect(Number(refused.headers.get("retry-after"))).toBeGreaterThanOrEqual(1)
       // count_tokens takes a slot too.
       const counting = yield* failure(() =>
-        Fixture.anthropic(gateway, tenant.token).messages.countTokens({ model, messages: [{ role: "user", content: "hi" }] })
+        Fixture.anthropic(gateway, tenant.token).messages.countTokens({
+          model,
+          messages: [{ role: "user", content: "hi" }]
+        })
       )
       expect(counting).toBeInstanceOf(Anthropic.RateLimitError)
       expect((yield* Fiber.join(slow)).choices[0]!.message.content).toBe("slow")
@@ -164,7 +170,9 @@ layer(WorldLive, { excludeTestServices: true, timeout: 60_000 })("gateway errors
         })
       )
       expect(viaScope).toBeInstanceOf(OpenAI.NotFoundError)
-      expect(yield* failure(() => chat(theirs, Fixture.modelOf("openai-completions")))).toBeInstanceOf(OpenAI.NotFoundError)
+      expect(yield* failure(() => chat(theirs, Fixture.modelOf("openai-completions")))).toBeInstanceOf(
+        OpenAI.NotFoundError
+      )
       expect(upstream.requests()).toHaveLength(1)
       const listed = yield* Effect.promise(() => theirs.models.list())
       expect(listed.data.map((model) => model.id)).not.toContain("up-chat/m1")
@@ -176,14 +184,33 @@ layer(WorldLive, { excludeTestServices: true, timeout: 60_000 })("gateway errors
       yield* Effect.sleep("300 millis")
       const before = (yield* Fixture.usageRows(databaseUrl, tenant.id, 0)).length
       upstream.reset()
-      upstream.script([{ text: "a", usage: { input: 1000, output: 500 } }, { text: "b", usage: { input: 2000, output: 100 } }])
+      upstream.script([{ text: "a", usage: { input: 1000, output: 500 } }, {
+        text: "b",
+        usage: { input: 2000, output: 100 }
+      }])
       const client = Fixture.openai(gateway, tenant.token)
       yield* Effect.promise(() => chat(client, Fixture.modelOf("openai-completions")))
       yield* Effect.promise(() => chat(client, Fixture.modelOf("anthropic-messages")))
       const rows = (yield* Fixture.usageRows(databaseUrl, tenant.id, before + 2)).slice(before)
       expect(rows).toEqual([
-        { provider: "up-chat", model: "m1", kind: "response", keySource: "tenant", input: 1000, output: 500, costUsd: 0.002 },
-        { provider: "up-msg", model: "m1", kind: "response", keySource: "tenant", input: 2000, output: 100, costUsd: 0.0022 }
+        {
+          provider: "up-chat",
+          model: "m1",
+          kind: "response",
+          keySource: "tenant",
+          input: 1000,
+          output: 500,
+          costUsd: 0.002
+        },
+        {
+          provider: "up-msg",
+          model: "m1",
+          kind: "response",
+          keySource: "tenant",
+          input: 2000,
+          output: 100,
+          costUsd: 0.0022
+        }
       ])
     }))
 

@@ -4,8 +4,8 @@
  * clients pointed at the gateway, and one call shape per inbound protocol
  * whose answer is read back into the same plain form, streamed or not.
  */
-import Anthropic from "@anthropic-ai/sdk"
 import { type FakeUpstream, Http, type TestNode, TestWorld } from "@agent-runtime/testing"
+import Anthropic from "@anthropic-ai/sdk"
 import { Context, Effect, Layer, type Scope } from "effect"
 import OpenAI from "openai"
 import Pg from "pg"
@@ -63,12 +63,14 @@ export const addProviders = (node: TestNode.TestNode, upstream: FakeUpstream.Fak
           }]
         }
       }),
-      (response) => Effect.sync(() => {
-        if (response.status !== 200) throw new Error(`provider ${type}: ${response.status} ${response.text}`)
-      })
+      (response) =>
+        Effect.sync(() => {
+          if (response.status !== 200) throw new Error(`provider ${type}: ${response.status} ${response.text}`)
+        })
     ), { discard: true })
 
-export const openai = (gateway: string, apiKey: string) => new OpenAI({ apiKey, baseURL: `${gateway}/v1`, maxRetries: 0 })
+export const openai = (gateway: string, apiKey: string) =>
+  new OpenAI({ apiKey, baseURL: `${gateway}/v1`, maxRetries: 0 })
 export const anthropic = (gateway: string, apiKey: string) => new Anthropic({ apiKey, baseURL: gateway, maxRetries: 0 })
 
 /** A conversation in protocol-neutral terms, written into each protocol's request. */
@@ -104,7 +106,11 @@ const chatRequest = (ask: Ask) => {
     messages.push({
       role: "assistant",
       content: null,
-      tool_calls: [{ id: "call_w1", type: "function", function: { name: "get_weather", arguments: "{\"city\":\"Paris\"}" } }]
+      tool_calls: [{
+        id: "call_w1",
+        type: "function",
+        function: { name: "get_weather", arguments: '{"city":"Paris"}' }
+      }]
     })
     messages.push({ role: "tool", tool_call_id: "call_w1", content: "sunny" })
   }
@@ -127,7 +133,7 @@ const chatRequest = (ask: Ask) => {
 const responsesRequest = (ask: Ask) => {
   const input: Array<any> = [{ role: "user", content: ask.prompt ?? "hi" }]
   if (ask.toolRound === true) {
-    input.push({ type: "function_call", call_id: "call_w1", name: "get_weather", arguments: "{\"city\":\"Paris\"}" })
+    input.push({ type: "function_call", call_id: "call_w1", name: "get_weather", arguments: '{"city":"Paris"}' })
     input.push({ type: "function_call_output", call_id: "call_w1", output: "sunny" })
   }
   return {
@@ -150,7 +156,10 @@ const responsesRequest = (ask: Ask) => {
 const messagesRequest = (ask: Ask) => {
   const messages: Array<any> = [{ role: "user", content: ask.prompt ?? "hi" }]
   if (ask.toolRound === true) {
-    messages.push({ role: "assistant", content: [{ type: "tool_use", id: "toolu_w1", name: "get_weather", input: { city: "Paris" } }] })
+    messages.push({
+      role: "assistant",
+      content: [{ type: "tool_use", id: "toolu_w1", name: "get_weather", input: { city: "Paris" } }]
+    })
     messages.push({ role: "user", content: [{ type: "tool_result", tool_use_id: "toolu_w1", content: "sunny" }] })
   }
   return {
@@ -288,11 +297,21 @@ export const toolResultIn = (request: FakeUpstream.RecordedRequest): { id: strin
   switch (request.protocol) {
     case "openai-chat": {
       const message = body.messages.find((message: any) => message.role === "tool")
-      return message && { id: message.tool_call_id, content: typeof message.content === "string" ? message.content : message.content.map((part: any) => part.text).join("") }
+      return message &&
+        {
+          id: message.tool_call_id,
+          content: typeof message.content === "string"
+            ? message.content
+            : message.content.map((part: any) => part.text).join("")
+        }
     }
     case "openai-responses": {
       const item = body.input.find((item: any) => item.type === "function_call_output")
-      return item && { id: item.call_id, content: typeof item.output === "string" ? item.output : item.output.map((part: any) => part.text).join("") }
+      return item &&
+        {
+          id: item.call_id,
+          content: typeof item.output === "string" ? item.output : item.output.map((part: any) => part.text).join("")
+        }
     }
     default: {
       for (const message of body.messages) {
@@ -301,7 +320,9 @@ export const toolResultIn = (request: FakeUpstream.RecordedRequest): { id: strin
         if (block) {
           return {
             id: block.tool_use_id,
-            content: typeof block.content === "string" ? block.content : block.content.map((part: any) => part.text).join("")
+            content: typeof block.content === "string"
+              ? block.content
+              : block.content.map((part: any) => part.text).join("")
           }
         }
       }

@@ -4,7 +4,8 @@
  * anywhere, also deep inside it, is a conflict; a true retry does nothing
  * twice; an upsert always leaves the agent with the settings it names.
  */
-import { Http, TestWorld } from "@agent-runtime/testing"
+import type { Http } from "@agent-runtime/testing"
+import { TestWorld } from "@agent-runtime/testing"
 import { expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
 

@@ -33,7 +33,9 @@ layer(NodeLive, { excludeTestServices: true })("tenant isolation", (it) => {
       expect(bTokens.map((token: { name: string }) => token.name)).toEqual(["first key", "b2"])
       // A cursor from another tenant's list reveals nothing.
       const paged = yield* api.get(`/v1/tokens?after=${encodeURIComponent("tok_0")}`, { token: a.token })
-      expect(paged.body.data.every((token: { id: string }) => aTokens.some((own: { id: string }) => own.id === token.id)))
+      expect(
+        paged.body.data.every((token: { id: string }) => aTokens.some((own: { id: string }) => own.id === token.id))
+      )
         .toBe(true)
 
       // revoke
@@ -53,7 +55,10 @@ layer(NodeLive, { excludeTestServices: true })("tenant isolation", (it) => {
       expect((yield* api.get("/v1/admin/tenants", { token: a.token })).status).toBe(403)
 
       // The operator acting for A sees A's data only.
-      const asA = yield* api.get("/v1/tokens", { token: node.operatorToken, headers: { "x-agent-runtime-tenant": a.id } })
+      const asA = yield* api.get("/v1/tokens", {
+        token: node.operatorToken,
+        headers: { "x-agent-runtime-tenant": a.id }
+      })
       expect(asA.body.data.map((token: { name: string }) => token.name)).toEqual(["first key", "a2"])
     }))
 })

@@ -80,10 +80,15 @@ layer(WorldLive, { excludeTestServices: true })("model layer over REST", (it) =>
         available: false
       })
       // Subscription-only providers are not offered to a multi-tenant server.
-      expect([...byId.keys()].some((id) => id.startsWith("openai-codex/") || id.startsWith("github-copilot/"))).toBe(false)
+      expect([...byId.keys()].some((id) => id.startsWith("openai-codex/") || id.startsWith("github-copilot/"))).toBe(
+        false
+      )
       expect((yield* api.get("/v1/me", { token: acme.token })).body.defaultModel).toBe("anthropic/claude-sonnet-4-5")
 
-      const set = yield* api.put("/v1/keys/acme", { token: acme.token, json: { apiKey: "sk-acme-3333", verify: false } })
+      const set = yield* api.put("/v1/keys/acme", {
+        token: acme.token,
+        json: { apiKey: "sk-acme-3333", verify: false }
+      })
       expect(set).toMatchObject({
         status: 200,
         body: { provider: "acme", last4: "3333", verification: { status: "unverified" } }
@@ -101,8 +106,15 @@ layer(WorldLive, { excludeTestServices: true })("model layer over REST", (it) =>
       expect(providers.find((provider: any) => provider.id === "exa")).toMatchObject({ kind: "search", key: null })
       expect(providers.find((provider: any) => provider.id === "browserless")).toMatchObject({ kind: "fetch" })
       const search = yield* api.put("/v1/keys/exa", { token: acme.token, json: { apiKey: "exa-key-1515" } })
-      expect(search.body).toEqual({ provider: "exa", last4: "1515", verification: { status: "unverified", detail: "not checked" } })
-      expect((yield* api.get("/v1/providers/exa", { token: acme.token })).body.key).toMatchObject({ source: "tenant", last4: "1515" })
+      expect(search.body).toEqual({
+        provider: "exa",
+        last4: "1515",
+        verification: { status: "unverified", detail: "not checked" }
+      })
+      expect((yield* api.get("/v1/providers/exa", { token: acme.token })).body.key).toMatchObject({
+        source: "tenant",
+        last4: "1515"
+      })
     }))
 
   it.effect("keys are verified with the provider, and only good ones are kept", () =>
@@ -207,9 +219,14 @@ layer(WorldLive, { excludeTestServices: true })("model layer over REST", (it) =>
       expect(removed.body.custom.headers).toEqual([])
       // The messages type: auth bearer is kept only while given.
       const messages = { ...rest, type: "anthropic-messages", baseUrl: upstream.url }
-      expect((yield* api.put("/v1/providers/local", { token: t.token, json: { ...messages, auth: "bearer" } })).body.custom.auth)
+      expect(
+        (yield* api.put("/v1/providers/local", { token: t.token, json: { ...messages, auth: "bearer" } })).body.custom
+          .auth
+      )
         .toBe("bearer")
-      expect((yield* api.put("/v1/providers/local", { token: t.token, json: messages })).body.custom.auth).toBe("x-api-key")
+      expect((yield* api.put("/v1/providers/local", { token: t.token, json: messages })).body.custom.auth).toBe(
+        "x-api-key"
+      )
 
       const refused = [
         [{ ...rest, models: [] }, "models"],
@@ -227,7 +244,10 @@ layer(WorldLive, { excludeTestServices: true })("model layer over REST", (it) =>
         code: "INVALID_REQUEST"
       })
       expect((yield* api.get("/v1/providers/other", { token: t.token })).status).toBe(404)
-      expect((yield* api.delete("/v1/providers/local", { token: t.token })).body).toEqual({ id: "local", deleted: true })
+      expect((yield* api.delete("/v1/providers/local", { token: t.token })).body).toEqual({
+        id: "local",
+        deleted: true
+      })
       expect((yield* api.get("/v1/providers/local", { token: t.token })).status).toBe(404)
     }))
 
@@ -395,39 +415,47 @@ const privateUrls = [
 ]
 
 describe("egress at save time", () => {
-  it.scopedLive(`refuses ${privateUrls.length} private or tricky base URLs, and ALLOW_PRIVATE_URLS lets loopback in`, () =>
-    Effect.gen(function*() {
-      const node = yield* TestNode.start({ databaseUrl: yield* TestDatabase.make })
-      const api = Http.client(node.rest)
-      const t = yield* tenant(node, "ssrf")
-      for (const baseUrl of privateUrls) {
-        const provider = yield* api.put("/v1/providers/p", {
-          token: t.token,
-          json: { type: "openai-completions", baseUrl, models: [{ id: "m", contextWindow: 1000 }] }
-        })
-        expect(provider.status, baseUrl).toBe(400)
-        expect(provider.body.code).toBe("INVALID_REQUEST")
-        expect(provider.body.error).toMatch(/baseUrl/)
-        if (baseUrl.startsWith("https://") || baseUrl.startsWith("http://")) {
-          const entry = yield* api.put("/v1/key-scopes/s/providers/openai", { token: t.token, json: { baseUrl } })
-          expect(entry.status, baseUrl).toBe(400)
+  it.scopedLive(
+    `refuses ${privateUrls.length} private or tricky base URLs, and ALLOW_PRIVATE_URLS lets loopback in`,
+    () =>
+      Effect.gen(function*() {
+        const node = yield* TestNode.start({ databaseUrl: yield* TestDatabase.make })
+        const api = Http.client(node.rest)
+        const t = yield* tenant(node, "ssrf")
+        for (const baseUrl of privateUrls) {
+          const provider = yield* api.put("/v1/providers/p", {
+            token: t.token,
+            json: { type: "openai-completions", baseUrl, models: [{ id: "m", contextWindow: 1000 }] }
+          })
+          expect(provider.status, baseUrl).toBe(400)
+          expect(provider.body.code).toBe("INVALID_REQUEST")
+          expect(provider.body.error).toMatch(/baseUrl/)
+          if (baseUrl.startsWith("https://") || baseUrl.startsWith("http://")) {
+            const entry = yield* api.put("/v1/key-scopes/s/providers/openai", { token: t.token, json: { baseUrl } })
+            expect(entry.status, baseUrl).toBe(400)
+          }
         }
-      }
-      expect((yield* api.get("/v1/providers/p", { token: t.token })).status).toBe(404)
-      expect((yield* api.get("/v1/key-scopes", { token: t.token })).body.data).toEqual([])
-      expect(node.output()).not.toContain("ALLOW_PRIVATE_URLS=true")
+        expect((yield* api.get("/v1/providers/p", { token: t.token })).status).toBe(404)
+        expect((yield* api.get("/v1/key-scopes", { token: t.token })).body.data).toEqual([])
+        expect(node.output()).not.toContain("ALLOW_PRIVATE_URLS=true")
 
-      const upstream = yield* FakeUpstream.start()
-      const open = yield* TestNode.start({
-        databaseUrl: yield* TestDatabase.make,
-        env: { ALLOW_PRIVATE_URLS: "true" }
-      })
-      expect(open.output()).toMatch(/level=WARN .*ALLOW_PRIVATE_URLS=true/)
-      const u = yield* tenant(open, "open")
-      const saved = yield* Http.client(open.rest).put("/v1/providers/p", {
-        token: u.token,
-        json: { type: "openai-completions", baseUrl: `${upstream.url}/v1`, models: [{ id: "m", contextWindow: 1000 }] }
-      })
-      expect(saved.status).toBe(200)
-    }), { timeout: 60_000 })
+        const upstream = yield* FakeUpstream.start()
+        const open = yield* TestNode.start({
+          databaseUrl: yield* TestDatabase.make,
+          env: { ALLOW_PRIVATE_URLS: "true" }
+        })
+        expect(open.output()).toMatch(/level=WARN .*ALLOW_PRIVATE_URLS=true/)
+        const u = yield* tenant(open, "open")
+        const saved = yield* Http.client(open.rest).put("/v1/providers/p", {
+          token: u.token,
+          json: {
+            type: "openai-completions",
+            baseUrl: `${upstream.url}/v1`,
+            models: [{ id: "m", contextWindow: 1000 }]
+          }
+        })
+        expect(saved.status).toBe(200)
+      }),
+    { timeout: 60_000 }
+  )
 })

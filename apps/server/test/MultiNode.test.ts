@@ -74,155 +74,174 @@ const twoNodesWithAgents = (count: number) =>
     })
     const agents = yield* Effect.forEach(
       Array.from({ length: count }, (_, i) => i),
-      () => Effect.map(api1.post("/v1/agents", { token, json: { model: "fake/m1" } }), (response) => response.body.id as string)
+      () =>
+        Effect.map(api1.post("/v1/agents", { token, json: { model: "fake/m1" } }), (response) =>
+          response.body.id as string)
     )
     return { upstream, one, two, api1, api2, token, agents, databaseUrl }
   })
 
-it.scopedLive("agents answer on any node: work goes to the owner, events stream from any node", () =>
-  Effect.gen(function*() {
-    const { agents, api1, api2, token, two } = yield* twoNodesWithAgents(8)
-    const watched = yield* Http.sse(two.rest, `/v1/agents/${agents[0]}/events`, { token })
-    yield* watched.take((frame) => frame.event === "ready")
-    const requests = yield* Effect.forEach(agents, (id, i) =>
-      Effect.map(
-        (i % 2 === 0 ? api2 : api1).post(`/v1/agents/${id}/prompt`, { token, json: { text: `hello ${i}` } }),
-        (response) => ({ id, requestId: response.body.id as string })
-      ))
-    for (const { id, requestId } of requests) {
-      const done = (yield* api1.get(`/v1/agents/${id}/requests/${requestId}?wait=20`, { token })).body
-      expect(done.state).toBe("completed")
-      expect(done.outcome.result.reply).toBe("ok")
-    }
-    const frames = yield* watched.take((frame) => frame.data?.includes('"type":"response"') ?? false)
-    expect(frames.some((frame) => frame.data?.includes('"type":"response"'))).toBe(true)
-    const state = (yield* api2.get(`/v1/agents/${agents[1]}/state`, { token })).body
-    expect(state.requests[0].state).toBe("completed")
-  }), { timeout: 90_000 })
+it.scopedLive(
+  "agents answer on any node: work goes to the owner, events stream from any node",
+  () =>
+    Effect.gen(function*() {
+      const { agents, api1, api2, token, two } = yield* twoNodesWithAgents(8)
+      const watched = yield* Http.sse(two.rest, `/v1/agents/${agents[0]}/events`, { token })
+      yield* watched.take((frame) => frame.event === "ready")
+      const requests = yield* Effect.forEach(agents, (id, i) =>
+        Effect.map(
+          (i % 2 === 0 ? api2 : api1).post(`/v1/agents/${id}/prompt`, { token, json: { text: `hello ${i}` } }),
+          (response) => ({ id, requestId: response.body.id as string })
+        ))
+      for (const { id, requestId } of requests) {
+        const done = (yield* api1.get(`/v1/agents/${id}/requests/${requestId}?wait=20`, { token })).body
+        expect(done.state).toBe("completed")
+        expect(done.outcome.result.reply).toBe("ok")
+      }
+      const frames = yield* watched.take((frame) => frame.data?.includes('"type":"response"') ?? false)
+      expect(frames.some((frame) => frame.data?.includes('"type":"response"'))).toBe(true)
+      const state = (yield* api2.get(`/v1/agents/${agents[1]}/state`, { token })).body
+      expect(state.requests[0].state).toBe("completed")
+    }),
+  { timeout: 90_000 }
+)
 
-it.scopedLive("when a node stops mid-turn, its agents' accepted prompts finish on the other node", () =>
-  Effect.gen(function*() {
-    const { agents, api2, one, token, upstream } = yield* twoNodesWithAgents(6)
-    // Slow answers, so turns are running when the first node stops.
-    for (let i = 0; i < 12; i++) upstream.script({ text: "one two three four five six seven eight", tokenDelayMs: 150 })
-    const requests = yield* Effect.forEach(agents, (id) =>
-      Effect.map(api2.post(`/v1/agents/${id}/prompt`, { token, json: { text: "go" } }), (response) => ({
-        id,
-        requestId: response.body.id as string
-      })))
-    yield* Effect.sleep("400 millis")
-    yield* one.stop("SIGTERM")
-    for (const { id, requestId } of requests) {
-      const done = (yield* api2.get(`/v1/agents/${id}/requests/${requestId}?wait=25`, { token })).body
-      expect(done.state, id).toBe("completed")
-      expect(done.outcome.result.reply).toBe("one two three four five six seven eight")
-    }
-  }), { timeout: 120_000 })
+it.scopedLive(
+  "when a node stops mid-turn, its agents' accepted prompts finish on the other node",
+  () =>
+    Effect.gen(function*() {
+      const { agents, api2, one, token, upstream } = yield* twoNodesWithAgents(6)
+      // Slow answers, so turns are running when the first node stops.
+      for (let i = 0; i < 12; i++) {
+        upstream.script({ text: "one two three four five six seven eight", tokenDelayMs: 150 })
+      }
+      const requests = yield* Effect.forEach(agents, (id) =>
+        Effect.map(api2.post(`/v1/agents/${id}/prompt`, { token, json: { text: "go" } }), (response) => ({
+          id,
+          requestId: response.body.id as string
+        })))
+      yield* Effect.sleep("400 millis")
+      yield* one.stop("SIGTERM")
+      for (const { id, requestId } of requests) {
+        const done = (yield* api2.get(`/v1/agents/${id}/requests/${requestId}?wait=25`, { token })).body
+        expect(done.state, id).toBe("completed")
+        expect(done.outcome.result.reply).toBe("one two three four five six seven eight")
+      }
+    }),
+  { timeout: 120_000 }
+)
 
-it.scopedLive("operators list the runners and drain one: its turn finishes its step and goes on elsewhere", () =>
-  Effect.gen(function*() {
-    const { agents, api1, api2, databaseUrl, one, token, two, upstream } = yield* twoNodesWithAgents(6)
-    const operator = one.operatorToken
-    // Both runners report within a lease's third; together they hold every shard.
-    let listed: any
-    for (let i = 0; i < 50; i++) {
-      listed = (yield* api2.get("/v1/admin/runners", { token: operator })).body
-      const held = listed.data.reduce((sum: number, runner: any) => sum + runner.shards, 0)
-      if (listed.data.length === 2 && listed.data.every((runner: any) => runner.shards > 0) && held === 300) break
-      yield* Effect.sleep("200 millis")
-    }
-    expect(listed).toMatchObject({ healthy: 2, shards: 300, leaseSeconds: 6 })
-    expect(listed.data.map((runner: any) => runner.address).sort()).toEqual([one.runnerAddress, two.runnerAddress].sort())
-    expect(listed.data.reduce((sum: number, runner: any) => sum + runner.shards, 0)).toBe(300)
-    expect(listed.data.every((runner: any) => runner.state === "active" && runner.healthy)).toBe(true)
-
-    // Tenants may not see or drain runners; an unknown address is 404.
-    expect((yield* api1.get("/v1/admin/runners", { token })).status).toBe(403)
-    expect((yield* api1.post(`/v1/admin/runners/${encodeURIComponent(one.runnerAddress)}/drain`, { token })).status)
-      .toBe(403)
-    expect(yield* api1.post(`/v1/admin/runners/${encodeURIComponent("127.0.0.1:1")}/drain`, { token: operator }))
-      .toMatchObject({ status: 404, body: { code: "NOT_FOUND" } })
-
-    // A two-step turn on an agent node one owns: drained mid-stream, it finishes the step, then moves.
-    yield* Effect.forEach(agents, (id) => api2.get(`/v1/agents/${id}/state`, { token }), { discard: true })
-    const owners = yield* TestDatabase.query(databaseUrl, "SELECT id, owner FROM agents")
-    const agentId = owners.find((row: any) => row.owner === one.runnerAddress)?.id as string
-    expect(agentId).toBeDefined()
-    // Forty words 100 ms apart: the node reads the drain request (within 2 s) while they stream.
-    const words = Array.from({ length: 40 }, (_, i) => `w${i}`).join(" ")
-    upstream.script({ text: words, toolCalls: [{ name: "lookup", arguments: { q: "x" } }], tokenDelayMs: 100 })
-    upstream.script({ text: "finished on the other runner" })
-    // A watcher on the drained node: its stream ends with `event: reconnect`, and it goes on from its cursor.
-    const watcher = yield* Http.sse(one.rest, `/v1/agents/${agentId}/events`, { token })
-    yield* watcher.take((frame) => frame.event === "ready")
-    const accepted = (yield* api2.post(`/v1/agents/${agentId}/prompt`, { token, json: { text: "two steps" } })).body
-    yield* Effect.sleep("400 millis")
-    const drained = yield* api2.post(`/v1/admin/runners/${encodeURIComponent(one.runnerAddress)}/drain`, {
-      token: operator
-    })
-    expect(drained).toMatchObject({ status: 202, body: { address: one.runnerAddress, state: "draining" } })
-    const seen = yield* watcher.take((frame) => frame.event === "reconnect", 30_000)
-    expect(seen.at(-1)!.event).toBe("reconnect")
-    const lastId = seen.filter((frame) => frame.id !== undefined).at(-1)!.id!
-    const typesOf = (frames: ReadonlyArray<Http.SseFrame>) =>
-      frames.flatMap((frame) => frame.data === undefined ? [] : [JSON.parse(frame.data)]).map((data) =>
-        data.event?.type ?? data.type
+it.scopedLive(
+  "operators list the runners and drain one: its turn finishes its step and goes on elsewhere",
+  () =>
+    Effect.gen(function*() {
+      const { agents, api1, api2, databaseUrl, one, token, two, upstream } = yield* twoNodesWithAgents(6)
+      const operator = one.operatorToken
+      // Both runners report within a lease's third; together they hold every shard.
+      let listed: any
+      for (let i = 0; i < 50; i++) {
+        listed = (yield* api2.get("/v1/admin/runners", { token: operator })).body
+        const held = listed.data.reduce((sum: number, runner: any) => sum + runner.shards, 0)
+        if (listed.data.length === 2 && listed.data.every((runner: any) => runner.shards > 0) && held === 300) break
+        yield* Effect.sleep("200 millis")
+      }
+      expect(listed).toMatchObject({ healthy: 2, shards: 300, leaseSeconds: 6 })
+      expect(listed.data.map((runner: any) => runner.address).sort()).toEqual(
+        [one.runnerAddress, two.runnerAddress].sort()
       )
-    // The step ran to its end on the drained node before the stream closed.
-    expect(typesOf(seen)).toContain("tool_execution_end")
-    expect(typesOf(seen)).not.toContain("turn_resumed")
-    // Like any client: reconnect at once with the last id (through another node), again on each reconnect frame.
-    const after: Array<Http.SseFrame> = []
-    let cursor = lastId
-    for (let attempt = 0; attempt < 20 && !typesOf(after).includes("response"); attempt++) {
-      const resumedWatcher = yield* Http.sse(two.rest, `/v1/agents/${agentId}/events`, {
-        token,
-        headers: { "last-event-id": cursor }
+      expect(listed.data.reduce((sum: number, runner: any) => sum + runner.shards, 0)).toBe(300)
+      expect(listed.data.every((runner: any) => runner.state === "active" && runner.healthy)).toBe(true)
+
+      // Tenants may not see or drain runners; an unknown address is 404.
+      expect((yield* api1.get("/v1/admin/runners", { token })).status).toBe(403)
+      expect((yield* api1.post(`/v1/admin/runners/${encodeURIComponent(one.runnerAddress)}/drain`, { token })).status)
+        .toBe(403)
+      expect(yield* api1.post(`/v1/admin/runners/${encodeURIComponent("127.0.0.1:1")}/drain`, { token: operator }))
+        .toMatchObject({ status: 404, body: { code: "NOT_FOUND" } })
+
+      // A two-step turn on an agent node one owns: drained mid-stream, it finishes the step, then moves.
+      yield* Effect.forEach(agents, (id) => api2.get(`/v1/agents/${id}/state`, { token }), { discard: true })
+      const owners = yield* TestDatabase.query(databaseUrl, "SELECT id, owner FROM agents")
+      const agentId = owners.find((row: any) => row.owner === one.runnerAddress)?.id as string
+      expect(agentId).toBeDefined()
+      // Forty words 100 ms apart: the node reads the drain request (within 2 s) while they stream.
+      const words = Array.from({ length: 40 }, (_, i) => `w${i}`).join(" ")
+      upstream.script({ text: words, toolCalls: [{ name: "lookup", arguments: { q: "x" } }], tokenDelayMs: 100 })
+      upstream.script({ text: "finished on the other runner" })
+      // A watcher on the drained node: its stream ends with `event: reconnect`, and it goes on from its cursor.
+      const watcher = yield* Http.sse(one.rest, `/v1/agents/${agentId}/events`, { token })
+      yield* watcher.take((frame) => frame.event === "ready")
+      const accepted = (yield* api2.post(`/v1/agents/${agentId}/prompt`, { token, json: { text: "two steps" } })).body
+      yield* Effect.sleep("400 millis")
+      const drained = yield* api2.post(`/v1/admin/runners/${encodeURIComponent(one.runnerAddress)}/drain`, {
+        token: operator
       })
-      expect(resumedWatcher.status).toBe(200)
-      const frames = yield* resumedWatcher.take((frame) =>
-        frame.event === "reconnect" || (frame.data?.includes('"type":"response"') ?? false)
-      )
-      after.push(...frames.filter((frame) => frame.id !== undefined))
-      cursor = after.at(-1)?.id ?? cursor
-    }
-    const ids = after.map((frame) => Number(frame.id))
-    expect(ids[0]).toBeGreaterThan(Number(lastId))
-    expect(ids.every((id, i) => i === 0 || id > ids[i - 1]!)).toBe(true)
-    expect(typesOf(after)[0]).toBe("turn_resumed")
-    expect(typesOf(after)).toContain("response")
-    const done = (yield* api2.get(`/v1/agents/${agentId}/requests/${accepted.id}?wait=25`, { token })).body
-    expect(done).toMatchObject({ state: "completed", outcome: { result: { reply: "finished on the other runner" } } })
-    const history = (yield* api2.get(`/v1/agents/${agentId}/history`, { token })).body
-    expect(history.entries.map((entry: any) => entry.message.role)).toEqual([
-      "user",
-      "assistant",
-      "toolResult",
-      "assistant"
-    ])
-    expect(history.entries[1].message.content[0].text).toBe(words)
-    // The new owner goes on from the drained one's events (nothing missing from the start) and says the turn moved.
-    const events = (yield* api2.get(`/v1/agents/${agentId}/events?poll=1`, { token, headers: { "last-event-id": "0" } }))
-      .body
-    const types = events.events.map((event: any) => event.data.event?.type ?? event.data.type)
-    expect(types.indexOf("turn_resumed")).toBeGreaterThan(types.indexOf("tool_execution_end"))
-    expect(events.events.find((event: any) => event.data.event?.type === "turn_resumed").data).toMatchObject({
-      requestId: accepted.id,
-      event: { handoff: "drain" }
-    })
-    // The first step streamed in full on the drained runner: it was never asked twice.
-    expect(upstream.requests().filter((request) => request.protocol === "openai-chat").length).toBe(2)
-    // The drained node exits by itself.
-    const exit = yield* one.exited.pipe(Effect.timeout("40 seconds"))
-    expect(exit.signal === "SIGTERM" || exit.code === 0).toBe(true)
-    let remaining: any
-    for (let i = 0; i < 50; i++) {
-      remaining = (yield* api2.get("/v1/admin/runners", { token: operator })).body
-      if (remaining.data.find((runner: any) => runner.address === two.runnerAddress)?.shards === 300) break
-      yield* Effect.sleep("200 millis")
-    }
-    expect(remaining.data.find((runner: any) => runner.address === two.runnerAddress)).toMatchObject({
-      state: "active",
-      shards: 300
-    })
-  }), { timeout: 120_000 })
+      expect(drained).toMatchObject({ status: 202, body: { address: one.runnerAddress, state: "draining" } })
+      const seen = yield* watcher.take((frame) => frame.event === "reconnect", 30_000)
+      expect(seen.at(-1)!.event).toBe("reconnect")
+      const lastId = seen.filter((frame) => frame.id !== undefined).at(-1)!.id!
+      const typesOf = (frames: ReadonlyArray<Http.SseFrame>) =>
+        frames.flatMap((frame) => frame.data === undefined ? [] : [JSON.parse(frame.data)]).map((data) =>
+          data.event?.type ?? data.type
+        )
+      // The step ran to its end on the drained node before the stream closed.
+      expect(typesOf(seen)).toContain("tool_execution_end")
+      expect(typesOf(seen)).not.toContain("turn_resumed")
+      // Like any client: reconnect at once with the last id (through another node), again on each reconnect frame.
+      const after: Array<Http.SseFrame> = []
+      let cursor = lastId
+      for (let attempt = 0; attempt < 20 && !typesOf(after).includes("response"); attempt++) {
+        const resumedWatcher = yield* Http.sse(two.rest, `/v1/agents/${agentId}/events`, {
+          token,
+          headers: { "last-event-id": cursor }
+        })
+        expect(resumedWatcher.status).toBe(200)
+        const frames = yield* resumedWatcher.take((frame) =>
+          frame.event === "reconnect" || (frame.data?.includes('"type":"response"') ?? false)
+        )
+        for (const frame of frames) if (frame.id !== undefined) after.push(frame)
+        cursor = after.at(-1)?.id ?? cursor
+      }
+      const ids = after.map((frame) => Number(frame.id))
+      expect(ids[0]).toBeGreaterThan(Number(lastId))
+      expect(ids.every((id, i) => i === 0 || id > ids[i - 1]!)).toBe(true)
+      expect(typesOf(after)[0]).toBe("turn_resumed")
+      expect(typesOf(after)).toContain("response")
+      const done = (yield* api2.get(`/v1/agents/${agentId}/requests/${accepted.id}?wait=25`, { token })).body
+      expect(done).toMatchObject({ state: "completed", outcome: { result: { reply: "finished on the other runner" } } })
+      const history = (yield* api2.get(`/v1/agents/${agentId}/history`, { token })).body
+      expect(history.entries.map((entry: any) => entry.message.role)).toEqual([
+        "user",
+        "assistant",
+        "toolResult",
+        "assistant"
+      ])
+      expect(history.entries[1].message.content[0].text).toBe(words)
+      // The new owner goes on from the drained one's events (nothing missing from the start) and says the turn moved.
+      const events =
+        (yield* api2.get(`/v1/agents/${agentId}/events?poll=1`, { token, headers: { "last-event-id": "0" } }))
+          .body
+      const types = events.events.map((event: any) => event.data.event?.type ?? event.data.type)
+      expect(types.indexOf("turn_resumed")).toBeGreaterThan(types.indexOf("tool_execution_end"))
+      expect(events.events.find((event: any) => event.data.event?.type === "turn_resumed").data).toMatchObject({
+        requestId: accepted.id,
+        event: { handoff: "drain" }
+      })
+      // The first step streamed in full on the drained runner: it was never asked twice.
+      expect(upstream.requests().filter((request) => request.protocol === "openai-chat").length).toBe(2)
+      // The drained node exits by itself.
+      const exit = yield* one.exited.pipe(Effect.timeout("40 seconds"))
+      expect(exit.signal === "SIGTERM" || exit.code === 0).toBe(true)
+      let remaining: any
+      for (let i = 0; i < 50; i++) {
+        remaining = (yield* api2.get("/v1/admin/runners", { token: operator })).body
+        if (remaining.data.find((runner: any) => runner.address === two.runnerAddress)?.shards === 300) break
+        yield* Effect.sleep("200 millis")
+      }
+      expect(remaining.data.find((runner: any) => runner.address === two.runnerAddress)).toMatchObject({
+        state: "active",
+        shards: 300
+      })
+    }),
+  { timeout: 120_000 }
+)

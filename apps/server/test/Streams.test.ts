@@ -104,7 +104,9 @@ const awaitResponses = (watchers: ReadonlyArray<Watchers.Watcher>, requestId: st
     const deadline = Date.now() + timeoutMs
     const done = () =>
       watchers.every((watcher) =>
-        watcher.marks.some((mark) => mark._tag === "event" && mark.data.type === "response" && mark.data.id === requestId)
+        watcher.marks.some((mark) =>
+          mark._tag === "event" && mark.data.type === "response" && mark.data.id === requestId
+        )
       )
     while (!done() && Date.now() < deadline) yield* Effect.sleep("100 millis")
   })
@@ -117,89 +119,111 @@ const report = (watchers: ReadonlyArray<Watchers.Watcher>) =>
   ).join("\n")
 
 for (const fault of ["SIGTERM", "SIGKILL"] as const) {
-  it.scopedLive(`${fault} of the node running a two-step turn: every watcher on every node follows the agent`, () =>
-    Effect.gen(function*() {
-      const world = yield* setup(3)
-      const agentId = yield* agentOwnedBy(world, 0)
-      const watchers = yield* watchEverywhere(world, agentId)
-      yield* Effect.sleep("300 millis")
-      scriptTwoSteps(world, 1)
-      const accepted = (yield* Http.client(world.cluster.members[1]!.node.rest).post(`/v1/agents/${agentId}/prompt`, {
-        token: world.token,
-        json: { text: "two steps", requestId: "req_two_steps" }
-      })).body
-      expect(accepted.state).toBe("running")
-      // Mid-stream of the first step: a dozen words in.
-      yield* awaitEvents(watchers, (data) => Watchers.typeOf(data) === "message_update", 12)
-      const stoppedAt = Date.now()
-      const exit = yield* world.cluster.stop(0, fault).pipe(Effect.timeout(`${drainTimeoutSeconds + 5} seconds`))
-      const exitedMs = Date.now() - stoppedAt
-      expect(fault === "SIGKILL" || exit.code === 0 || exit.signal === "SIGTERM").toBe(true)
-      const done = yield* settle(world, agentId, accepted.id)
-      if (process.env.STREAMS_DEBUG) {
-        world.cluster.members.forEach((member, i) =>
-          Fs.writeFileSync(`/tmp/streams-node-${i}.log`, member.node.output())
-        )
-      }
-      expect(done.outcome.result).toMatchObject({ reply: "done 1", resumed: true })
-      yield* awaitResponses(watchers, accepted.id)
-      const known = (yield* Http.client(world.cluster.live()[0]!).get(`/v1/agents/${agentId}/events?poll=1`, {
-        token: world.token,
-        headers: { "last-event-id": "0" }
-      })).body
-      const violations = Watchers.verify(watchers, {
-        moved: [accepted.id],
-        settled: [accepted.id],
-        ...(known?.events === undefined ? {} : { known: known.events })
-      })
-      console.log(`${fault}: exited after ${exitedMs} ms\n${report(watchers)}`)
-      if (fault === "SIGTERM") expect(exitedMs).toBeLessThan((drainTimeoutSeconds + 5) * 1000)
-      if (process.env.STREAMS_DEBUG) {
-        for (const watcher of watchers) {
-          console.log(watcher.name, JSON.stringify(watcher.marks.map((mark) => mark._tag === "gap" ? `gap ${mark.from}-${mark.to}` : `${mark.id}:${Watchers.typeOf(mark.data)}`).filter((s) => !s.includes("message_update"))))
+  it.scopedLive(
+    `${fault} of the node running a two-step turn: every watcher on every node follows the agent`,
+    () =>
+      Effect.gen(function*() {
+        const world = yield* setup(3)
+        const agentId = yield* agentOwnedBy(world, 0)
+        const watchers = yield* watchEverywhere(world, agentId)
+        yield* Effect.sleep("300 millis")
+        scriptTwoSteps(world, 1)
+        const accepted = (yield* Http.client(world.cluster.members[1]!.node.rest).post(`/v1/agents/${agentId}/prompt`, {
+          token: world.token,
+          json: { text: "two steps", requestId: "req_two_steps" }
+        })).body
+        expect(accepted.state).toBe("running")
+        // Mid-stream of the first step: a dozen words in.
+        yield* awaitEvents(watchers, (data) => Watchers.typeOf(data) === "message_update", 12)
+        const stoppedAt = Date.now()
+        const exit = yield* world.cluster.stop(0, fault).pipe(Effect.timeout(`${drainTimeoutSeconds + 5} seconds`))
+        const exitedMs = Date.now() - stoppedAt
+        expect(fault === "SIGKILL" || exit.code === 0 || exit.signal === "SIGTERM").toBe(true)
+        const done = yield* settle(world, agentId, accepted.id)
+        if (process.env.STREAMS_DEBUG) {
+          world.cluster.members.forEach((member, i) =>
+            Fs.writeFileSync(`/tmp/streams-node-${i}.log`, member.node.output())
+          )
         }
-        for (const member of world.cluster.members) console.log(member.node.output().split("\n").filter((line) => /WARN|ERROR|resumed|drain|handed|Error/.test(line)).join("\n"))
-        Fs.writeFileSync("/tmp/drained-node.log", world.cluster.members[0]!.node.output())
-      }
-      expect(violations).toEqual({ wentBack: [], skipped: [], missedResumes: [], behind: [] })
-      for (const watcher of watchers) expect(watcher.stalls, watcher.name).toBe(0)
-      // A drain hands the buffer on: nobody is told of a gap.
-      if (fault === "SIGTERM") {
-        for (const watcher of watchers) expect(watcher.marks.filter((mark) => mark._tag === "gap"), watcher.name).toEqual([])
-      }
-      // Never sent twice; after a kill -9 mid-stream the step is asked again and may not call it at all.
-      expect(world.pages.count("/s/1")).toBe(fault === "SIGTERM" ? 1 : world.pages.count("/s/1") && 1)
-    }), { timeout: 120_000 })
+        expect(done.outcome.result).toMatchObject({ reply: "done 1", resumed: true })
+        yield* awaitResponses(watchers, accepted.id)
+        const known = (yield* Http.client(world.cluster.live()[0]!).get(`/v1/agents/${agentId}/events?poll=1`, {
+          token: world.token,
+          headers: { "last-event-id": "0" }
+        })).body
+        const violations = Watchers.verify(watchers, {
+          moved: [accepted.id],
+          settled: [accepted.id],
+          ...(known?.events === undefined ? {} : { known: known.events })
+        })
+        console.log(`${fault}: exited after ${exitedMs} ms\n${report(watchers)}`)
+        if (fault === "SIGTERM") expect(exitedMs).toBeLessThan((drainTimeoutSeconds + 5) * 1000)
+        if (process.env.STREAMS_DEBUG) {
+          for (const watcher of watchers) {
+            console.log(
+              watcher.name,
+              JSON.stringify(
+                watcher.marks.map((mark) =>
+                  mark._tag === "gap" ? `gap ${mark.from}-${mark.to}` : `${mark.id}:${Watchers.typeOf(mark.data)}`
+                ).filter((s) => !s.includes("message_update"))
+              )
+            )
+          }
+          for (const member of world.cluster.members) {
+            console.log(
+              member.node.output().split("\n").filter((line) => /WARN|ERROR|resumed|drain|handed|Error/.test(line))
+                .join("\n")
+            )
+          }
+          Fs.writeFileSync("/tmp/drained-node.log", world.cluster.members[0]!.node.output())
+        }
+        expect(violations).toEqual({ wentBack: [], skipped: [], missedResumes: [], behind: [] })
+        for (const watcher of watchers) expect(watcher.stalls, watcher.name).toBe(0)
+        // A drain hands the buffer on: nobody is told of a gap.
+        if (fault === "SIGTERM") {
+          for (const watcher of watchers) {
+            expect(watcher.marks.filter((mark) => mark._tag === "gap"), watcher.name).toEqual([])
+          }
+        }
+        // Never sent twice; after a kill -9 mid-stream the step is asked again and may not call it at all.
+        expect(world.pages.count("/s/1")).toBe(fault === "SIGTERM" ? 1 : world.pages.count("/s/1") && 1)
+      }),
+    { timeout: 120_000 }
+  )
 }
 
-it.scopedLive("a drain right after a node joins: the turn moves once, watchers on every node (the new one too) follow", () =>
-  Effect.gen(function*() {
-    const world = yield* setup(3)
-    // The third node starts later: it joins while the agent's turn streams on the first.
-    yield* world.cluster.stop(2, "SIGTERM")
-    const agentId = yield* agentOwnedBy(world, 0)
-    const watchers = yield* watchEverywhere(world, agentId)
-    // It joins; the drain follows while the shards are still moving to it.
-    yield* world.cluster.start(2)
-    scriptTwoSteps(world, 2)
-    const accepted = (yield* Http.client(world.cluster.members[1]!.node.rest).post(`/v1/agents/${agentId}/prompt`, {
-      token: world.token,
-      json: { text: "two steps", requestId: "req_joined" }
-    })).body
-    yield* awaitEvents(watchers, (data) => Watchers.typeOf(data) === "message_update", 8)
-    const stoppedAt = Date.now()
-    yield* world.cluster.stop(0, "SIGTERM")
-    const exitedMs = Date.now() - stoppedAt
-    const done = yield* settle(world, agentId, accepted.id)
-    expect(done.outcome.result).toMatchObject({ reply: "done 2", resumed: true })
-    yield* awaitResponses(watchers, accepted.id)
-    console.log(`drain after a join: exited after ${exitedMs} ms\n${report(watchers)}`)
-    expect(exitedMs).toBeLessThan((drainTimeoutSeconds + 5) * 1000)
-    const violations = Watchers.verify(watchers, { moved: [accepted.id], settled: [accepted.id] })
-    expect(violations).toEqual({ wentBack: [], skipped: [], missedResumes: [], behind: [] })
-    for (const watcher of watchers) {
-      expect(watcher.marks.filter((mark) => mark._tag === "gap"), watcher.name).toEqual([])
-      expect(watcher.stalls, watcher.name).toBe(0)
-    }
-    expect(world.pages.count("/s/2")).toBe(1)
-  }), { timeout: 120_000 })
+it.scopedLive(
+  "a drain right after a node joins: the turn moves once, watchers on every node (the new one too) follow",
+  () =>
+    Effect.gen(function*() {
+      const world = yield* setup(3)
+      // The third node starts later: it joins while the agent's turn streams on the first.
+      yield* world.cluster.stop(2, "SIGTERM")
+      const agentId = yield* agentOwnedBy(world, 0)
+      const watchers = yield* watchEverywhere(world, agentId)
+      // It joins; the drain follows while the shards are still moving to it.
+      yield* world.cluster.start(2)
+      scriptTwoSteps(world, 2)
+      const accepted = (yield* Http.client(world.cluster.members[1]!.node.rest).post(`/v1/agents/${agentId}/prompt`, {
+        token: world.token,
+        json: { text: "two steps", requestId: "req_joined" }
+      })).body
+      yield* awaitEvents(watchers, (data) => Watchers.typeOf(data) === "message_update", 8)
+      const stoppedAt = Date.now()
+      yield* world.cluster.stop(0, "SIGTERM")
+      const exitedMs = Date.now() - stoppedAt
+      const done = yield* settle(world, agentId, accepted.id)
+      expect(done.outcome.result).toMatchObject({ reply: "done 2", resumed: true })
+      yield* awaitResponses(watchers, accepted.id)
+      console.log(`drain after a join: exited after ${exitedMs} ms\n${report(watchers)}`)
+      expect(exitedMs).toBeLessThan((drainTimeoutSeconds + 5) * 1000)
+      const violations = Watchers.verify(watchers, { moved: [accepted.id], settled: [accepted.id] })
+      expect(violations).toEqual({ wentBack: [], skipped: [], missedResumes: [], behind: [] })
+      for (const watcher of watchers) {
+        expect(watcher.marks.filter((mark) => mark._tag === "gap"), watcher.name).toEqual([])
+        expect(watcher.stalls, watcher.name).toBe(0)
+      }
+      expect(world.pages.count("/s/2")).toBe(1)
+    }),
+  { timeout: 120_000 }
+)

@@ -83,7 +83,10 @@ layer(TestWorld.layer(), { excludeTestServices: true })("tools", (it) => {
       expect(types.filter((event) => event.type === "tool_execution_start").map((event) => event.toolCallId).sort())
         .toEqual(["call_a", "call_b"])
       expect(types.filter((event) => event.type === "tool_execution_end")).toHaveLength(2)
-      expect(types.find((event) => event.type === "tool_execution_end")).toMatchObject({ toolName: "web_fetch", isError: false })
+      expect(types.find((event) => event.type === "tool_execution_end")).toMatchObject({
+        toolName: "web_fetch",
+        isError: false
+      })
     }))
 
   it.scoped("failed and unavailable tool calls are tool errors the model sees; builtins are replaced by configure", () =>
@@ -91,7 +94,8 @@ layer(TestWorld.layer(), { excludeTestServices: true })("tools", (it) => {
       const world = yield* TestWorld.TestWorld
       const pages = yield* ToolServer.start
       const { api, token } = yield* TestWorld.tenantWithModel(world, "errors")
-      const created = (yield* api.post("/v1/agents", { token, json: { model: "fake/m1", builtins: ["web_fetch"] } })).body
+      const created =
+        (yield* api.post("/v1/agents", { token, json: { model: "fake/m1", builtins: ["web_fetch"] } })).body
       world.upstream.script({
         toolCalls: [
           { id: "call_missing", name: "web_fetch", arguments: { url: `${pages.url}/missing?status=404` } },
@@ -129,63 +133,67 @@ layer(TestWorld.layer(), { excludeTestServices: true })("tools", (it) => {
     }))
 })
 
-it.scopedLive("a tool call cut by a killed node is answered as unknown on restart and never sent again", () =>
-  Effect.gen(function*() {
-    const upstream = yield* FakeUpstream.start()
-    const pages = yield* ToolServer.start
-    // One node restarted in place: same database, runner address and operator token.
-    const cluster = yield* TestCluster.start({
-      size: 1,
-      databaseUrl: yield* TestDatabase.make,
-      env: { ALLOW_PRIVATE_URLS: "true" }
-    })
-    const first = cluster.members[0]!.node
-    const { api, token } = yield* TestWorld.tenantWithModel({ node: first, upstream }, "crash-tools")
-    upstream.script({
-      toolCalls: [
-        { id: "call_fast", name: "web_fetch", arguments: { url: `${pages.url}/fast` } },
-        { id: "call_slow", name: "web_fetch", arguments: { url: `${pages.url}/slow?delay=20000` } }
-      ]
-    })
-    upstream.script({ text: "carried on" })
-    const created = (yield* api.post("/v1/agents", {
-      token,
-      json: { model: "fake/m1", builtins: ["web_fetch"], prompt: { text: "fetch both" } }
-    })).body
-    // Kill the node while the slow call is in flight (the fast one has its result journaled).
-    while (pages.count("/slow") === 0 || pages.calls.find((call) => call.path === "/fast")?.endedAt === undefined) {
-      yield* Effect.sleep("50 millis")
-    }
-    yield* Effect.sleep("300 millis")
-    yield* cluster.stop(0, "SIGKILL")
-
-    const second = yield* cluster.start(0)
-    const api2 = Http.client(second.rest)
-    const done = (yield* api2.get(`/v1/agents/${created.id}/requests/${created.prompt.id}?wait=25`, { token })).body
-    expect(done).toMatchObject({
-      state: "completed",
-      outcome: {
-        uncertain: true,
-        result: {
-          reply: "carried on",
-          resumed: true,
-          toolCalls: [
-            { toolCallId: "call_fast", ok: true },
-            { toolCallId: "call_slow", ok: false, code: "unknown_outcome" }
-          ]
-        }
+it.scopedLive(
+  "a tool call cut by a killed node is answered as unknown on restart and never sent again",
+  () =>
+    Effect.gen(function*() {
+      const upstream = yield* FakeUpstream.start()
+      const pages = yield* ToolServer.start
+      // One node restarted in place: same database, runner address and operator token.
+      const cluster = yield* TestCluster.start({
+        size: 1,
+        databaseUrl: yield* TestDatabase.make,
+        env: { ALLOW_PRIVATE_URLS: "true" }
+      })
+      const first = cluster.members[0]!.node
+      const { api, token } = yield* TestWorld.tenantWithModel({ node: first, upstream }, "crash-tools")
+      upstream.script({
+        toolCalls: [
+          { id: "call_fast", name: "web_fetch", arguments: { url: `${pages.url}/fast` } },
+          { id: "call_slow", name: "web_fetch", arguments: { url: `${pages.url}/slow?delay=20000` } }
+        ]
+      })
+      upstream.script({ text: "carried on" })
+      const created = (yield* api.post("/v1/agents", {
+        token,
+        json: { model: "fake/m1", builtins: ["web_fetch"], prompt: { text: "fetch both" } }
+      })).body
+      // Kill the node while the slow call is in flight (the fast one has its result journaled).
+      while (pages.count("/slow") === 0 || pages.calls.find((call) => call.path === "/fast")?.endedAt === undefined) {
+        yield* Effect.sleep("50 millis")
       }
-    })
-    expect(pages.count("/fast")).toBe(1)
-    expect(pages.count("/slow")).toBe(1)
-    const history = (yield* api2.get(`/v1/agents/${created.id}/history`, { token })).body
-    expect(history.entries.map((entry: any) => entry.message.role)).toEqual([
-      "user",
-      "assistant",
-      "toolResult",
-      "toolResult",
-      "assistant"
-    ])
-    // The model was asked once for the first step and once after the restart: the finished response was not asked again.
-    expect(upstream.requests().filter((request) => request.protocol === "openai-chat")).toHaveLength(2)
-  }), { timeout: 90_000 })
+      yield* Effect.sleep("300 millis")
+      yield* cluster.stop(0, "SIGKILL")
+
+      const second = yield* cluster.start(0)
+      const api2 = Http.client(second.rest)
+      const done = (yield* api2.get(`/v1/agents/${created.id}/requests/${created.prompt.id}?wait=25`, { token })).body
+      expect(done).toMatchObject({
+        state: "completed",
+        outcome: {
+          uncertain: true,
+          result: {
+            reply: "carried on",
+            resumed: true,
+            toolCalls: [
+              { toolCallId: "call_fast", ok: true },
+              { toolCallId: "call_slow", ok: false, code: "unknown_outcome" }
+            ]
+          }
+        }
+      })
+      expect(pages.count("/fast")).toBe(1)
+      expect(pages.count("/slow")).toBe(1)
+      const history = (yield* api2.get(`/v1/agents/${created.id}/history`, { token })).body
+      expect(history.entries.map((entry: any) => entry.message.role)).toEqual([
+        "user",
+        "assistant",
+        "toolResult",
+        "toolResult",
+        "assistant"
+      ])
+      // The model was asked once for the first step and once after the restart: the finished response was not asked again.
+      expect(upstream.requests().filter((request) => request.protocol === "openai-chat")).toHaveLength(2)
+    }),
+  { timeout: 90_000 }
+)

@@ -6,7 +6,6 @@ import { ApiError, Common, Tenant } from "@agent-runtime/domain"
 import { Ids } from "@agent-runtime/store"
 import { SqlClient } from "@effect/sql"
 import { Effect, Option, Schema } from "effect"
-import * as Page from "./internal/page.ts"
 import { Tokens } from "./Tokens.ts"
 
 const TenantRow = Schema.Struct({
@@ -47,9 +46,9 @@ export class Tenants extends Effect.Service<Tenants>()("@agent-runtime/accounts/
         SELECT ${columns} FROM tenants
         ${params.after === undefined ? sql`` : sql`WHERE id > ${params.after}`}
         ORDER BY id
-        LIMIT ${Page.limitOf(params)}`.pipe(
+        LIMIT ${Common.pageQueryLimit(params)}`.pipe(
         Effect.flatMap(Schema.decodeUnknown(Schema.Array(TenantRow))),
-        Effect.map((rows) => Page.toPage(rows.map(toTenant), params)),
+        Effect.map((rows) => Common.toPage(rows.map(toTenant), params)),
         Effect.orDie
       )
 

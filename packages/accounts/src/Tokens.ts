@@ -6,8 +6,10 @@ import { Common, Token } from "@agent-runtime/domain"
 import { Ids } from "@agent-runtime/store"
 import { SqlClient } from "@effect/sql"
 import { Effect, Option, Schema } from "effect"
-import * as Page from "./internal/page.ts"
 import * as Secret from "./internal/secret.ts"
+
+/** The SHA-256 of a presented secret, as stored: also what caches of authenticated keys are keyed by. */
+export const secretHash = (secret: string): Buffer => Secret.hash(secret)
 
 export interface Authenticated {
   readonly tenantId: string
@@ -58,9 +60,9 @@ export class Tokens extends Effect.Service<Tokens>()("@agent-runtime/accounts/To
         WHERE tenant_id = ${tenantId} AND revoked_at IS NULL
           ${params.after === undefined ? sql`` : sql`AND id > ${params.after}`}
         ORDER BY id
-        LIMIT ${Page.limitOf(params)}`.pipe(
+        LIMIT ${Common.pageQueryLimit(params)}`.pipe(
         Effect.flatMap(Schema.decodeUnknown(Schema.Array(TokenRow))),
-        Effect.map((rows) => Page.toPage(rows.map((row) => new Token.Token(row)), params)),
+        Effect.map((rows) => Common.toPage(rows.map((row) => new Token.Token(row)), params)),
         Effect.orDie
       )
 
@@ -79,9 +81,9 @@ export class Tokens extends Effect.Service<Tokens>()("@agent-runtime/accounts/To
         ? sql<Authenticated>`
             SELECT tenant_id, id AS token_id FROM api_tokens
             WHERE secret_hash = ${Secret.hash(secret)} AND revoked_at IS NULL`.pipe(
-            Effect.map((rows) => Option.fromNullable(rows[0])),
-            Effect.orDie
-          )
+          Effect.map((rows) => Option.fromNullable(rows[0])),
+          Effect.orDie
+        )
         : Effect.succeed(Option.none())
 
     return { create, list, revoke, authenticate } as const

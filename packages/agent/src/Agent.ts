@@ -8,7 +8,8 @@ import { Input, Run } from "@agent-runtime/domain"
 import { ClusterSchema, Entity } from "@effect/cluster"
 import { Rpc } from "@effect/rpc"
 import { Schema } from "effect"
-import type { AgentConfig } from "./AgentStore.ts"
+import { ReplayGap } from "./AgentError.ts"
+import type { AgentConfig, RequestRow } from "./AgentStore.ts"
 
 export const PromptPayload = Schema.Struct({
   requestId: Schema.String,
@@ -34,12 +35,6 @@ export const LoggedEvent = Schema.Struct({ id: Schema.Number, data: Schema.Unkno
  * whose owner went away.
  */
 export const watchKeepAlive = "2 seconds"
-
-/** The cursor is behind what the owner's log still holds. */
-export class ReplayGap extends Schema.TaggedError<ReplayGap>()("ReplayGap", {
-  cursor: Schema.Number,
-  oldest: Schema.Number
-}) {}
 
 export const Status = Schema.Struct({
   cursor: Schema.Number,
@@ -117,3 +112,41 @@ export const Agent = Entity.make("Agent", [
     error: ReplayGap
   })
 ])
+
+/** A stored request as the API shows it. */
+export const toRecord = (row: RequestRow): Run.RequestRecord => {
+  const outcome = row.outcome as
+    | {
+      result?: { error?: string | null; stopped?: Run.StoppedReason }
+      error?: string
+      uncertain?: boolean
+      code?: string
+    }
+    | null
+  const error = outcome?.error ?? outcome?.result?.error ?? undefined
+  const input = row.input as { text?: string; metadata?: Record<string, string> }
+  return new Run.RequestRecord({
+    id: row.id,
+    method: row.method as Run.RequestMethod,
+    state: row.state === "completed" ? "completed" : "running",
+    fingerprint: row.fingerprint,
+    startedAt: row.startedAt,
+    ...(row.beganIndex === null ? {} : { began: row.beganIndex }),
+    ...(row.endedAt === null ? {} : { endedAt: row.endedAt }),
+    ...(input.text === undefined ? {} : { prompt: input.text }),
+    ...(input.metadata === undefined ? {} : { metadata: input.metadata }),
+    ...(row.steeredInto === null ? {} : { steeredInto: row.steeredInto }),
+    ...(outcome?.code === undefined ? {} : { code: outcome.code }),
+    ...(outcome === null
+      ? {}
+      : {
+        outcome: new Run.RunOutcome({
+          ...(outcome.result === undefined ? {} : { result: outcome.result }),
+          ...(outcome.error === undefined ? {} : { error: outcome.error }),
+          ...(outcome.uncertain === undefined ? {} : { uncertain: outcome.uncertain })
+        })
+      }),
+    ...(error === undefined || error === null ? {} : { error }),
+    ...(outcome?.result?.stopped === undefined ? {} : { stopped: outcome.result.stopped })
+  })
+}

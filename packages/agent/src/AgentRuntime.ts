@@ -6,48 +6,30 @@
  * a turn cut short by a crash or a move is run again from its start, and
  * says so with turn_resumed.
  */
-import { Run } from "@agent-runtime/domain"
+import { UsageLog } from "@agent-runtime/models"
+import { DatabaseHealth } from "@agent-runtime/store"
 import { Entity, ShardingConfig } from "@effect/cluster"
-import { Cause, Duration, Effect, Exit, Fiber, Layer, Option, Queue, Schedule, Stream } from "effect"
-import { Agent, applyChanges, ReplayGap, watchKeepAlive } from "./Agent.ts"
-import { AgentStore, Fenced, type RequestRow } from "./AgentStore.ts"
+import {
+  Cause,
+  Duration,
+  Effect,
+  ExecutionStrategy,
+  Exit,
+  Fiber,
+  Layer,
+  Option,
+  Queue,
+  Schedule,
+  Scope,
+  Stream
+} from "effect"
+import { Agent, applyChanges, toRecord, watchKeepAlive } from "./Agent.ts"
+import { Fenced, PersistenceError } from "./AgentError.ts"
+import { AgentStore, type RequestRow, type Write } from "./AgentStore.ts"
 import { Drain } from "./Drain.ts"
 import * as EventLog from "./EventLog.ts"
+import * as RunnerReports from "./RunnerReports.ts"
 import * as Turn from "./Turn.ts"
-import { UsageLog } from "@agent-runtime/models"
-
-/** A stored request as the API shows it. */
-export const toRecord = (row: RequestRow): Run.RequestRecord => {
-  const outcome = row.outcome as
-    | { result?: { error?: string | null; stopped?: Run.StoppedReason }; error?: string; uncertain?: boolean; code?: string }
-    | null
-  const error = outcome?.error ?? outcome?.result?.error ?? undefined
-  const input = row.input as { text?: string; metadata?: Record<string, string> }
-  return new Run.RequestRecord({
-    id: row.id,
-    method: row.method as Run.RequestMethod,
-    state: row.state === "completed" ? "completed" : "running",
-    fingerprint: row.fingerprint,
-    startedAt: row.startedAt,
-    ...(row.beganIndex === null ? {} : { began: row.beganIndex }),
-    ...(row.endedAt === null ? {} : { endedAt: row.endedAt }),
-    ...(input.text === undefined ? {} : { prompt: input.text }),
-    ...(input.metadata === undefined ? {} : { metadata: input.metadata }),
-    ...(row.steeredInto === null ? {} : { steeredInto: row.steeredInto }),
-    ...(outcome?.code === undefined ? {} : { code: outcome.code }),
-    ...(outcome === null
-      ? {}
-      : {
-        outcome: new Run.RunOutcome({
-          ...(outcome.result === undefined ? {} : { result: outcome.result }),
-          ...(outcome.error === undefined ? {} : { error: outcome.error }),
-          ...(outcome.uncertain === undefined ? {} : { uncertain: outcome.uncertain })
-        })
-      }),
-    ...(error === undefined || error === null ? {} : { error }),
-    ...(outcome?.result?.stopped === undefined ? {} : { stopped: outcome.result.stopped })
-  })
-}
 
 /** How long a moving agent's turn may take to finish its step before it is cut (and resumed as after a crash). */
 const handOnTimeout = Duration.seconds(30)
@@ -62,43 +44,74 @@ export const layer = Agent.toLayer(
     const drain = yield* Drain
     const runnerAddress = Option.match((yield* ShardingConfig.ShardingConfig).runnerAddress, {
       onNone: () => "local",
-      onSome: (address) => `${address.host}:${address.port}`
+      onSome: RunnerReports.addressOf
     })
-    // This node owns the agent from here on: every journal write below carries the epoch, so if the
-    // cluster ever let another node claim it, our writes are refused instead of mixing two turns.
-    const ownership = yield* Effect.orDie(store.claim(agentId, runnerAddress))
-    const epoch = ownership.epoch
-    const fenced = (write: Parameters<typeof store.fenced>[2]) => Effect.orDie(store.fenced(agentId, epoch, write))
     /**
-     * Set when a journal write was refused: another runner claimed the agent since this one did (it was cut
-     * off from the cluster a while). From then on every message fails this instance, so the cluster builds the
-     * entity again, which claims the agent afresh and picks its open work up from the journal.
+     * A journal read or write, tried again while the database cannot be reached: a turn waits out an outage
+     * instead of failing, and a message handler never dies of one (the cluster would restart the entity).
+     * Every journal statement may run twice: each is idempotent or guarded by its state. The cluster stops
+     * the waiting when it moves the agent, and a stale owner's write then fails with Fenced.
      */
-    let superseded = false
-    const current = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
-      Effect.suspend(() => superseded ? Effect.die(new Fenced({ agentId, epoch })) : effect)
-    const agent0 = Option.getOrThrowWith(
-      yield* Effect.orDie(store.findById(agentId)),
-      () => new Error(`agent ${agentId} does not exist`)
-    )
-    const agent = { ...agent0 }
-    const history: Array<Turn.StoredMessage> = (yield* Effect.orDie(store.messages(agentId))).map((row) =>
-      row.message as Turn.StoredMessage
-    )
-    const log = yield* EventLog.make({
-      agentId,
-      startCursor: yield* Effect.orDie(store.reserveEvents(agentId)),
-      continuesFrom: ownership.continuesFrom ?? undefined,
-      inherited: ownership.inherited ?? undefined
+    const journal = <A, E>(effect: Effect.Effect<A, E>) =>
+      effect.pipe(
+        Effect.tapError((error) =>
+          error instanceof PersistenceError
+            ? Effect.logWarning("the journal cannot be reached; trying again", error.cause).pipe(
+              Effect.annotateLogs({ agentId })
+            )
+            : Effect.void
+        ),
+        Effect.retry({ schedule: Schedule.spaced("500 millis"), while: (error) => error instanceof PersistenceError }),
+        Effect.orDie
+      )
+    const entityScope = yield* Effect.scope
+    const localLogs = yield* EventLog.LocalLogs
+
+    /**
+     * Claims the agent for this node: a new epoch, which every journal write below carries, so if the
+     * cluster ever let another node claim it, our writes are refused instead of mixing two turns. The term
+     * has its own event log, in a fresh block of ids above any earlier owner's.
+     */
+    const claimTerm = Effect.gen(function*() {
+      const ownership = yield* journal(store.claim(agentId, runnerAddress))
+      const scope = yield* Scope.fork(entityScope, ExecutionStrategy.sequential)
+      const log = yield* EventLog.make({
+        agentId,
+        startCursor: yield* journal(store.reserveEvents(agentId)),
+        continuesFrom: ownership.continuesFrom ?? undefined,
+        inherited: ownership.inherited ?? undefined
+      }).pipe(Scope.extend(scope))
+      yield* localLogs.register(agentId, log).pipe(Scope.extend(scope))
+      return { ownership, epoch: ownership.epoch, log, scope }
     })
-    yield* (yield* EventLog.LocalLogs).register(agentId, log)
+    let term = yield* claimTerm
+    /** Set when a journal write was refused: another runner claimed the agent since this term began. */
+    let superseded = false
+    const fenced = (write: Write) =>
+      journal(store.fenced(agentId, term.epoch, write)).pipe(
+        Effect.tapDefect((defect) =>
+          Effect.sync(() => {
+            if (defect instanceof Fenced) superseded = true
+          })
+        )
+      )
+    const loadAgent = Effect.map(
+      journal(store.findById(agentId)),
+      Option.getOrThrowWith(() => new Error(`agent ${agentId} does not exist`))
+    )
+    const loadHistory = Effect.map(
+      journal(store.messages(agentId)),
+      (rows) => rows.map((row) => row.message as Turn.StoredMessage)
+    )
+    const agent = { ...yield* loadAgent }
+    const history: Array<Turn.StoredMessage> = yield* loadHistory
     // Stopped on purpose (drain, rebalance, idle): the next owner's log goes on from this one's, without a gap.
     // Open work is announced so another node wakes it; a draining runner announces only once its shards are
     // gone (layerReleaseAnnouncements), since a wake-up sent now would meet this runner on its way out.
     yield* Effect.addFinalizer(() =>
       Effect.gen(function*() {
-        const cursor = yield* log.cursor
-        yield* store.release(agentId, epoch, cursor, yield* log.buffered)
+        const cursor = yield* term.log.cursor
+        yield* store.release(agentId, term.epoch, cursor, yield* term.log.buffered)
         if (drain.isDraining()) drain.released(agentId)
         else yield* store.announceReleased([agentId])
       }).pipe(Effect.ignore)
@@ -130,15 +143,16 @@ export const layer = Agent.toLayer(
 
     const loadOpenWork = Effect.gen(function*() {
       let added = false
-      for (const row of yield* Effect.orDie(store.openRequests(agentId))) added = enqueue(row) || added
+      for (const row of yield* journal(store.openRequests(agentId))) added = enqueue(row) || added
       if (added) yield* Queue.offer(wakeup, void 0)
     })
 
     /** The assistant message streaming now, rebuilt from its deltas, for snapshots. */
     let partial: { role: "assistant"; content: Array<Record<string, unknown>> } | undefined
     const track = (event: Record<string, any>) => {
-      if (event.type === "message_start" && event.message?.role === "assistant") partial = { role: "assistant", content: [] }
-      else if (event.type === "message_end" || event.type === "message_retracted") partial = undefined
+      if (event.type === "message_start" && event.message?.role === "assistant") {
+        partial = { role: "assistant", content: [] }
+      } else if (event.type === "message_end" || event.type === "message_retracted") partial = undefined
       else if (event.type === "message_update" && partial !== undefined) {
         const delta = event.assistantMessageEvent
         const field = delta.type === "text_delta" ? "text" : delta.type === "thinking_delta" ? "thinking" : undefined
@@ -152,7 +166,7 @@ export const layer = Agent.toLayer(
     const frame = (requestId: string) => (event: Record<string, unknown>) =>
       Effect.suspend(() => {
         track(event)
-        return Effect.asVoid(log.publish({ type: "event", requestId, event }))
+        return Effect.asVoid(term.log.publish({ type: "event", requestId, event }))
       })
 
     const runOne = (row: RequestRow) =>
@@ -165,22 +179,24 @@ export const layer = Agent.toLayer(
         if (resumed) {
           // The turn's prompts (its own, and those steered into it) whose user message the lost node had not
           // written yet: a turn cut right after it began, or right after it took a steered prompt.
-          const inHistory = new Set(history.slice(began).flatMap((message) =>
-            message.role === "user" && message.requestId !== undefined ? [message.requestId] : []
-          ))
+          const inHistory = new Set(
+            history.slice(began).flatMap((message) =>
+              message.role === "user" && message.requestId !== undefined ? [message.requestId] : []
+            )
+          )
           const prompts = [
             ...(row.method === "continue" ? [] : [row]),
-            ...yield* Effect.orDie(store.steeredInto(agentId, row.id))
+            ...yield* journal(store.steeredInto(agentId, row.id))
           ]
           unjournaled = prompts.flatMap((prompt) =>
             inHistory.has(prompt.id) ? [] : [{ requestId: prompt.id, ...(prompt.input as any) }]
           )
           // Another node began this turn: continue from what it journaled.
-          yield* fenced((guard) => store.markResumed(agentId, row.id, guard))
+          yield* fenced(store.markResumed(agentId, row.id))
           yield* Effect.logInfo("turn resumed here").pipe(Effect.annotateLogs({
             agentId,
             requestId: row.id,
-            from: ownership.previousOwner ?? "a runner that let it go",
+            from: term.ownership.previousOwner ?? "a runner that let it go",
             why: row.handoff ?? "its runner was lost"
           }))
           yield* frame(row.id)({
@@ -189,7 +205,7 @@ export const layer = Agent.toLayer(
             ...(row.handoff === null ? {} : { handoff: row.handoff })
           })
         } else {
-          yield* fenced((guard) => store.markRunning(agentId, row.id, history.length, guard))
+          yield* fenced(store.markRunning(agentId, row.id, history.length))
         }
         activeBegan = began
         aborting = false
@@ -209,17 +225,17 @@ export const layer = Agent.toLayer(
             takeSteered: Effect.suspend(() => {
               const now = steering
               steering = []
-              taken.push(...now)
+              taken = taken.concat(now)
               return now.length === 0
                 ? Effect.succeed([])
                 : Effect.as(
-                  fenced((guard) => store.markSteered(agentId, now.map((steered) => steered.id), row.id, guard)),
+                  fenced(store.markSteered(agentId, now.map((steered) => steered.id), row.id)),
                   now.map((steered) => ({ requestId: steered.id, ...(steered.input as any) }))
                 )
             }),
-            toolStarted: (toolCallId, tool) => fenced((guard) => store.startToolCall(agentId, row.id, toolCallId, tool, guard)),
-            toolFinished: (toolCallId, result) => fenced((guard) => store.finishToolCall(agentId, toolCallId, result, guard)),
-            sentToolCalls: Effect.orDie(store.toolCalls(agentId, row.id)),
+            toolStarted: (toolCallId, tool) => fenced(store.startToolCall(agentId, row.id, toolCallId, tool)),
+            toolFinished: (toolCallId, result) => fenced(store.finishToolCall(agentId, toolCallId, result)),
+            sentToolCalls: journal(store.toolCalls(agentId, row.id)),
             aborting: () => aborting,
             handingOff: () => releasing || drain.isDraining(),
             overBudget: Effect.gen(function*() {
@@ -231,7 +247,7 @@ export const layer = Agent.toLayer(
             emit: frame(row.id),
             append: (index, message) =>
               Effect.zipRight(
-                fenced((guard) => store.appendMessage(agentId, index, row.id, message, guard)),
+                fenced(store.appendMessage(agentId, index, row.id, message)),
                 Effect.sync(() => {
                   history[index] = message
                 })
@@ -242,9 +258,14 @@ export const layer = Agent.toLayer(
         ))
         activeTurn = turn
         const exit = yield* Fiber.await(turn)
+        if (Exit.isFailure(exit) && DatabaseHealth.isUnreachable(exit.cause)) {
+          // The database went away under the turn (a key lookup, a usage record): the turn is not failed for
+          // it. The runner stops, and the agent's work resumes from the journal once the database is back.
+          return yield* Effect.orDie(Effect.failCause(exit.cause))
+        }
         if (Exit.isSuccess(exit) && exit.value.handoff === true) {
           // Stopped between steps for the next owner, which continues it under the same request id.
-          yield* fenced((guard) => store.markHandoff(agentId, row.id, "drain", guard))
+          yield* fenced(store.markHandoff(agentId, row.id, "drain"))
           taken = []
           yield* Effect.logInfo("turn handed on").pipe(Effect.annotateLogs({ agentId, requestId: row.id }))
           return
@@ -264,7 +285,7 @@ export const layer = Agent.toLayer(
         yield* settle(row.id, stored)
         // Steered prompts the turn took (here or on a node before) end with it; those it did not reach
         // run as their own turns.
-        for (const steered of yield* Effect.orDie(store.steeredInto(agentId, row.id))) {
+        for (const steered of yield* journal(store.steeredInto(agentId, row.id))) {
           yield* settle(steered.id, stored, row.id)
         }
         taken = []
@@ -279,9 +300,9 @@ export const layer = Agent.toLayer(
     /** Ends a request with its outcome and tells watchers. */
     const settle = (requestId: string, outcome: Record<string, unknown>, steeredInto?: string) =>
       Effect.gen(function*() {
-        yield* fenced((guard) => store.complete(agentId, requestId, outcome, steeredInto, guard))
-        const finished = Option.getOrThrow(yield* Effect.orDie(store.getRequest(agentId, requestId)))
-        yield* log.publish({ type: "response", id: requestId, outcome: toRecord(finished).outcome })
+        yield* fenced(store.complete(agentId, requestId, outcome, steeredInto))
+        const finished = Option.getOrThrow(yield* journal(store.getRequest(agentId, requestId)))
+        yield* term.log.publish({ type: "response", id: requestId, outcome: toRecord(finished).outcome })
         return finished
       })
 
@@ -293,7 +314,7 @@ export const layer = Agent.toLayer(
       apply: Effect.Effect<Record<string, unknown>>
     ) =>
       Effect.gen(function*() {
-        const row = yield* Effect.orDie(store.insertRequest({
+        const row = yield* journal(store.insertRequest({
           agentId,
           id: payload.requestId,
           method,
@@ -308,7 +329,7 @@ export const layer = Agent.toLayer(
     // cluster keeps that as a message, so when the node is lost, the next owner of the shard starts the agent
     // at once and it picks the work up. A node letting the agent go on purpose ends the keep-alive (it would
     // hold the shard until the termination timeout) and announces the release instead (see release).
-    yield* Effect.gen(function*() {
+    const runnerBody = Effect.gen(function*() {
       while (true) {
         yield* Queue.take(wakeup)
         // A draining node starts nothing new: open work stays journaled for the next owner.
@@ -319,22 +340,34 @@ export const layer = Agent.toLayer(
         yield* Entity.keepAlive(false)
       }
     }).pipe(
-      // The epoch moved on: the cluster gave the agent to another runner while this one was cut off.
+      // The runner never just stops: when another runner claimed the agent (Fenced), or a bug ended it, the
+      // next message routed here claims the agent again and runs its open work from the journal; a Wake makes
+      // sure there is one. Should the cluster place the agent elsewhere now, the Wake wakes it there instead.
       Effect.catchAllDefect((defect) =>
-        defect instanceof Fenced
-          ? Effect.logWarning("another runner claimed the agent; this instance stops and is built again").pipe(
-            Effect.annotateLogs({ agentId, epoch }),
+        (defect instanceof Fenced
+          ? Effect.logWarning("another runner claimed the agent; this one claims it again if it still owns it")
+          : DatabaseHealth.isUnreachable(defect)
+          ? Effect.logWarning("the database went away under a turn; it resumes from the journal once it is back")
+          : Effect.logError("the agent's runner failed; it starts again from the journal", Cause.die(defect))).pipe(
+            Effect.annotateLogs({ agentId, epoch: term.epoch }),
             Effect.zipRight(Effect.sync(() => {
               superseded = true
             })),
-            // A message rebuilds the entity if the cluster still places the agent here, else it wakes the
-            // agent where it lives now; either way its open work runs.
-            Effect.zipRight(makeClient(agentId).Wake().pipe(Effect.timeout("5 seconds"), Effect.ignore, Effect.forkDaemon))
+            Effect.zipRight(
+              makeClient(agentId).Wake().pipe(
+                Effect.timeout("5 seconds"),
+                // Until one is answered: the journal may still be out of reach.
+                Effect.retry({ schedule: Schedule.spaced("1 second"), times: 120 }),
+                Effect.ignore,
+                Effect.forkDaemon
+              )
+            )
           )
-          : Effect.die(defect)
-      ),
-      Effect.forkScoped
+      )
     )
+    // Kept to start the runner again after a reclaim, from a message handler.
+    const runner = Effect.provide(runnerBody, yield* Effect.context<Effect.Effect.Context<typeof runnerBody>>())
+    yield* Effect.forkScoped(runner)
     // Runs before the runner is interrupted (finalizers run in reverse): a turn moved with its shard
     // finishes its current step and hands on, rather than being cut and resumed as after a crash.
     yield* Effect.addFinalizer(() =>
@@ -346,12 +379,33 @@ export const layer = Agent.toLayer(
         }).pipe(Effect.timeout(handOnTimeout), Effect.ignore)
       })
     )
+    /**
+     * A message reached this instance after another runner claimed the agent: the cluster places the agent
+     * here, so this node claims it again (a new term, its log in a fresh block of ids; watchers of the old
+     * one reconnect), reloads it from the journal and runs its open work, a cut turn resumed.
+     */
+    const reclaim = Effect.gen(function*() {
+      yield* Scope.close(term.scope, Exit.void)
+      term = yield* claimTerm
+      Object.assign(agent, yield* loadAgent)
+      history.splice(0, history.length, ...yield* loadHistory)
+      pending.length = 0
+      steering = []
+      taken = []
+      superseded = false
+      yield* Effect.logInfo("claimed the agent again").pipe(Effect.annotateLogs({ agentId, epoch: term.epoch }))
+      yield* Effect.forkIn(runner, entityScope)
+      yield* loadOpenWork
+    })
+    const reclaiming = yield* Effect.makeSemaphore(1)
+    const current = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
+      Effect.zipRight(reclaiming.withPermits(1)(Effect.suspend(() => superseded ? reclaim : Effect.void)), effect)
     yield* loadOpenWork
 
     return {
       Prompt: ({ payload }) =>
         current(Effect.gen(function*() {
-          const row = yield* Effect.orDie(store.insertRequest({
+          const row = yield* journal(store.insertRequest({
             agentId,
             id: payload.requestId,
             method: payload.method ?? "prompt",
@@ -400,20 +454,20 @@ export const layer = Agent.toLayer(
           { changes: payload.changes },
           Effect.gen(function*() {
             agent.config = applyChanges(agent.config, payload.changes)
-            yield* fenced((guard) => store.updateConfig(agentId, agent.config, guard))
+            yield* fenced(store.updateConfig(agentId, agent.config))
             return { config: agent.config }
           })
         )),
       Wake: () => current(loadOpenWork),
       Status: () =>
-        current(Effect.map(log.cursor, (cursor) => ({
+        current(Effect.map(term.log.cursor, (cursor) => ({
           cursor,
           running: active !== null,
           activeRequest: active,
           queued: pending.map((row) => row.id)
         }))),
       Snapshot: () =>
-        current(Effect.map(log.cursor, (cursor) => {
+        current(Effect.map(term.log.cursor, (cursor) => {
           const began = active === null ? history.length : (activeBegan ?? history.length)
           return {
             cursor,
@@ -424,8 +478,7 @@ export const layer = Agent.toLayer(
       Watch: ({ payload }) =>
         Stream.unwrapScoped(
           Effect.map(
-            Effect.mapError(current(log.subscribe(Option.fromNullable(payload.cursor))), (gap) =>
-              new ReplayGap({ cursor: gap.cursor, oldest: gap.oldest })),
+            current(Effect.suspend(() => term.log.subscribe(Option.fromNullable(payload.cursor)))),
             (entries) =>
               entries.pipe(
                 Stream.map((entry) => ({ id: entry.id, data: entry.data })),
@@ -438,13 +491,10 @@ export const layer = Agent.toLayer(
           )
         ),
       Poll: ({ payload }) =>
-        Effect.mapError(
-          current(Effect.raceFirst(
-            log.poll(payload.cursor, `${payload.waitMillis} millis`),
-            Effect.zipRight(drain.closed, log.poll(payload.cursor, 0))
-          )),
-          (gap) => new ReplayGap({ cursor: gap.cursor, oldest: gap.oldest })
-        )
+        current(Effect.raceFirst(
+          Effect.suspend(() => term.log.poll(payload.cursor, `${payload.waitMillis} millis`)),
+          Effect.zipRight(drain.closed, Effect.suspend(() => term.log.poll(payload.cursor, 0)))
+        ))
     }
   }),
   { concurrency: "unbounded", maxIdleTime: "5 minutes" }

@@ -4,13 +4,8 @@
  * owns an agent rebuilds its state from here.
  */
 import { SqlClient, type Statement } from "@effect/sql"
-import { Effect, Option, Schema } from "effect"
-
-/** A journal write by a node that no longer owns the agent: another node claimed it since. */
-export class Fenced extends Schema.TaggedError<Fenced>()("Fenced", {
-  agentId: Schema.String,
-  epoch: Schema.Number
-}) {}
+import { Context, Effect, flow, Layer, Option, Schema } from "effect"
+import { Fenced, PersistenceError } from "./AgentError.ts"
 
 /** An agent's settings as kept: what its turns need. */
 export const AgentConfig = Schema.Struct({
@@ -85,290 +80,420 @@ export const releasedChannel = "agent_runtime_released"
 /** Event ids an owner may hand out before it asks for more. */
 export const eventBlockSize = 100_000
 
-export class AgentStore extends Effect.Service<AgentStore>()("@agent-runtime/agent/AgentStore", {
-  effect: Effect.gen(function*() {
-    const sql = yield* SqlClient.SqlClient
-    const agentFields = sql.unsafe(agentColumns)
-    const requestFields = sql.unsafe(requestColumns)
+/**
+ * A journal write that happens only under `guard`, a condition `fenced`
+ * supplies: it holds while the writer's epoch is still the agent's.
+ */
+export type Write = (guard: Statement.Fragment) => Statement.Statement<unknown>
 
-    const insertAgent = (
-      agent: Omit<AgentRow, "expiresAt" | "createdAt" | "resumeFailures" | "resumeAfter"> & { readonly ttlSeconds: number | null }
-    ) =>
-      sql`
-        INSERT INTO agents (id, tenant_id, key, name, type, config, input_fingerprint, expires_at)
-        VALUES (${agent.id}, ${agent.tenantId}, ${agent.key}, ${agent.name}, ${agent.type},
-          ${JSON.stringify(agent.config)}::jsonb, ${agent.inputFingerprint},
-          ${agent.ttlSeconds === null ? null : sql`now() + make_interval(secs => ${agent.ttlSeconds})`})
-        RETURNING ${agentFields}`.pipe(Effect.map((rows) => toAgent(rows[0])))
+/** A new agent's row; the store sets its times. */
+export interface NewAgent extends Omit<AgentRow, "expiresAt" | "createdAt" | "resumeFailures" | "resumeAfter"> {
+  readonly ttlSeconds: number | null
+}
 
-    /** A live agent of the tenant: not deleted and not expired. */
-    const find = (tenantId: string, id: string) =>
-      sql`SELECT ${agentFields} FROM agents
-        WHERE id = ${id} AND tenant_id = ${tenantId} AND deleted_at IS NULL`.pipe(
-        Effect.map((rows) => Option.map(Option.fromNullable(rows[0]), toAgent))
-      )
+/** What a node gets when it claims an agent: its epoch, and the event log the last owner let go of. */
+export interface Ownership {
+  readonly epoch: number
+  readonly previousOwner: string | null
+  readonly continuesFrom: number | null
+  readonly inherited: ReadonlyArray<{ readonly id: number; readonly data: unknown }> | null
+}
 
-    const findById = (id: string) =>
-      sql`SELECT ${agentFields} FROM agents WHERE id = ${id} AND deleted_at IS NULL`.pipe(
-        Effect.map((rows) => Option.map(Option.fromNullable(rows[0]), toAgent))
-      )
+/** A history message as journaled. */
+export interface MessageRow {
+  readonly index: number
+  readonly requestId: string | null
+  readonly message: unknown
+}
 
-    const findByKey = (tenantId: string, key: string) =>
-      sql`SELECT ${agentFields} FROM agents
-        WHERE tenant_id = ${tenantId} AND key = ${key} AND deleted_at IS NULL`.pipe(
-        Effect.map((rows) => Option.map(Option.fromNullable(rows[0]), toAgent))
-      )
+export class AgentStore extends Context.Tag("@agent-runtime/agent/AgentStore")<AgentStore, {
+  /** Inserts an agent; None when a live agent of the tenant already has its key. */
+  readonly insertAgent: (agent: NewAgent) => Effect.Effect<Option.Option<AgentRow>, PersistenceError>
+  /** A live agent of the tenant (not deleted; expiry is the caller's to judge). */
+  readonly find: (tenantId: string, id: string) => Effect.Effect<Option.Option<AgentRow>, PersistenceError>
+  readonly findById: (id: string) => Effect.Effect<Option.Option<AgentRow>, PersistenceError>
+  readonly findByKey: (tenantId: string, key: string) => Effect.Effect<Option.Option<AgentRow>, PersistenceError>
+  /** A page of the tenant's agents by id, after `after`. */
+  readonly list: (
+    tenantId: string,
+    after: string | undefined,
+    limit: number
+  ) => Effect.Effect<ReadonlyArray<AgentRow>, PersistenceError>
+  /** Marks the agent deleted; whether there was one. */
+  readonly remove: (tenantId: string, id: string) => Effect.Effect<boolean, PersistenceError>
+  /** The first id of a fresh block of event ids: they keep growing whoever owns the agent. */
+  readonly reserveEvents: (agentId: string) => Effect.Effect<number, PersistenceError>
+  /** Records a request once; a second delivery of the same id finds the first. */
+  readonly insertRequest: (request: {
+    readonly agentId: string
+    readonly id: string
+    readonly method: string
+    readonly fingerprint: string
+    readonly input: Record<string, unknown>
+  }) => Effect.Effect<RequestRow, PersistenceError>
+  readonly getRequest: (agentId: string, id: string) => Effect.Effect<Option.Option<RequestRow>, PersistenceError>
+  /** Requests not yet completed and not steered into a turn, in arrival order. */
+  readonly openRequests: (agentId: string) => Effect.Effect<ReadonlyArray<RequestRow>, PersistenceError>
+  /** Open requests a turn took as steered prompts, in arrival order. */
+  readonly steeredInto: (agentId: string, into: string) => Effect.Effect<ReadonlyArray<RequestRow>, PersistenceError>
+  /** The latest requests, oldest first: the running and the most recently settled. */
+  readonly recentRequests: (
+    agentId: string,
+    limit: number
+  ) => Effect.Effect<ReadonlyArray<RequestRow>, PersistenceError>
+  /** Makes the caller the agent's owner: a new epoch, which every later journal write must carry. */
+  readonly claim: (agentId: string, owner: string) => Effect.Effect<Ownership, PersistenceError>
+  /**
+   * Lets go of the agent on purpose (drain, rebalance, idle): any node may
+   * pick up its open work, and the next owner's event log goes on from
+   * `cursor` with the buffered `events`, so watchers miss nothing.
+   */
+  readonly release: (
+    agentId: string,
+    epoch: number,
+    cursor: number,
+    events: ReadonlyArray<{ readonly id: number; readonly data: unknown }>
+  ) => Effect.Effect<void, PersistenceError>
+  /** Announces agents let go with unfinished work, so a node wakes each on its next owner at once. */
+  readonly announceReleased: (agentIds: ReadonlyArray<string>) => Effect.Effect<void, PersistenceError>
+  /**
+   * Runs a journal write only while `epoch` is still the agent's, in one
+   * statement; a stale owner's write fails with Fenced and changes nothing.
+   */
+  readonly fenced: (agentId: string, epoch: number, write: Write) => Effect.Effect<void, Fenced | PersistenceError>
+  readonly markRunning: (agentId: string, id: string, beganIndex: number) => Write
+  /** A node took over the running turn: its handoff note is consumed. */
+  readonly markResumed: (agentId: string, id: string) => Write
+  /** The owner stops the running turn between steps, for another node to continue it. */
+  readonly markHandoff: (agentId: string, id: string, reason: string) => Write
+  /** Steered prompts a running turn took: they end with it. */
+  readonly markSteered: (agentId: string, ids: ReadonlyArray<string>, into: string) => Write
+  /** Recorded before a tool call is sent: a call with a start and no result has an unknown outcome. */
+  readonly startToolCall: (agentId: string, requestId: string, toolCallId: string, tool: string) => Write
+  readonly finishToolCall: (agentId: string, toolCallId: string, result: unknown) => Write
+  readonly complete: (agentId: string, id: string, outcome: Record<string, unknown>, steeredInto?: string) => Write
+  readonly updateConfig: (agentId: string, config: AgentConfig) => Write
+  readonly appendMessage: (agentId: string, index: number, requestId: string | null, message: unknown) => Write
+  /** Writes a new agent's starting history (no owner yet, so not fenced). */
+  readonly appendMessages: (
+    agentId: string,
+    messages: ReadonlyArray<MessageRow>
+  ) => Effect.Effect<void, PersistenceError>
+  /** The request's tool calls that were sent, with their results where they came back. */
+  readonly toolCalls: (
+    agentId: string,
+    requestId: string
+  ) => Effect.Effect<ReadonlyMap<string, unknown>, PersistenceError>
+  /**
+   * Agents with unfinished work that no live runner holds (let go, or their
+   * runner went silent past `leaseSeconds`), whose next wake-up is due.
+   */
+  readonly agentsToWake: (
+    leaseSeconds: number
+  ) => Effect.Effect<ReadonlyArray<{ readonly agentId: string; readonly resumeFailures: number }>, PersistenceError>
+  /** Waking the agent's work failed: the next attempt waits twice as long as the last, at most an hour. */
+  readonly resumeFailed: (agentId: string) => Effect.Effect<void, PersistenceError>
+  readonly resumeSucceeded: (agentId: string) => Effect.Effect<void, PersistenceError>
+  /** Messages before `before`, each marked when it opens a turn (the first message of its request). */
+  readonly messagesBefore: (agentId: string, before: number) => Effect.Effect<
+    ReadonlyArray<
+      { readonly index: number; readonly message: unknown; readonly bytes: number; readonly turnStart: boolean }
+    >,
+    PersistenceError
+  >
+  /** Request ids that have settled, to tell finished turns from the running one. */
+  readonly completedRequests: (agentId: string) => Effect.Effect<ReadonlySet<string>, PersistenceError>
+  readonly messageCount: (agentId: string) => Effect.Effect<number, PersistenceError>
+  /** The whole history, in order. */
+  readonly messages: (agentId: string) => Effect.Effect<ReadonlyArray<MessageRow>, PersistenceError>
+}>() {}
 
-    const list = (tenantId: string, after: string | undefined, limit: number) =>
-      sql`SELECT ${agentFields} FROM agents WHERE tenant_id = ${tenantId} AND deleted_at IS NULL
-        ${after === undefined ? sql`` : sql`AND id > ${after}`}
-        ORDER BY id LIMIT ${limit}`.pipe(Effect.map((rows) => rows.map(toAgent)))
+export const make = Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
+  const agentFields = sql.unsafe(agentColumns)
+  const requestFields = sql.unsafe(requestColumns)
 
-    const remove = (tenantId: string, id: string) =>
-      sql`UPDATE agents SET deleted_at = now() WHERE id = ${id} AND tenant_id = ${tenantId} AND deleted_at IS NULL
-        RETURNING id`
+  const insertAgent = (agent: NewAgent) =>
+    sql`
+      INSERT INTO agents (id, tenant_id, key, name, type, config, input_fingerprint, expires_at)
+      VALUES (${agent.id}, ${agent.tenantId}, ${agent.key}, ${agent.name}, ${agent.type},
+        ${JSON.stringify(agent.config)}::jsonb, ${agent.inputFingerprint},
+        ${agent.ttlSeconds === null ? null : sql`now() + make_interval(secs => ${agent.ttlSeconds})`})
+      ON CONFLICT (tenant_id, key) WHERE key IS NOT NULL AND deleted_at IS NULL DO NOTHING
+      RETURNING ${agentFields}`.pipe(Effect.map((rows) => Option.map(Option.fromNullable(rows[0]), toAgent)))
 
-    /** The first id of a fresh block of event ids: they keep growing whoever owns the agent. */
-    const reserveEvents = (agentId: string) =>
-      sql<{ start: number }>`
-        UPDATE agents SET event_block = event_block + ${eventBlockSize} WHERE id = ${agentId}
-        RETURNING (event_block - ${eventBlockSize})::float8 AS start`.pipe(Effect.map((rows) => rows[0]?.start ?? 0))
+  /** A live agent of the tenant: not deleted and not expired. */
+  const find = (tenantId: string, id: string) =>
+    sql`SELECT ${agentFields} FROM agents
+      WHERE id = ${id} AND tenant_id = ${tenantId} AND deleted_at IS NULL`.pipe(
+      Effect.map((rows) => Option.map(Option.fromNullable(rows[0]), toAgent))
+    )
 
-    /** Records a request once; a second delivery of the same id finds the first. */
-    const insertRequest = (request: {
-      readonly agentId: string
-      readonly id: string
-      readonly method: string
-      readonly fingerprint: string
-      readonly input: Record<string, unknown>
-    }) =>
-      sql`
-        INSERT INTO agent_requests (agent_id, id, method, state, fingerprint, input)
-        VALUES (${request.agentId}, ${request.id}, ${request.method}, 'queued', ${request.fingerprint},
-          ${JSON.stringify(request.input)}::jsonb)
-        ON CONFLICT (agent_id, id) DO NOTHING`.pipe(
-        Effect.zipRight(getRequest(request.agentId, request.id)),
-        Effect.map(Option.getOrThrow)
-      )
+  const findById = (id: string) =>
+    sql`SELECT ${agentFields} FROM agents WHERE id = ${id} AND deleted_at IS NULL`.pipe(
+      Effect.map((rows) => Option.map(Option.fromNullable(rows[0]), toAgent))
+    )
 
-    const getRequest = (agentId: string, id: string) =>
-      sql<RequestRow>`SELECT ${requestFields} FROM agent_requests WHERE agent_id = ${agentId} AND id = ${id}`.pipe(
-        Effect.map((rows) => Option.fromNullable(rows[0]))
-      )
+  const findByKey = (tenantId: string, key: string) =>
+    sql`SELECT ${agentFields} FROM agents
+      WHERE tenant_id = ${tenantId} AND key = ${key} AND deleted_at IS NULL`.pipe(
+      Effect.map((rows) => Option.map(Option.fromNullable(rows[0]), toAgent))
+    )
 
-    /** Requests not yet completed, in arrival order. */
-    const openRequests = (agentId: string) =>
-      sql<RequestRow>`SELECT ${requestFields} FROM agent_requests
-        WHERE agent_id = ${agentId} AND state <> 'completed' AND steered_into IS NULL ORDER BY seq`
+  const list = (tenantId: string, after: string | undefined, limit: number) =>
+    sql`SELECT ${agentFields} FROM agents WHERE tenant_id = ${tenantId} AND deleted_at IS NULL
+      ${after === undefined ? sql`` : sql`AND id > ${after}`}
+      ORDER BY id LIMIT ${limit}`.pipe(Effect.map((rows) => rows.map(toAgent)))
 
-    /** Steered prompts a running turn took: they end with it. */
-    const markSteered = (agentId: string, ids: ReadonlyArray<string>, into: string, guard = always) =>
-      sql`UPDATE agent_requests SET steered_into = ${into}, began_at = now()
-        WHERE agent_id = ${agentId} AND id IN ${sql.in(ids)} AND state <> 'completed' AND ${guard}`
+  const remove = (tenantId: string, id: string) =>
+    sql`UPDATE agents SET deleted_at = now() WHERE id = ${id} AND tenant_id = ${tenantId} AND deleted_at IS NULL
+      RETURNING id`.pipe(Effect.map((rows) => rows.length > 0))
 
-    /** Open requests a turn took as steered prompts. */
-    const steeredInto = (agentId: string, into: string) =>
-      sql<RequestRow>`SELECT ${requestFields} FROM agent_requests
-        WHERE agent_id = ${agentId} AND steered_into = ${into} AND state <> 'completed' ORDER BY seq`
+  /** The first id of a fresh block of event ids: they keep growing whoever owns the agent. */
+  const reserveEvents = (agentId: string) =>
+    sql<{ start: number }>`
+      UPDATE agents SET event_block = event_block + ${eventBlockSize} WHERE id = ${agentId}
+      RETURNING (event_block - ${eventBlockSize})::float8 AS start`.pipe(Effect.map((rows) => rows[0]?.start ?? 0))
 
-    /** The latest requests: the running and the most recently settled. */
-    const recentRequests = (agentId: string, limit: number) =>
-      sql<RequestRow>`SELECT ${requestFields} FROM agent_requests
-        WHERE agent_id = ${agentId} ORDER BY seq DESC LIMIT ${limit}`.pipe(Effect.map((rows) => rows.toReversed()))
+  /** Records a request once; a second delivery of the same id finds the first. */
+  const insertRequest = (request: {
+    readonly agentId: string
+    readonly id: string
+    readonly method: string
+    readonly fingerprint: string
+    readonly input: Record<string, unknown>
+  }) =>
+    sql`
+      INSERT INTO agent_requests (agent_id, id, method, state, fingerprint, input)
+      VALUES (${request.agentId}, ${request.id}, ${request.method}, 'queued', ${request.fingerprint},
+        ${JSON.stringify(request.input)}::jsonb)
+      ON CONFLICT (agent_id, id) DO NOTHING`.pipe(
+      Effect.zipRight(getRequest(request.agentId, request.id)),
+      Effect.map(Option.getOrThrow)
+    )
 
-    /** Makes the caller the agent's owner: a new epoch, which every later journal write must carry. */
-    const claim = (agentId: string, owner: string) =>
-      sql<{
-        epoch: number
-        previousOwner: string | null
-        continuesFrom: number | null
-        inherited: Array<{ id: number; data: unknown }> | null
-      }>`
-        UPDATE agents a SET owner_epoch = a.owner_epoch + 1, owner = ${owner}, released_cursor = NULL,
-          released_events = NULL
-        FROM (SELECT id, owner, released_cursor, released_events FROM agents WHERE id = ${agentId} FOR UPDATE) previous
-        WHERE a.id = previous.id
-        RETURNING a.owner_epoch::float8 AS epoch, previous.owner AS previous_owner,
-          previous.released_cursor::float8 AS continues_from, previous.released_events AS inherited`.pipe(
-        Effect.map((rows) => rows[0] ?? { epoch: 0, previousOwner: null, continuesFrom: null, inherited: null })
-      )
+  const getRequest = (agentId: string, id: string) =>
+    sql<RequestRow>`SELECT ${requestFields} FROM agent_requests WHERE agent_id = ${agentId} AND id = ${id}`.pipe(
+      Effect.map((rows) => Option.fromNullable(rows[0]))
+    )
 
-    /**
-     * Lets go of the agent on purpose (drain, rebalance, idle): any node may
-     * pick up its open work, and the next owner's event log goes on from
-     * `cursor` with the buffered `events`, so watchers miss nothing.
-     */
-    const release = (
-      agentId: string,
-      epoch: number,
-      cursor: number,
-      events: ReadonlyArray<{ readonly id: number; readonly data: unknown }>
-    ) =>
-      sql`UPDATE agents SET owner = NULL, released_cursor = ${cursor}, released_events = ${JSON.stringify(events)}::jsonb
-        WHERE id = ${agentId} AND owner_epoch = ${epoch}`
+  /** Requests not yet completed, in arrival order. */
+  const openRequests = (agentId: string) =>
+    sql<RequestRow>`SELECT ${requestFields} FROM agent_requests
+      WHERE agent_id = ${agentId} AND state <> 'completed' AND steered_into IS NULL ORDER BY seq`
 
-    /**
-     * Announces agents let go with unfinished work, so a node wakes each on
-     * its next owner at once (the periodic sweep stands behind it).
-     */
-    const announceReleased = (agentIds: ReadonlyArray<string>) =>
-      agentIds.length === 0 ? Effect.void : sql`SELECT pg_notify(${releasedChannel}, released.id)
-        FROM agents released WHERE released.id IN ${sql.in(agentIds)}
-        AND EXISTS (SELECT 1 FROM agent_requests WHERE agent_id = released.id AND state <> 'completed')`.pipe(
-        Effect.asVoid
-      )
+  /** Steered prompts a running turn took: they end with it. */
+  const markSteered = (agentId: string, ids: ReadonlyArray<string>, into: string): Write => (guard) =>
+    sql`UPDATE agent_requests SET steered_into = ${into}, began_at = now()
+      WHERE agent_id = ${agentId} AND id IN ${sql.in(ids)} AND state <> 'completed' AND ${guard}`
 
-    /**
-     * Runs a journal write only while `epoch` is still the agent's, in one
-     * statement: the write is conditioned on `guard`, which holds only if the
-     * agents row (locked until the statement commits, so no claim slips in
-     * between) still carries the epoch. A stale owner's write fails with
-     * Fenced and changes nothing.
-     */
-    const fenced = (
-      agentId: string,
-      epoch: number,
-      write: (guard: Statement.Statement<any>) => Statement.Statement<any>
-    ) =>
-      sql<{ epoch: number | null }>`
-        WITH fence AS (SELECT owner_epoch FROM agents WHERE id = ${agentId} FOR NO KEY UPDATE),
-          written AS (${write(sql`EXISTS (SELECT 1 FROM fence WHERE owner_epoch = ${epoch})`)})
-        SELECT (SELECT owner_epoch::float8 FROM fence) AS epoch`.pipe(
-        Effect.flatMap((rows) =>
-          rows[0]?.epoch === epoch ? Effect.void : Effect.fail(new Fenced({ agentId, epoch }))
-        )
-      )
+  /** Open requests a turn took as steered prompts. */
+  const steeredInto = (agentId: string, into: string) =>
+    sql<RequestRow>`SELECT ${requestFields} FROM agent_requests
+      WHERE agent_id = ${agentId} AND steered_into = ${into} AND state <> 'completed' ORDER BY seq`
 
-    /** Every write below takes a guard: a condition it only happens under (`fenced` supplies it). */
-    const always = sql`TRUE`
+  /** The latest requests: the running and the most recently settled. */
+  const recentRequests = (agentId: string, limit: number) =>
+    sql<RequestRow>`SELECT ${requestFields} FROM agent_requests
+      WHERE agent_id = ${agentId} ORDER BY seq DESC LIMIT ${limit}`.pipe(Effect.map((rows) => rows.toReversed()))
 
-    const markRunning = (agentId: string, id: string, beganIndex: number, guard = always) =>
-      sql`UPDATE agent_requests SET state = 'running', began_index = ${beganIndex}, began_at = coalesce(began_at, now())
-        WHERE agent_id = ${agentId} AND id = ${id} AND ${guard}`
+  /** Makes the caller the agent's owner: a new epoch, which every later journal write must carry. */
+  const claim = (agentId: string, owner: string) =>
+    sql<{
+      epoch: number
+      previousOwner: string | null
+      continuesFrom: number | null
+      inherited: Array<{ id: number; data: unknown }> | null
+    }>`
+      UPDATE agents a SET owner_epoch = a.owner_epoch + 1, owner = ${owner}, released_cursor = NULL,
+        released_events = NULL
+      FROM (SELECT id, owner, released_cursor, released_events FROM agents WHERE id = ${agentId} FOR UPDATE) previous
+      WHERE a.id = previous.id
+      RETURNING a.owner_epoch::float8 AS epoch, previous.owner AS previous_owner,
+        previous.released_cursor::float8 AS continues_from, previous.released_events AS inherited`.pipe(
+      Effect.map((rows) => rows[0] ?? { epoch: 0, previousOwner: null, continuesFrom: null, inherited: null })
+    )
 
-    /** A node took over the running turn: its handoff note is consumed. */
-    const markResumed = (agentId: string, id: string, guard = always) =>
-      sql`UPDATE agent_requests SET handoff = NULL, resumes = resumes + 1
-        WHERE agent_id = ${agentId} AND id = ${id} AND ${guard}`
+  /**
+   * Lets go of the agent on purpose (drain, rebalance, idle): any node may
+   * pick up its open work, and the next owner's event log goes on from
+   * `cursor` with the buffered `events`, so watchers miss nothing.
+   */
+  const release = (
+    agentId: string,
+    epoch: number,
+    cursor: number,
+    events: ReadonlyArray<{ readonly id: number; readonly data: unknown }>
+  ) =>
+    sql`UPDATE agents SET owner = NULL, released_cursor = ${cursor}, released_events = ${JSON.stringify(events)}::jsonb
+      WHERE id = ${agentId} AND owner_epoch = ${epoch}`
 
-    /** The owner stops the running turn between steps, for another node to continue it. */
-    const markHandoff = (agentId: string, id: string, reason: string, guard = always) =>
-      sql`UPDATE agent_requests SET handoff = ${reason}
-        WHERE agent_id = ${agentId} AND id = ${id} AND state = 'running' AND ${guard}`
+  /**
+   * Announces agents let go with unfinished work, so a node wakes each on
+   * its next owner at once (the periodic sweep stands behind it).
+   */
+  const announceReleased = (agentIds: ReadonlyArray<string>) =>
+    agentIds.length === 0 ? Effect.void : sql`SELECT pg_notify(${releasedChannel}, released.id)
+      FROM agents released WHERE released.id IN ${sql.in(agentIds)}
+      AND EXISTS (SELECT 1 FROM agent_requests WHERE agent_id = released.id AND state <> 'completed')`.pipe(
+      Effect.asVoid
+    )
 
-    /** Recorded before a tool call is sent: a call with a start and no result has an unknown outcome. */
-    const startToolCall = (agentId: string, requestId: string, toolCallId: string, tool: string, guard = always) =>
-      sql`INSERT INTO agent_tool_calls (agent_id, tool_call_id, request_id, tool)
-        SELECT ${agentId}, ${toolCallId}, ${requestId}, ${tool} WHERE ${guard} ON CONFLICT DO NOTHING`
+  /**
+   * Runs a journal write only while `epoch` is still the agent's, in one
+   * statement: the write is conditioned on `guard`, which holds only if the
+   * agents row (locked until the statement commits, so no claim slips in
+   * between) still carries the epoch. A stale owner's write fails with
+   * Fenced and changes nothing.
+   */
+  const fenced = (
+    agentId: string,
+    epoch: number,
+    write: Write
+  ) =>
+    sql<{ epoch: number | null }>`
+      WITH fence AS (SELECT owner_epoch FROM agents WHERE id = ${agentId} FOR NO KEY UPDATE),
+        written AS (${write(sql`EXISTS (SELECT 1 FROM fence WHERE owner_epoch = ${epoch})`)})
+      SELECT (SELECT owner_epoch::float8 FROM fence) AS epoch`.pipe(
+      Effect.flatMap((rows) => rows[0]?.epoch === epoch ? Effect.void : Effect.fail(new Fenced({ agentId, epoch }))),
+      Effect.catchTag("SqlError", (cause) => Effect.fail(new PersistenceError({ cause })))
+    )
 
-    const finishToolCall = (agentId: string, toolCallId: string, result: unknown, guard = always) =>
-      sql`UPDATE agent_tool_calls SET result = ${JSON.stringify(result)}::jsonb, ended_at = now()
-        WHERE agent_id = ${agentId} AND tool_call_id = ${toolCallId} AND ${guard}`
+  const markRunning = (agentId: string, id: string, beganIndex: number): Write => (guard) =>
+    sql`UPDATE agent_requests SET state = 'running', began_index = ${beganIndex}, began_at = coalesce(began_at, now())
+      WHERE agent_id = ${agentId} AND id = ${id} AND ${guard}`
 
-    /** The request's tool calls that were sent, with their results where they came back. */
-    const toolCalls = (agentId: string, requestId: string) =>
-      sql<{ toolCallId: string; result: unknown }>`SELECT tool_call_id, result FROM agent_tool_calls
-        WHERE agent_id = ${agentId} AND request_id = ${requestId}`.pipe(
-        Effect.map((rows) => new Map(rows.map((row) => [row.toolCallId, row.result ?? undefined])))
-      )
+  /** A node took over the running turn: its handoff note is consumed. */
+  const markResumed = (agentId: string, id: string): Write => (guard) =>
+    sql`UPDATE agent_requests SET handoff = NULL, resumes = resumes + 1
+      WHERE agent_id = ${agentId} AND id = ${id} AND ${guard}`
 
-    const complete = (
-      agentId: string,
-      id: string,
-      outcome: Record<string, unknown>,
-      steeredInto?: string,
-      guard = always
-    ) =>
+  /** The owner stops the running turn between steps, for another node to continue it. */
+  const markHandoff = (agentId: string, id: string, reason: string): Write => (guard) =>
+    sql`UPDATE agent_requests SET handoff = ${reason}
+      WHERE agent_id = ${agentId} AND id = ${id} AND state = 'running' AND ${guard}`
+
+  /** Recorded before a tool call is sent: a call with a start and no result has an unknown outcome. */
+  const startToolCall = (agentId: string, requestId: string, toolCallId: string, tool: string): Write => (guard) =>
+    sql`INSERT INTO agent_tool_calls (agent_id, tool_call_id, request_id, tool)
+      SELECT ${agentId}, ${toolCallId}, ${requestId}, ${tool} WHERE ${guard} ON CONFLICT DO NOTHING`
+
+  const finishToolCall = (agentId: string, toolCallId: string, result: unknown): Write => (guard) =>
+    sql`UPDATE agent_tool_calls SET result = ${JSON.stringify(result)}::jsonb, ended_at = now()
+      WHERE agent_id = ${agentId} AND tool_call_id = ${toolCallId} AND ${guard}`
+
+  /** The request's tool calls that were sent, with their results where they came back. */
+  const toolCalls = (agentId: string, requestId: string) =>
+    sql<{ toolCallId: string; result: unknown }>`SELECT tool_call_id, result FROM agent_tool_calls
+      WHERE agent_id = ${agentId} AND request_id = ${requestId}`.pipe(
+      Effect.map((rows) => new Map(rows.map((row) => [row.toolCallId, row.result ?? undefined])))
+    )
+
+  const complete =
+    (agentId: string, id: string, outcome: Record<string, unknown>, steeredInto?: string): Write => (guard) =>
       sql`UPDATE agent_requests SET state = 'completed', outcome = ${JSON.stringify(outcome)}::jsonb,
-          steered_into = coalesce(${steeredInto ?? null}, steered_into), ended_at = now()
-        WHERE agent_id = ${agentId} AND id = ${id} AND state <> 'completed' AND ${guard}`
+        steered_into = coalesce(${steeredInto ?? null}, steered_into), ended_at = now()
+      WHERE agent_id = ${agentId} AND id = ${id} AND state <> 'completed' AND ${guard}`
 
-    /** Agents with work not yet completed: what a restarted cluster must pick up again. */
-    /**
-     * Agents with unfinished work that no live runner holds (let go, or their
-     * runner went silent past `leaseSeconds`), whose next wake-up is due.
-     */
-    const agentsToWake = (leaseSeconds: number) =>
-      sql<{ agentId: string; resumeFailures: number }>`
-        SELECT a.id AS agent_id, a.resume_failures FROM agents a
-        WHERE a.deleted_at IS NULL AND (a.resume_after IS NULL OR a.resume_after <= now())
-          AND EXISTS (SELECT 1 FROM agent_requests r WHERE r.agent_id = a.id AND r.state <> 'completed')
-          AND (a.owner IS NULL OR NOT EXISTS (SELECT 1 FROM runner_reports w
-            WHERE w.address = a.owner AND w.reported_at > now() - make_interval(secs => ${leaseSeconds})))`
+  /** Agents with work not yet completed: what a restarted cluster must pick up again. */
+  /**
+   * Agents with unfinished work that no live runner holds (let go, or their
+   * runner went silent past `leaseSeconds`), whose next wake-up is due.
+   */
+  const agentsToWake = (leaseSeconds: number) =>
+    sql<{ agentId: string; resumeFailures: number }>`
+      SELECT a.id AS agent_id, a.resume_failures FROM agents a
+      WHERE a.deleted_at IS NULL AND (a.resume_after IS NULL OR a.resume_after <= now())
+        AND EXISTS (SELECT 1 FROM agent_requests r WHERE r.agent_id = a.id AND r.state <> 'completed')
+        AND (a.owner IS NULL OR NOT EXISTS (SELECT 1 FROM runner_reports w
+          WHERE w.address = a.owner AND w.reported_at > now() - make_interval(secs => ${leaseSeconds})))`
 
-    /** Waking the agent's work failed: the next attempt waits twice as long as the last, at most an hour. */
-    const resumeFailed = (agentId: string) =>
-      sql`UPDATE agents SET resume_failures = resume_failures + 1,
-          resume_after = now() + make_interval(secs => least(3600, power(2, resume_failures)::int))
-        WHERE id = ${agentId}`
+  /** Waking the agent's work failed: the next attempt waits twice as long as the last, at most an hour. */
+  const resumeFailed = (agentId: string) =>
+    sql`UPDATE agents SET resume_failures = resume_failures + 1,
+        resume_after = now() + make_interval(secs => least(3600, power(2, resume_failures)::int))
+      WHERE id = ${agentId}`
 
-    const resumeSucceeded = (agentId: string) =>
-      sql`UPDATE agents SET resume_failures = 0, resume_after = NULL WHERE id = ${agentId} AND resume_failures > 0`
+  const resumeSucceeded = (agentId: string) =>
+    sql`UPDATE agents SET resume_failures = 0, resume_after = NULL WHERE id = ${agentId} AND resume_failures > 0`
 
-    const updateConfig = (agentId: string, config: AgentConfig, guard = always) =>
-      sql`UPDATE agents SET config = ${JSON.stringify(config)}::jsonb WHERE id = ${agentId} AND ${guard}`
+  const updateConfig = (agentId: string, config: AgentConfig): Write => (guard) =>
+    sql`UPDATE agents SET config = ${JSON.stringify(config)}::jsonb WHERE id = ${agentId} AND ${guard}`
 
-    const appendMessage = (agentId: string, index: number, requestId: string | null, message: unknown, guard = always) =>
+  const appendMessage =
+    (agentId: string, index: number, requestId: string | null, message: unknown): Write => (guard) =>
       sql`INSERT INTO agent_messages (agent_id, index, request_id, message)
-        SELECT ${agentId}, ${index}, ${requestId}, ${JSON.stringify(message)}::jsonb WHERE ${guard}
-        ON CONFLICT (agent_id, index) DO UPDATE SET message = excluded.message, request_id = excluded.request_id`
+      SELECT ${agentId}, ${index}, ${requestId}, ${JSON.stringify(message)}::jsonb WHERE ${guard}
+      ON CONFLICT (agent_id, index) DO UPDATE SET message = excluded.message, request_id = excluded.request_id`
 
-    /** Messages before `before`, each marked when it opens a turn (the first message of its request). */
-    const messagesBefore = (agentId: string, before: number) =>
-      sql<{ index: number; message: unknown; bytes: number; turnStart: boolean }>`
-        SELECT index, message, octet_length(message::text) AS bytes,
-          (request_id IS NULL OR lag(request_id) OVER (ORDER BY index) IS DISTINCT FROM request_id) AS turn_start
-        FROM agent_messages WHERE agent_id = ${agentId} AND index < ${before} ORDER BY index`
+  /** Messages before `before`, each marked when it opens a turn (the first message of its request). */
+  const messagesBefore = (agentId: string, before: number) =>
+    sql<{ index: number; message: unknown; bytes: number; turnStart: boolean }>`
+      SELECT index, message, octet_length(message::text) AS bytes,
+        (request_id IS NULL OR lag(request_id) OVER (ORDER BY index) IS DISTINCT FROM request_id) AS turn_start
+      FROM agent_messages WHERE agent_id = ${agentId} AND index < ${before} ORDER BY index`
 
-    /** Request ids that have settled, to tell finished turns from the running one. */
-    const completedRequests = (agentId: string) =>
-      sql<{ id: string }>`SELECT id FROM agent_requests WHERE agent_id = ${agentId} AND state = 'completed'`.pipe(
-        Effect.map((rows) => new Set(rows.map((row) => row.id)))
-      )
+  /** Request ids that have settled, to tell finished turns from the running one. */
+  const completedRequests = (agentId: string) =>
+    sql<{ id: string }>`SELECT id FROM agent_requests WHERE agent_id = ${agentId} AND state = 'completed'`.pipe(
+      Effect.map((rows) => new Set(rows.map((row) => row.id)))
+    )
 
-    const messageCount = (agentId: string) =>
-      sql<{ count: number }>`SELECT count(*)::int AS count FROM agent_messages WHERE agent_id = ${agentId}`.pipe(
-        Effect.map((rows) => rows[0]?.count ?? 0)
-      )
+  const messageCount = (agentId: string) =>
+    sql<{ count: number }>`SELECT count(*)::int AS count FROM agent_messages WHERE agent_id = ${agentId}`.pipe(
+      Effect.map((rows) => rows[0]?.count ?? 0)
+    )
 
-    const messages = (agentId: string) =>
-      sql<{ index: number; requestId: string | null; message: unknown }>`
-        SELECT index, request_id, message FROM agent_messages WHERE agent_id = ${agentId} ORDER BY index`
+  const appendMessages = (agentId: string, rows: ReadonlyArray<MessageRow>) =>
+    rows.length === 0 ? Effect.void : sql`INSERT INTO agent_messages ${
+      sql.insert(rows.map((row) => ({
+        agentId,
+        index: row.index,
+        requestId: row.requestId,
+        message: JSON.stringify(row.message)
+      })))
+    }`.pipe(Effect.asVoid)
 
-    return {
-      insertAgent,
-      find,
-      findById,
-      findByKey,
-      list,
-      remove,
-      reserveEvents,
-      insertRequest,
-      getRequest,
-      openRequests,
-      markSteered,
-      steeredInto,
-      recentRequests,
-      claim,
-      release,
-      announceReleased,
-      fenced,
-      markRunning,
-      markResumed,
-      markHandoff,
-      startToolCall,
-      finishToolCall,
-      toolCalls,
-      complete,
-      agentsToWake,
-      resumeFailed,
-      resumeSucceeded,
-      appendMessage,
-      messagesBefore,
-      completedRequests,
-      messageCount,
-      updateConfig,
-      messages
-    } as const
+  const messages = (agentId: string) =>
+    sql<{ index: number; requestId: string | null; message: unknown }>`
+      SELECT index, request_id, message FROM agent_messages WHERE agent_id = ${agentId} ORDER BY index`
+
+  return AgentStore.of({
+    insertAgent: flow(insertAgent, PersistenceError.refail),
+    find: flow(find, PersistenceError.refail),
+    findById: flow(findById, PersistenceError.refail),
+    findByKey: flow(findByKey, PersistenceError.refail),
+    list: flow(list, PersistenceError.refail),
+    remove: flow(remove, PersistenceError.refail),
+    reserveEvents: flow(reserveEvents, PersistenceError.refail),
+    insertRequest: flow(insertRequest, PersistenceError.refail),
+    getRequest: flow(getRequest, PersistenceError.refail),
+    openRequests: flow(openRequests, PersistenceError.refail),
+    markSteered,
+    steeredInto: flow(steeredInto, PersistenceError.refail),
+    recentRequests: flow(recentRequests, PersistenceError.refail),
+    claim: flow(claim, PersistenceError.refail),
+    release: flow(release, PersistenceError.refail),
+    announceReleased: flow(announceReleased, PersistenceError.refail),
+    fenced,
+    markRunning,
+    markResumed,
+    markHandoff,
+    startToolCall,
+    finishToolCall,
+    toolCalls: flow(toolCalls, PersistenceError.refail),
+    complete,
+    agentsToWake: flow(agentsToWake, PersistenceError.refail),
+    resumeFailed: flow(resumeFailed, PersistenceError.refail),
+    resumeSucceeded: flow(resumeSucceeded, PersistenceError.refail),
+    appendMessage,
+    messagesBefore: flow(messagesBefore, PersistenceError.refail),
+    completedRequests: flow(completedRequests, PersistenceError.refail),
+    messageCount: flow(messageCount, PersistenceError.refail),
+    updateConfig,
+    messages: flow(messages, PersistenceError.refail),
+    appendMessages: flow(appendMessages, PersistenceError.refail)
   })
-}) {}
+})
+
+export const layer: Layer.Layer<AgentStore, never, SqlClient.SqlClient> = Layer.effect(AgentStore, make)

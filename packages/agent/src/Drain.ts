@@ -29,7 +29,7 @@ export class Drain extends Effect.Service<Drain>()("@agent-runtime/agent/Drain",
           () =>
             Effect.sync(() => {
               running--
-              if (running === 0) for (const wake of onIdle) wake()
+              if (running === 0) { for (const wake of onIdle) wake() }
             })
         ),
       running: () => running,

@@ -4,8 +4,10 @@
  * reader that falls behind is told (ReplayGap, SubscriberLagged) rather than
  * holding up the agent: `publish` never waits on a reader.
  */
+import type { Duration, Scope } from "effect"
+import { Chunk, Effect, Either, Option, Queue, Stream } from "effect"
 import { Buffer } from "node:buffer"
-import { Chunk, Duration, Effect, Either, Option, Queue, Schema, Scope, Stream } from "effect"
+import { ReplayGap, SubscriberLagged } from "./AgentError.ts"
 
 /** One published frame; `json` is serialized once so every SSE writer sends the same string. */
 export interface Entry {
@@ -18,27 +20,6 @@ export interface Entry {
 export interface Poll {
   readonly cursor: number
   readonly events: ReadonlyArray<{ readonly id: number; readonly data: unknown }>
-}
-
-/** The cursor is behind what the buffer still holds: events after it were evicted or predate this log. */
-export class ReplayGap extends Schema.TaggedError<ReplayGap>()("ReplayGap", {
-  cursor: Schema.Number,
-  /** The oldest id still buffered (the next id when the buffer is empty). */
-  oldest: Schema.Number
-}) {
-  override get message() {
-    return `cursor ${this.cursor} is behind the replay buffer (oldest ${this.oldest})`
-  }
-}
-
-/** A subscriber's own buffer overflowed; its stream ends so the client reconnects from `lastId`. */
-export class SubscriberLagged extends Schema.TaggedError<SubscriberLagged>()("SubscriberLagged", {
-  /** The last id delivered on the stream before it ended. */
-  lastId: Schema.Number
-}) {
-  override get message() {
-    return `subscriber fell behind after event ${this.lastId}`
-  }
 }
 
 export interface EventLog {
@@ -259,7 +240,9 @@ export const make = (options: Options): Effect.Effect<EventLog, never, Scope.Sco
     const poll = (cursor: number, wait: Duration.DurationInput) =>
       Effect.scoped(Effect.gen(function*() {
         const { replay, subscriber } = yield* attach(Option.some(cursor))
-        if (replay.length > 0 || subscriber.closed) return toPoll(cursor, replay)
+        if (replay.length > 0 || subscriber.closed) {
+          return toPoll(cursor, replay)
+        }
         yield* Effect.timeoutOption(Queue.take(subscriber.queue), wait)
         // Read the buffer again rather than the queue: it holds whatever else arrived meanwhile, in order.
         return toPoll(cursor, yield* unsafeSince(cursor))
@@ -274,14 +257,20 @@ export const make = (options: Options): Effect.Effect<EventLog, never, Scope.Sco
           subscriber.queue.unsafeOffer(null)
         }
         live.clear()
-        for (const listener of listeners) listener.close()
+        for (const listener of listeners) {
+          listener.close()
+        }
         listeners.clear()
       })
     )
 
     const listen = (cursor: Option.Option<number>, listener: Listener) =>
       Effect.suspend(() => {
-        const replay = Option.match(cursor, { onNone: () => Either.right<Array<Entry>>([]), onSome: unsafeSince })
+        const replay = Option.match(cursor, {
+          onNone: () =>
+            Either.right<Array<Entry>>([]),
+          onSome: unsafeSince
+        })
         if (Either.isLeft(replay)) return Effect.fail(replay.left)
         if (closed) listener.close()
         else listeners.add(listener)

@@ -71,7 +71,7 @@ export const executeAll = <A, B>(
       const batch = group
       group = []
       return Effect.map(Effect.forEach(batch, execute, { concurrency: "unbounded" }), (done) => {
-        results.push(...done)
+        for (const result of done) results.push(result)
       })
     })
     for (const call of calls) {
@@ -138,14 +138,20 @@ const makeWebFetch = (egress: Egress.Service): Omit<Tool, "exposure"> => ({
     Effect.gen(function*() {
       if (typeof args.url !== "string") return text("url must be a string", true, "invalid_arguments")
       const maxChars = typeof args.maxChars === "number" && args.maxChars > 0 ? args.maxChars : defaultMaxChars
-      const response = yield* egress.fetch(args.url, { headers: { accept: "text/html, text/*, application/json;q=0.9" } })
+      const response = yield* egress.fetch(args.url, {
+        headers: { accept: "text/html, text/*, application/json;q=0.9" }
+      })
       const contentType = response.headers.get("content-type") ?? ""
       const { bytes, truncated } = yield* readBody(response, context.update)
       const body = pageText(contentType, bytes)
       const cut = body.length > maxChars
       const header = `HTTP ${response.status}${contentType === "" ? "" : ` (${contentType})`}` +
         (cut || truncated ? `, text cut to ${Math.min(body.length, maxChars)} characters` : "")
-      return text(`${header}\n\n${body.slice(0, maxChars)}`, response.status >= 400, response.status >= 400 ? "failed" : undefined)
+      return text(
+        `${header}\n\n${body.slice(0, maxChars)}`,
+        response.status >= 400,
+        response.status >= 400 ? "failed" : undefined
+      )
     }).pipe(
       Effect.timeoutFail({ duration: fetchTimeout, onTimeout: () => "the page did not answer within 30 seconds" }),
       Effect.catchAll((error) =>

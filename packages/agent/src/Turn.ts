@@ -4,7 +4,8 @@
  * tools or the round limit is reached. Every finished message is journaled
  * before the next step, so another node can continue from there.
  */
-import { ModelClient, ModelError } from "@agent-runtime/models"
+import type { ModelError } from "@agent-runtime/models"
+import { ModelClient } from "@agent-runtime/models"
 import { Effect, Option, Stream } from "effect"
 import type { AgentConfig } from "./AgentStore.ts"
 import * as Tools from "./Tools.ts"
@@ -119,10 +120,12 @@ export const toModelMessage = (message: StoredMessage): ModelClient.Message => {
   const text = typeof message.content === "string"
     ? message.content
     : message.content.map((part) => part.type === "text" ? part.text : "").join("")
-  const sender = message.from === undefined ? "" : `${senderMarker} message from ${
-    [message.from.name, message.from.username === undefined ? undefined : `@${message.from.username}`]
-      .filter((part) => part !== undefined).join(" ")
-  } (id ${message.from.id})\n`
+  const sender = message.from === undefined ?
+    "" :
+    `${senderMarker} message from ${
+      [message.from.name, message.from.username === undefined ? undefined : `@${message.from.username}`]
+        .filter((part) => part !== undefined).join(" ")
+    } (id ${message.from.id})\n`
   return { role: "user", content: sender + neutralise(text), timestamp: message.timestamp }
 }
 
@@ -303,7 +306,9 @@ export const run = (input: TurnInput, hooks: TurnHooks) =>
         (call) => toolSet.direct.get(call.name)?.executionMode ?? "parallel",
         (call) => runCall(call, sent)
       ).pipe(
-        Effect.flatMap((results) => Effect.forEach(calls, (call, i) => appendResult(call, results[i]!), { discard: true })),
+        Effect.flatMap((results) =>
+          Effect.forEach(calls, (call, i) => appendResult(call, results[i]!), { discard: true })
+        ),
         // Aborted while tools ran: every call still gets an answer, so the history stays valid for the model.
         // A node stopping answers nothing: the next owner finds which calls were sent.
         Effect.onInterrupt(() =>
@@ -349,9 +354,9 @@ export const run = (input: TurnInput, hooks: TurnHooks) =>
       const last = history.findLastIndex((message) => message.role === "assistant")
       if (last >= input.resume.began) {
         const message = history[last] as ModelClient.AssistantMessage
-        const answered = new Set(history.slice(last + 1).flatMap((entry) =>
-          entry.role === "toolResult" ? [entry.toolCallId] : []
-        ))
+        const answered = new Set(
+          history.slice(last + 1).flatMap((entry) => entry.role === "toolResult" ? [entry.toolCallId] : [])
+        )
         const calls = toolCallsOf(message).filter((call) => !answered.has(call.id))
         const text = textOf(message)
         if (text !== "") reply = { text, index: last }
@@ -460,7 +465,10 @@ export const run = (input: TurnInput, hooks: TurnHooks) =>
       if (round === maxRounds - 1) stopped = "turn_limit"
     }
     if (handoff) {
-      const handedOn: TurnOutcome = { result: { messages: hooks.historySize(), error: null, toolErrors, toolCalls }, handoff }
+      const handedOn: TurnOutcome = {
+        result: { messages: hooks.historySize(), error: null, toolErrors, toolCalls },
+        handoff
+      }
       return handedOn
     }
     yield* event("agent_end")

@@ -3,18 +3,30 @@
  * fences a stale owner's writes, and the resume backoff of work that could
  * not be woken.
  */
+import { AccountsMigrations } from "@agent-runtime/accounts"
 import { Database } from "@agent-runtime/store"
 import { TestDatabase } from "@agent-runtime/testing"
 import { SqlClient } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, Layer, Redacted } from "effect"
-import { AgentStore, Fenced } from "../src/AgentStore.ts"
+import { Fenced } from "../src/AgentError.ts"
+import * as AgentMigrations from "../src/AgentMigrations.ts"
+import * as AgentStoreModule from "../src/AgentStore.ts"
+import { AgentStore } from "../src/AgentStore.ts"
 
 const withStore = <A, E>(body: Effect.Effect<A, E, AgentStore | SqlClient.SqlClient>) =>
   Effect.gen(function*() {
     const url = yield* TestDatabase.make
     return yield* body.pipe(
-      Effect.provide(AgentStore.Default.pipe(Layer.provideMerge(Database.layerClient(Redacted.make(url)))))
+      Effect.provide(
+        AgentStoreModule.layer.pipe(
+          Layer.provideMerge(
+            Database.layerClient(Redacted.make(url), {
+              migrations: [AccountsMigrations.migrations, AgentMigrations.migrations]
+            })
+          )
+        )
+      )
     )
   })
 
@@ -34,17 +46,16 @@ describe("AgentStore", () => {
       const store = yield* AgentStore
       yield* seed("client_fence")
       const first = yield* store.claim("client_fence", "127.0.0.1:1")
-      yield* store.fenced("client_fence", first.epoch, (guard) => store.appendMessage("client_fence", 0, null, { n: 0 }, guard))
+      yield* store.fenced("client_fence", first.epoch, store.appendMessage("client_fence", 0, null, { n: 0 }))
       const second = yield* store.claim("client_fence", "127.0.0.1:2")
       expect(second.epoch).toBe(first.epoch + 1)
       expect(second.previousOwner).toBe("127.0.0.1:1")
       const stale = yield* Effect.flip(
-        store.fenced("client_fence", first.epoch, (guard) => store.appendMessage("client_fence", 1, null, { n: 1 }, guard))
+        store.fenced("client_fence", first.epoch, store.appendMessage("client_fence", 1, null, { n: 1 }))
       )
       expect(stale).toBeInstanceOf(Fenced)
       expect(yield* store.messageCount("client_fence")).toBe(1)
-      yield* store.fenced("client_fence", second.epoch, (guard) =>
-        store.appendMessage("client_fence", 1, null, { n: 1 }, guard))
+      yield* store.fenced("client_fence", second.epoch, store.appendMessage("client_fence", 1, null, { n: 1 }))
       expect(yield* store.messageCount("client_fence")).toBe(2)
     })))
 
@@ -53,7 +64,13 @@ describe("AgentStore", () => {
       const store = yield* AgentStore
       const sql = yield* SqlClient.SqlClient
       yield* seed("client_resume")
-      yield* store.insertRequest({ agentId: "client_resume", id: "req_1", method: "prompt", fingerprint: "f", input: {} })
+      yield* store.insertRequest({
+        agentId: "client_resume",
+        id: "req_1",
+        method: "prompt",
+        fingerprint: "f",
+        input: {}
+      })
       // Held by a live runner: not for the resumer.
       yield* store.claim("client_resume", "127.0.0.1:1")
       expect(yield* store.agentsToWake(6)).toEqual([])
@@ -73,7 +90,7 @@ describe("AgentStore", () => {
       expect(waits).toEqual([1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 3600, 3600])
       // Not due until its time; the agent shows it meanwhile.
       expect(yield* store.agentsToWake(6)).toEqual([])
-      const agent = (yield* store.findById("client_resume"))
+      const agent = yield* store.findById("client_resume")
       expect(agent._tag === "Some" && agent.value.resumeFailures).toBe(14)
       yield* sql`UPDATE agents SET resume_after = now() - interval '1 second' WHERE id = 'client_resume'`
       expect(yield* store.agentsToWake(6)).toEqual([{ agentId: "client_resume", resumeFailures: 14 }])

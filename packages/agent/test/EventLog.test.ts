@@ -3,6 +3,7 @@
  * meeting the live feed exactly, slow readers cut off without slowing the
  * agent, long polls.
  */
+import * as AgentError from "@agent-runtime/agent/AgentError"
 import * as EventLog from "@agent-runtime/agent/EventLog"
 import { describe, expect, it } from "@effect/vitest"
 import { Chunk, Effect, Either, Exit, Fiber, Option, Scope, Stream } from "effect"
@@ -77,7 +78,7 @@ describe("EventLog", () => {
       expect(Either.map(yield* log.since(100), ids)).toEqual(Either.right([101, 102, 103]))
       expect(Either.isLeft(yield* log.since(50))).toBe(true)
       const restarted = yield* Effect.flip(log.subscribe(Option.some(50)))
-      expect(restarted).toBeInstanceOf(EventLog.ReplayGap)
+      expect(restarted).toBeInstanceOf(AgentError.ReplayGap)
       expect(restarted).toMatchObject({ cursor: 50, oldest: 101 })
 
       yield* publishMany(log, 3)
@@ -124,7 +125,7 @@ describe("EventLog", () => {
       yield* publishMany(log, 100)
       const last = 1100 + 2000
 
-      const read = (stream: Stream.Stream<EventLog.Entry, EventLog.SubscriberLagged>) =>
+      const read = (stream: Stream.Stream<EventLog.Entry, AgentError.SubscriberLagged>) =>
         stream.pipe(
           // Readers yield now and then so publishing and reading interleave.
           Stream.mapEffect((entry) => entry.id % 7 === 0 ? Effect.as(Effect.yieldNow(), entry) : Effect.succeed(entry)),
@@ -140,7 +141,7 @@ describe("EventLog", () => {
           let cursor = from
           while (cursor < last) {
             const entries = yield* Effect.flatMap(log.since(cursor), (either) => either)
-            seen.push(...ids(entries))
+            for (const id of ids(entries)) seen.push(id)
             if (entries.length > 0) cursor = entries[entries.length - 1]!.id
             yield* Effect.yieldNow()
           }
@@ -185,7 +186,7 @@ describe("EventLog", () => {
       // The stalled stream delivers what it holds, then ends with the last id delivered.
       const got: Array<number> = []
       const lagged = yield* Effect.flip(Stream.runForEach(stalled, (entry) => Effect.sync(() => got.push(entry.id))))
-      expect(lagged).toBeInstanceOf(EventLog.SubscriberLagged)
+      expect(lagged).toBeInstanceOf(AgentError.SubscriberLagged)
       expect(lagged).toMatchObject({ _tag: "SubscriberLagged", lastId: 16 })
       expect(got).toEqual(range(1, 16))
     }))
@@ -253,7 +254,9 @@ describe("EventLog", () => {
       expect(yield* log.subscribers).toBe(1000)
       yield* publishMany(log, 100, 10)
       const totals = yield* Effect.forEach(readers, Fiber.join)
-      expect(totals.filter((total) => total.count === 100 && total.sum === 5050)).toHaveLength(1000)
+      expect(totals.filter((total) =>
+        total.count === 100 && total.sum === 5050
+      )).toHaveLength(1000)
     }))
 
   it.scoped("closing the log ends its subscribers' streams and wakes a waiting poll", () =>

@@ -3,6 +3,7 @@
  * heartbeats in idle time, and the reconnect frame when the log lets go of a
  * reader.
  */
+import * as AgentError from "@agent-runtime/agent/AgentError"
 import * as EventLog from "@agent-runtime/agent/EventLog"
 import * as Sse from "@agent-runtime/agent/Sse"
 import { describe, expect, it } from "@effect/vitest"
@@ -17,13 +18,13 @@ const entry = (id: number, data: unknown): EventLog.Entry => ({ id, data, json: 
 describe("Sse", () => {
   it("renders each frame exactly", () => {
     expect(Sse.ready({ version: "1", agentId: "ag_1", connection: "c_1" })).toEqual(
-      bytes("event: ready\ndata: {\"version\":\"1\",\"agentId\":\"ag_1\",\"connection\":\"c_1\"}\n\n")
+      bytes('event: ready\ndata: {"version":"1","agentId":"ag_1","connection":"c_1"}\n\n')
     )
     expect(Sse.encode(entry(42, { type: "event", requestId: "rq_1", event: { type: "agent_start" } }))).toEqual(
-      bytes("id: 42\ndata: {\"type\":\"event\",\"requestId\":\"rq_1\",\"event\":{\"type\":\"agent_start\"}}\n\n")
+      bytes('id: 42\ndata: {"type":"event","requestId":"rq_1","event":{"type":"agent_start"}}\n\n')
     )
     // A line break in the data stays escaped inside the one data line.
-    expect(text(Sse.encode(entry(7, { text: "a\nb" })))).toBe("id: 7\ndata: {\"text\":\"a\\nb\"}\n\n")
+    expect(text(Sse.encode(entry(7, { text: "a\nb" })))).toBe('id: 7\ndata: {"text":"a\\nb"}\n\n')
     expect(Sse.frame(3, "{}")).toEqual(bytes("id: 3\ndata: {}\n\n"))
     expect(Sse.heartbeat).toEqual(bytes(": heartbeat\n\n"))
     expect(Sse.reconnect).toEqual(bytes("event: reconnect\ndata: {}\n\n"))
@@ -32,13 +33,13 @@ describe("Sse", () => {
   it.effect("a stream is ready, entries, then reconnect when the reader lagged", () =>
     Effect.gen(function*() {
       const entries = Stream.make(entry(1, { n: 1 }), entry(2, { n: 2 })).pipe(
-        Stream.concat(Stream.fail(new EventLog.SubscriberLagged({ lastId: 2 })))
+        Stream.concat(Stream.fail(new AgentError.SubscriberLagged({ lastId: 2 })))
       )
       const out = yield* Stream.runCollect(Sse.toStream({ ready: { agentId: "ag_1" }, entries }))
       expect(Chunk.toReadonlyArray(out).map(text)).toEqual([
-        "event: ready\ndata: {\"agentId\":\"ag_1\"}\n\n",
-        "id: 1\ndata: {\"n\":1}\n\n",
-        "id: 2\ndata: {\"n\":2}\n\n",
+        'event: ready\ndata: {"agentId":"ag_1"}\n\n',
+        'id: 1\ndata: {"n":1}\n\n',
+        'id: 2\ndata: {"n":2}\n\n',
         "event: reconnect\ndata: {}\n\n"
       ])
     }))
@@ -46,7 +47,7 @@ describe("Sse", () => {
   it.effect("heartbeats fill idle time; the stream ends after the reconnect frame", () =>
     Effect.gen(function*() {
       const entries = Stream.fromEffect(Effect.as(Effect.sleep("12 seconds"), entry(9, { n: 9 }))).pipe(
-        Stream.concat(Stream.fail(new EventLog.SubscriberLagged({ lastId: 9 })))
+        Stream.concat(Stream.fail(new AgentError.SubscriberLagged({ lastId: 9 })))
       )
       const fiber = yield* Effect.fork(Stream.runCollect(Sse.toStream({ ready: {}, entries })))
       yield* TestClock.adjust("12 seconds")
@@ -55,7 +56,7 @@ describe("Sse", () => {
         "event: ready\ndata: {}\n\n",
         ": heartbeat\n\n",
         ": heartbeat\n\n",
-        "id: 9\ndata: {\"n\":9}\n\n",
+        'id: 9\ndata: {"n":9}\n\n',
         "event: reconnect\ndata: {}\n\n"
       ])
     }))
@@ -93,9 +94,9 @@ describe("toNodeStream", () => {
       yield* log.publish({ n: 2 })
       yield* Scope.close(scope, Exit.void)
       expect(yield* text).toBe(
-        "event: ready\ndata: {\"v\":1}\n\n" +
-          "id: 1\ndata: {\"n\":1}\n\n" +
-          "id: 2\ndata: {\"n\":2}\n\n" +
+        'event: ready\ndata: {"v":1}\n\n' +
+          'id: 1\ndata: {"n":1}\n\n' +
+          'id: 2\ndata: {"n":2}\n\n' +
           "event: reconnect\ndata: {}\n\n"
       )
     }))

@@ -9,7 +9,7 @@ import { StringMap, Timestamp } from "./Common.ts"
 import { EventEntry } from "./Events.ts"
 import { ModelHeaders } from "./Provider.ts"
 import { PromptInput, RequestRecord, RunError, SpendLimitInput } from "./Run.ts"
-import { JsonObject, jsonBytes, KiB, MiB } from "./Validation.ts"
+import { jsonBytes, JsonObject, KiB, MiB } from "./Validation.ts"
 
 export { SpendLimitInput } from "./Run.ts"
 

@@ -4,9 +4,6 @@
  */
 import { HttpApi, HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "@effect/platform"
 import { Schema } from "effect"
-import * as ApiError from "./ApiError.ts"
-import { AgentAuthentication, Authentication, OperatorAuthentication } from "./Auth.ts"
-import { created, Deleted, Page, PageParams } from "./Common.ts"
 import {
   AgentCreated,
   AgentCredentials,
@@ -18,6 +15,9 @@ import {
   ForkCreated,
   ForkInput
 } from "./Agent.ts"
+import * as ApiError from "./ApiError.ts"
+import { AgentAuthentication, Authentication, OperatorAuthentication } from "./Auth.ts"
+import { created, Deleted, Page, PageParams } from "./Common.ts"
 import { Me } from "./Me.ts"
 import { Model } from "./Model.ts"
 import {
@@ -290,7 +290,10 @@ export class AgentsGroup extends HttpApiGroup.make("agents")
       .addError(ApiError.NotFound.Wire)
       .addError(ApiError.Gone.Wire)
       .addError(ApiError.IdempotencyConflict.Wire)
-      .annotate(OpenApi.Description, "Accepts a prompt and answers its request record at once; poll it for the outcome.")
+      .annotate(
+        OpenApi.Description,
+        "Accepts a prompt and answers its request record at once; poll it for the outcome."
+      )
   )
   .add(
     HttpApiEndpoint.post("fork")`/v1/agents/${agentParam}/fork`
@@ -334,7 +337,10 @@ export class AgentsGroup extends HttpApiGroup.make("agents")
       .addSuccess(RequestRecord)
       .addError(ApiError.NotFound.Wire)
       .addError(ApiError.Gone.Wire)
-      .annotate(OpenApi.Description, "Changes settings at once, ahead of queued runs; absent fields stay, null removes.")
+      .annotate(
+        OpenApi.Description,
+        "Changes settings at once, ahead of queued runs; absent fields stay, null removes."
+      )
   )
   .add(
     HttpApiEndpoint.get("request")`/v1/agents/${agentParam}/requests/${requestParam}`
@@ -385,7 +391,10 @@ const clientParam = HttpApiSchema.param("id", Schema.String)
 /** A request to an agent over its own token: a prompt, a steer, an abort, a configure or a status. */
 export const ClientRequest = Schema.Union(
   Schema.Struct({ method: Schema.Literal("prompt", "steer"), ...PromptInput.fields }),
-  Schema.Struct({ method: Schema.Literal("abort"), requestId: Schema.optional(Schema.String.pipe(Schema.minLength(1))) }),
+  Schema.Struct({
+    method: Schema.Literal("abort"),
+    requestId: Schema.optional(Schema.String.pipe(Schema.minLength(1)))
+  }),
   Schema.Struct({ method: Schema.Literal("status") }),
   Schema.Struct({
     method: Schema.Literal("continue"),
@@ -449,7 +458,10 @@ export class ClientsGroup extends HttpApiGroup.make("clients")
   )
   .middleware(AgentAuthentication)
   .annotate(OpenApi.Title, "Agent connection")
-  .annotate(OpenApi.Description, "Routes for the agent's own token (aat_...); requests with a browser Origin are refused.")
+  .annotate(
+    OpenApi.Description,
+    "Routes for the agent's own token (aat_...); requests with a browser Origin are refused."
+  )
 {}
 
 export class AdminGroup extends HttpApiGroup.make("admin")
@@ -519,7 +531,7 @@ const withoutDecodeError = (spec: Record<string, any>): Record<string, any> => {
       if (!schema?.anyOf) continue
       const rest = schema.anyOf.filter((member: { $ref?: string }) => member.$ref !== decodeError)
       invalid.content["application/json"].schema = rest.length === 1 ? rest[0] : { anyOf: rest }
-      invalid.description = "{error, code: \"INVALID_REQUEST\"} with HTTP 400; the error names each field and why"
+      invalid.description = '{error, code: "INVALID_REQUEST"} with HTTP 400; the error names each field and why'
     }
   }
   for (const name of ["HttpApiDecodeError", "Issue", "PropertyKey"]) delete spec.components.schemas[name]

@@ -3,7 +3,8 @@
  * the server implements them.
  */
 import { HttpApiMiddleware, HttpApiSecurity, OpenApi } from "@effect/platform"
-import { Context, Option, Schema } from "effect"
+import type { Option } from "effect"
+import { Context, Schema } from "effect"
 import * as ApiError from "./ApiError.ts"
 import type { Via } from "./Me.ts"
 

@@ -21,6 +21,16 @@ export type PageParams = typeof PageParams.Type
 
 export const defaultPageSize = 50
 
+/** How many rows a page query fetches: one more than the page holds, to know whether a next page exists. */
+export const pageQueryLimit = (params: PageParams) => (params.limit ?? defaultPageSize) + 1
+
+/** A page of rows fetched with `pageQueryLimit`; `next` is the last id shown when more follow. */
+export const toPage = <A extends { readonly id: string }>(rows: ReadonlyArray<A>, params: PageParams) => {
+  const size = params.limit ?? defaultPageSize
+  const data = rows.slice(0, size)
+  return { data, next: rows.length > size ? data[data.length - 1]!.id : null }
+}
+
 /**
  * The wrapper of every list response: `data` in a stable order and `next`,
  * the cursor of the following page, or null on the last one.
@@ -28,7 +38,9 @@ export const defaultPageSize = 50
 export const Page = <A, I, R>(item: Schema.Schema<A, I, R>) =>
   Schema.Struct({
     data: Schema.Array(item),
-    next: Schema.NullOr(Schema.String).annotations({ description: "pass as `after` for the next page; null at the end" })
+    next: Schema.NullOr(Schema.String).annotations({
+      description: "pass as `after` for the next page; null at the end"
+    })
   })
 
 /** A JSON object with string values. */

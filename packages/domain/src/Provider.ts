@@ -68,7 +68,10 @@ export const SentHeaders = StringMap.pipe(
       if (!headerName.test(name)) return { path: [name], message: `"${name}" is not a valid header name` }
       if (transportHeaders.has(name.toLowerCase())) return { path: [name], message: `"${name}" is a transport header` }
       if (!headerValue.test(value)) {
-        return { path: [name], message: "header values must be printable (no line breaks, NUL or characters beyond Latin-1)" }
+        return {
+          path: [name],
+          message: "header values must be printable (no line breaks, NUL or characters beyond Latin-1)"
+        }
       }
     }
     return true
@@ -296,7 +299,10 @@ export const ModelHeaders = StringMap.pipe(
         return { path: [name], message: `header "${name}" may not be set through modelHeaders` }
       }
       if (!headerValue.test(headers[name])) {
-        return { path: [name], message: "header values must be printable (no line breaks, NUL or characters beyond Latin-1)" }
+        return {
+          path: [name],
+          message: "header values must be printable (no line breaks, NUL or characters beyond Latin-1)"
+        }
       }
     }
     return jsonBytes(headers) <= 8 * KiB || "at most 8 KB of headers (as JSON)"

@@ -3,8 +3,8 @@
  * files; and the short-lived browser tokens that read them from a browser.
  */
 import { Schema } from "effect"
-import { Timestamp } from "./Common.ts"
 import { AgentResume } from "./Agent.ts"
+import { Timestamp } from "./Common.ts"
 import { EventEntry } from "./Events.ts"
 import { RequestRecord } from "./Run.ts"
 import { JsonObject } from "./Validation.ts"

@@ -17,9 +17,11 @@ export class Tenant extends Schema.Class<Tenant>("Tenant")({
 
 export class TenantInput extends Schema.Class<TenantInput>("TenantInput")({
   name: Schema.String.pipe(Schema.minLength(1), Schema.maxLength(200)),
-  login: Schema.optional(Schema.String.pipe(Schema.minLength(1), Schema.maxLength(320)).annotations({
-    description: "who the tenant belongs to: the address or login it signs in with"
-  }))
+  login: Schema.optional(
+    Schema.String.pipe(Schema.minLength(1), Schema.maxLength(320)).annotations({
+      description: "who the tenant belongs to: the address or login it signs in with"
+    })
+  )
 }) {}
 
 /** The created tenant with its first API key, shown only here. */

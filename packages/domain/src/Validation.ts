@@ -124,7 +124,9 @@ export const jsonInputProblem = (value: unknown): JsonInputProblem | undefined =
     } else if (value !== null && typeof value === "object") {
       if (depth >= maxJsonDepth) return { path: fieldName(visit), message: `nested deeper than ${maxJsonDepth} levels` }
       if (Array.isArray(value)) {
-        for (let i = value.length - 1; i >= 0; i--) stack.push({ value: value[i], key: i, parent: visit, depth: depth + 1 })
+        for (let i = value.length - 1; i >= 0; i--) {
+          stack.push({ value: value[i], key: i, parent: visit, depth: depth + 1 })
+        }
       } else {
         const keys = Object.keys(value)
         for (let i = keys.length - 1; i >= 0; i--) {

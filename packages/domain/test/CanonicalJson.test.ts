@@ -55,7 +55,7 @@ describe("CanonicalJson", () => {
         true,
         null,
         "",
-        "quote \" backslash \\ newline \n tab \t \u0001 \u2028 é 🙂",
+        'quote " backslash \\ newline \n tab \t \u0001 \u2028 é 🙂',
         new Date(0),
         { at: new Date(1_000) },
         [new Number(1), new String("s"), new Boolean(false)]
@@ -63,7 +63,7 @@ describe("CanonicalJson", () => {
     ) {
       expect(encode(value)).toBe(JSON.stringify(value))
     }
-    expect(encode({ "é": 1, "a\"b": 2 })).toBe('{"a\\"b":2,"é":1}')
+    expect(encode({ "é": 1, 'a"b': 2 })).toBe('{"a\\"b":2,"é":1}')
     expect(encode({ nested: { toJSON: (key: string) => `as ${key}` } })).toBe('{"nested":"as nested"}')
   })
 

@@ -30,8 +30,7 @@ const refuses = <A, I>(schema: Schema.Schema<A, I>, input: unknown): string => {
 }
 
 const times = <A>(n: number, f: (i: number) => A): Array<A> => Array.from({ length: n }, (_, i) => f(i))
-const record = (n: number, value = "v"): Record<string, string> =>
-  Object.fromEntries(times(n, (i) => [`k${i}`, value]))
+const record = (n: number, value = "v"): Record<string, string> => Object.fromEntries(times(n, (i) => [`k${i}`, value]))
 
 describe("AgentInput", () => {
   it("accepts an empty body and a full one", () => {
@@ -188,26 +187,28 @@ describe("ModelHeaders", () => {
   })
 
   it("refuses credentials, identity and transport headers, in any case", () => {
-    for (const name of [
-      "authorization",
-      "Authorization",
-      "X-API-Key",
-      "x-goog-api-key",
-      "cf-aig-authorization",
-      "ChatGPT-Account-Id",
-      "x-agent-runtime-identity",
-      "X-Amz-Security-Token",
-      "x-amz-date",
-      "Host",
-      "content-length",
-      "Connection",
-      "transfer-encoding",
-      "keep-alive",
-      "upgrade",
-      "TE",
-      "trailer",
-      "Proxy-Authorization"
-    ]) {
+    for (
+      const name of [
+        "authorization",
+        "Authorization",
+        "X-API-Key",
+        "x-goog-api-key",
+        "cf-aig-authorization",
+        "ChatGPT-Account-Id",
+        "x-agent-runtime-identity",
+        "X-Amz-Security-Token",
+        "x-amz-date",
+        "Host",
+        "content-length",
+        "Connection",
+        "transfer-encoding",
+        "keep-alive",
+        "upgrade",
+        "TE",
+        "trailer",
+        "Proxy-Authorization"
+      ]
+    ) {
       expect(isForbiddenModelHeader(name)).toBe(true)
       const message = refuses(ModelHeaders, { [name]: "x" })
       expect(message).toContain(name)

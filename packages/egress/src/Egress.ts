@@ -11,7 +11,13 @@
  * self-hosted setups (local model servers) and tests.
  */
 import { Cause, Config, Context, Duration, Effect, Exit, Layer, Runtime } from "effect"
-import { Agent, buildConnector, type Dispatcher, fetch as undiciFetch, type RequestInit as UndiciRequestInit } from "undici"
+import {
+  Agent,
+  buildConnector,
+  type Dispatcher,
+  fetch as undiciFetch,
+  type RequestInit as UndiciRequestInit
+} from "undici"
 import * as EgressError from "./EgressError.ts"
 import * as Address from "./internal/address.ts"
 import { Resolver } from "./Resolver.ts"
@@ -103,7 +109,11 @@ export const make = (options: Options) =>
       const parsed = Address.parseLiteral(address)
       if (parsed === undefined) {
         return Effect.fail(
-          EgressError.make("resolution_failed", host, `the resolver answered ${JSON.stringify(address)}, not an address`)
+          EgressError.make(
+            "resolution_failed",
+            host,
+            `the resolver answered ${JSON.stringify(address)}, not an address`
+          )
         )
       }
       const why = allowPrivate ? undefined : Address.refusal(parsed)
@@ -113,7 +123,10 @@ export const make = (options: Options) =>
     }
 
     /** The addresses to connect to for `hostname`: resolved once, every one checked. */
-    const addressesOf = (hostname: string, host: string): Effect.Effect<ReadonlyArray<string>, EgressError.EgressError> => {
+    const addressesOf = (
+      hostname: string,
+      host: string
+    ): Effect.Effect<ReadonlyArray<string>, EgressError.EgressError> => {
       if (Address.parseLiteral(hostname) !== undefined) {
         return Effect.map(checkAddress(host, Address.unbracket(hostname)), (address) => [address])
       }

@@ -30,7 +30,9 @@ export const layer = Layer.succeed(
         // `order: "verbatim"` is the current spelling of `verbatim: true`: keep the resolver's order.
         try: () => Dns.promises.lookup(hostname, { all: true, order: "verbatim" }),
         catch: (error) => notFound(hostname, (error as NodeJS.ErrnoException).code ?? "error")
-      }).pipe(Effect.map((answers) => answers.map(({ address, family }) => ({ address, family: family === 6 ? 6 : 4 }))))
+      }).pipe(
+        Effect.map((answers) => answers.map(({ address, family }) => ({ address, family: family === 6 ? 6 : 4 })))
+      )
   })
 )
 
@@ -47,7 +49,9 @@ export const make = (answers: Readonly<Record<string, Answer>>) =>
         const addresses = typeof answer === "function" ? answer() : answer
         return addresses === undefined || addresses.length === 0
           ? Effect.fail(notFound(hostname, "ENOTFOUND"))
-          : Effect.succeed(addresses.map((address) => ({ address, family: Net.isIPv6(address) ? 6 as const : 4 as const })))
+          : Effect.succeed(
+            addresses.map((address) => ({ address, family: Net.isIPv6(address) ? 6 as const : 4 as const }))
+          )
       })
   })
 

@@ -241,7 +241,11 @@ const localServer = Effect.acquireRelease(
         }
       })
     })
-    server.listen(0, "127.0.0.1", () => resume(Effect.succeed({ server, port: (server.address() as AddressInfo).port, seen })))
+    server.listen(
+      0,
+      "127.0.0.1",
+      () => resume(Effect.succeed({ server, port: (server.address() as AddressInfo).port, seen }))
+    )
   }),
   ({ server }) =>
     Effect.async<void>((resume) => {
@@ -314,13 +318,16 @@ describe("calls with allowPrivate (loopback only)", () => {
           )
           expect(posted.status).toBe(200)
           expect(yield* Effect.promise(() => posted.text())).toBe("hello from loopback")
-          const request = new Request(`http://pinned.test:${port}/v1/request`, { method: "PUT", body: "from a Request" })
+          const request = new Request(`http://pinned.test:${port}/v1/request`, {
+            method: "PUT",
+            body: "from a Request"
+          })
           const put = yield* Effect.promise(() => fetch(request))
           expect(put.status).toBe(200)
           yield* Effect.promise(() => put.text())
         }))
       expect(seen).toEqual([
-        { method: "POST", url: "/v1/chat", host: `pinned.test:${port}`, body: "{\"model\":\"m\"}" },
+        { method: "POST", url: "/v1/chat", host: `pinned.test:${port}`, body: '{"model":"m"}' },
         { method: "PUT", url: "/v1/request", host: `pinned.test:${port}`, body: "from a Request" }
       ])
     }))
@@ -346,8 +353,11 @@ describe("calls with allowPrivate (loopback only)", () => {
           })
       )
       const port = (listener.address() as AddressInfo).port
-      const error = yield* withEgress(true, { "sni.test": ["127.0.0.1"] }, (egress) =>
-        Effect.flip(egress.fetch(`https://sni.test:${port}/`)))
+      const error = yield* withEgress(
+        true,
+        { "sni.test": ["127.0.0.1"] },
+        (egress) => Effect.flip(egress.fetch(`https://sni.test:${port}/`))
+      )
       expect(error.reason).toBe("connect_failed")
       expect(servernames).toEqual(["sni.test"])
     }))

@@ -6,7 +6,6 @@
  */
 import { Tokens } from "@agent-runtime/accounts"
 import { Effect, Option, Runtime } from "effect"
-import * as Crypto from "node:crypto"
 import { GatewayConfig } from "./GatewayConfig.ts"
 import { TenantSettings } from "./TenantSettings.ts"
 
@@ -44,7 +43,7 @@ export class Authenticator extends Effect.Service<Authenticator>()("@agent-runti
 
     /** The principal of a presented key, or undefined for one that is not a live key. */
     const authenticate = (secret: string): Principal | undefined | Promise<Principal | undefined> => {
-      const hash = Crypto.createHash("sha256").update(secret).digest("base64")
+      const hash = Tokens.secretHash(secret).toString("base64")
       const now = Date.now()
       const hit = cache.get(hash)
       if (hit !== undefined && hit.expires > now) return hit.principal

@@ -5,10 +5,10 @@
  */
 import type { ModelClient } from "@agent-runtime/models"
 import * as Canonical from "./Canonical.ts"
-import type { Codec, StreamEncoder } from "./Codec.ts"
 import { type GatewayError, invalid } from "./GatewayError.ts"
-import * as Sse from "./Sse.ts"
-import * as TokenUsage from "./TokenUsage.ts"
+import type { Codec, StreamEncoder } from "./internal/codec.ts"
+import * as Sse from "./internal/sse.ts"
+import * as TokenUsage from "./internal/tokenUsage.ts"
 
 const { isObject } = Canonical
 
@@ -73,7 +73,9 @@ const decodeTools = (tools: unknown): Array<ModelClient.Tool> | undefined => {
   if (tools === undefined || tools === null) return undefined
   if (!Array.isArray(tools)) return invalid("tools must be an array", "tools")
   return tools.map((tool, i) => {
-    if (!isObject(tool) || !isObject(tool.function)) return invalid("a tool must be {type: function, function}", `tools.${i}`)
+    if (!isObject(tool) || !isObject(tool.function)) {
+      return invalid("a tool must be {type: function, function}", `tools.${i}`)
+    }
     return {
       name: String(tool.function.name),
       description: String(tool.function.description ?? ""),
@@ -95,7 +97,11 @@ const decode = (body: Canonical.Json): Canonical.Request => {
   if (!Array.isArray(body.messages)) return invalid("messages must be an array", "messages")
   const { messages, system } = decodeMessages(body.messages)
   const tools = decodeTools(body.tools)
-  const stop = typeof body.stop === "string" ? [body.stop] : Array.isArray(body.stop) ? body.stop.map(String) : undefined
+  const stop = typeof body.stop === "string"
+    ? [body.stop]
+    : Array.isArray(body.stop)
+    ? body.stop.map(String)
+    : undefined
   const maxTokens = body.max_completion_tokens ?? body.max_tokens
   return {
     protocol: "chat",
@@ -202,7 +208,9 @@ const encoder = (request: Canonical.Request): StreamEncoder => {
         case "toolcall_end": {
           const slot = toolIndex.get(event.contentIndex)
           if (slot === undefined || slot.streamed) return ""
-          return chunk({ tool_calls: [{ index: slot.index, function: { arguments: JSON.stringify(event.toolCall.arguments) } }] })
+          return chunk({
+            tool_calls: [{ index: slot.index, function: { arguments: JSON.stringify(event.toolCall.arguments) } }]
+          })
         }
         case "done": {
           let out = chunk({}, finishReason(event.message.stopReason))
@@ -240,7 +248,7 @@ const usageTap = (request: Canonical.Json) => {
   let usage: TokenUsage.TokenUsage | undefined
   return {
     frame: (raw: string) => {
-      if (!raw.includes("\"usage\":{")) return true
+      if (!raw.includes('"usage":{')) return true
       const data = Sse.dataOf(raw)
       if (data === undefined) return true
       const chunk = JSON.parse(data)

@@ -15,20 +15,20 @@ import type * as Http from "node:http"
 import { Authenticator, type Principal } from "./Authenticator.ts"
 import * as Canonical from "./Canonical.ts"
 import * as ChatCompletions from "./ChatCompletions.ts"
-import type { Codec } from "./Codec.ts"
 import { GatewayConfig } from "./GatewayConfig.ts"
 import * as GatewayError from "./GatewayError.ts"
+import type { Codec } from "./internal/codec.ts"
+import * as ModelList from "./internal/modelList.ts"
+import * as Passthrough from "./internal/passthrough.ts"
+import * as Reply from "./internal/reply.ts"
+import * as TokenUsage from "./internal/tokenUsage.ts"
+import * as Translated from "./internal/translated.ts"
 import * as Messages from "./Messages.ts"
-import * as ModelList from "./ModelList.ts"
-import * as Passthrough from "./Passthrough.ts"
-import * as Reply from "./Reply.ts"
 import * as Responses from "./Responses.ts"
 import { Slots } from "./Slots.ts"
 import { Targets } from "./Targets.ts"
 import { TenantSettings } from "./TenantSettings.ts"
 import * as TokenCount from "./TokenCount.ts"
-import * as TokenUsage from "./TokenUsage.ts"
-import * as Translated from "./Translated.ts"
 import { UsageBatch } from "./UsageBatch.ts"
 
 /** Names the key scope whose keys a call uses first (the tenant's own, like an agent's `keyScope`). */
@@ -79,7 +79,8 @@ const readBody = (req: Http.IncomingMessage, limit: number) =>
       }
       chunks.push(chunk)
     })
-    req.on("end", () => resolve(chunks.length === 1 ? chunks[0]!.toString("utf8") : Buffer.concat(chunks).toString("utf8")))
+    req.on("end", () =>
+      resolve(chunks.length === 1 ? chunks[0]!.toString("utf8") : Buffer.concat(chunks).toString("utf8")))
     req.on("error", reject)
   })
 
@@ -166,7 +167,9 @@ export class Gateway extends Effect.Service<Gateway>()("@agent-runtime/gateway/G
       const key = apiKeyOf(req, codec)
       if (key === undefined) {
         throw GatewayError.unauthorized(
-          codec.protocol === "messages" ? "send your API key in the x-api-key header" : "send your API key as a bearer token"
+          codec.protocol === "messages"
+            ? "send your API key in the x-api-key header"
+            : "send your API key as a bearer token"
         )
       }
       const principal = await auth.authenticate(key)
@@ -224,8 +227,7 @@ export class Gateway extends Effect.Service<Gateway>()("@agent-runtime/gateway/G
       await withSlot(principal, () =>
         upstream === undefined || request === undefined
           ? Passthrough.forward({ dispatcher, codec, target, body, incoming: req.headers, res, onUsage })
-          : Translated.call({ dispatcher, codec, upstream, target, request, res, onUsage })
-      )
+          : Translated.call({ dispatcher, codec, upstream, target, request, res, onUsage }))
     }
 
     const countTokens = async (req: Http.IncomingMessage, res: Http.ServerResponse) => {
@@ -254,7 +256,10 @@ export class Gateway extends Effect.Service<Gateway>()("@agent-runtime/gateway/G
 
     const models = async (req: Http.IncomingMessage, res: Http.ServerResponse) => {
       // Both SDKs list models: OpenAI's with a bearer token, Anthropic's with x-api-key.
-      const principal = await authenticate(req, req.headers["x-api-key"] !== undefined ? Messages.codec : ChatCompletions.codec)
+      const principal = await authenticate(
+        req,
+        req.headers["x-api-key"] !== undefined ? Messages.codec : ChatCompletions.codec
+      )
       const all = await run(listing.models(principal.tenantId), () => GatewayError.internal())
       Reply.json(res, 200, ModelList.encode(all))
     }
@@ -262,16 +267,23 @@ export class Gateway extends Effect.Service<Gateway>()("@agent-runtime/gateway/G
     /** `GET`/`PUT /v1/admin/tenants/{id}/gateway`: the operator reads or sets a tenant's stream slots. */
     const admin = async (req: Http.IncomingMessage, res: Http.ServerResponse, tenantId: string) => {
       const token = bearer(req)
-      if (token === undefined || !operator.verify(token)) throw GatewayError.unauthorized("the operator token is required")
+      if (token === undefined || !operator.verify(token)) {
+        throw GatewayError.unauthorized("the operator token is required")
+      }
       const tenant = await run(tenants.find(tenantId), () => GatewayError.internal())
       if (Option.isNone(tenant)) throw GatewayError.notFound(`no tenant ${tenantId}`)
       if (req.method === "PUT") {
         const body = parseJson(await readBody(req, 4096))
         const slots = body.streamSlots
-        if (slots !== null && !(typeof slots === "number" && Number.isInteger(slots) && slots >= 1 && slots <= 10_000)) {
+        if (
+          slots !== null && !(typeof slots === "number" && Number.isInteger(slots) && slots >= 1 && slots <= 10_000)
+        ) {
           GatewayError.invalid("streamSlots must be an integer from 1 to 10000, or null for the default", "streamSlots")
         }
-        await run(settings.setStreamSlots(tenantId, Option.fromNullable(slots as number | null)), () => GatewayError.internal())
+        await run(
+          settings.setStreamSlots(tenantId, Option.fromNullable(slots as number | null)),
+          () => GatewayError.internal()
+        )
         auth.invalidate()
       } else if (req.method !== "GET") throw GatewayError.notFound(`no route ${req.method} ${req.url}`)
       const stored = await run(settings.streamSlots(tenantId), () => GatewayError.internal())
@@ -309,7 +321,9 @@ export class Gateway extends Effect.Service<Gateway>()("@agent-runtime/gateway/G
           health.observe(error)
           return sendError(res, codec, GatewayError.databaseUnreachable())
         }
-        Runtime.runFork(runtime)(Effect.logError("gateway request failed", Cause.isCause(error) ? error : Cause.die(error)))
+        Runtime.runFork(runtime)(
+          Effect.logError("gateway request failed", Cause.isCause(error) ? error : Cause.die(error))
+        )
         sendError(res, codec, GatewayError.internal())
       }
       try {

@@ -20,7 +20,10 @@ export const config: Config.Config<GatewayConfig> = Config.all({
     Config.validate({ message: "Expected at least 1", validation: (n) => n >= 1 }),
     Config.withDefault(16)
   ),
-  queueTimeoutMs: Config.number("GATEWAY_QUEUE_TIMEOUT_SECONDS").pipe(Config.withDefault(30), Config.map((s) => s * 1000)),
+  queueTimeoutMs: Config.number("GATEWAY_QUEUE_TIMEOUT_SECONDS").pipe(
+    Config.withDefault(30),
+    Config.map((s) => s * 1000)
+  ),
   cacheMs: Config.number("GATEWAY_CACHE_SECONDS").pipe(Config.withDefault(10), Config.map((s) => s * 1000)),
   maxBodyBytes: Config.integer("MAX_BODY_BYTES").pipe(Config.withDefault(24 * 1024 * 1024))
 })
@@ -28,4 +31,10 @@ export const config: Config.Config<GatewayConfig> = Config.all({
 export const layer = Layer.effect(GatewayConfig, config)
 
 export const layerTest = (overrides: Partial<GatewayConfig> = {}) =>
-  Layer.succeed(GatewayConfig, { streamSlots: 16, queueTimeoutMs: 30_000, cacheMs: 10_000, maxBodyBytes: 1 << 24, ...overrides })
+  Layer.succeed(GatewayConfig, {
+    streamSlots: 16,
+    queueTimeoutMs: 30_000,
+    cacheMs: 10_000,
+    maxBodyBytes: 1 << 24,
+    ...overrides
+  })

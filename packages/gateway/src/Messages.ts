@@ -6,10 +6,10 @@
  */
 import type { ModelClient } from "@agent-runtime/models"
 import * as Canonical from "./Canonical.ts"
-import type { Codec, StreamEncoder } from "./Codec.ts"
 import { type GatewayError, invalid } from "./GatewayError.ts"
-import * as Sse from "./Sse.ts"
-import * as TokenUsage from "./TokenUsage.ts"
+import type { Codec, StreamEncoder } from "./internal/codec.ts"
+import * as Sse from "./internal/sse.ts"
+import * as TokenUsage from "./internal/tokenUsage.ts"
 
 const { isObject } = Canonical
 
@@ -53,14 +53,21 @@ const decodeMessages = (messages: ReadonlyArray<unknown>) => {
           content.push({
             type: "thinking",
             thinking: String(block.thinking ?? ""),
-            ...(typeof block.signature === "string" && block.signature !== "" ? { thinkingSignature: block.signature } : {})
+            ...(typeof block.signature === "string" && block.signature !== ""
+              ? { thinkingSignature: block.signature }
+              : {})
           })
         } else if (block.type === "redacted_thinking") {
           content.push({ type: "thinking", thinking: "", thinkingSignature: String(block.data ?? ""), redacted: true })
         } else if (block.type === "tool_use") {
           const id = String(block.id ?? "")
           toolNames.set(id, String(block.name ?? ""))
-          content.push({ type: "toolCall", id, name: String(block.name ?? ""), arguments: Canonical.parseArguments(block.input) })
+          content.push({
+            type: "toolCall",
+            id,
+            name: String(block.name ?? ""),
+            arguments: Canonical.parseArguments(block.input)
+          })
         } else invalid(`block type ${JSON.stringify(block.type)} cannot be translated`, `${param}.content.${j}.type`)
       })
       return void out.push(Canonical.historyMessage(content))
@@ -73,7 +80,9 @@ const decodeMessages = (messages: ReadonlyArray<unknown>) => {
       if (!isObject(block)) return
       if (block.type === "tool_result") {
         const id = String(block.tool_use_id ?? "")
-        out.push(Canonical.toolResult(toolNames, id, resultContent(block.content, `${at}.content`), block.is_error === true))
+        out.push(
+          Canonical.toolResult(toolNames, id, resultContent(block.content, `${at}.content`), block.is_error === true)
+        )
       } else if (block.type === "text") parts.push({ type: "text", text: String(block.text ?? "") })
       else if (block.type === "image") parts.push(image(block, at))
       else invalid(`block type ${JSON.stringify(block.type)} cannot be translated`, `${at}.type`)
@@ -125,18 +134,28 @@ const decode = (body: Canonical.Json): Canonical.Request => {
   const tools = decodeTools(body.tools)
   const system = Canonical.textOf(body.system)
   const thinking = isObject(body.thinking) ? body.thinking : undefined
-  const budget = thinking?.type === "enabled" && typeof thinking.budget_tokens === "number" ? thinking.budget_tokens : undefined
+  const budget = thinking?.type === "enabled" && typeof thinking.budget_tokens === "number"
+    ? thinking.budget_tokens
+    : undefined
   const choice = isObject(body.tool_choice) ? body.tool_choice : undefined
   return {
     protocol: "messages",
     model: body.model as string,
     stream: body.stream === true,
-    context: { ...(system === "" ? {} : { systemPrompt: system }), messages, ...(tools === undefined ? {} : { tools }) },
+    context: {
+      ...(system === "" ? {} : { systemPrompt: system }),
+      messages,
+      ...(tools === undefined ? {} : { tools })
+    },
     maxTokens: body.max_tokens as number,
     temperature: typeof body.temperature === "number" ? body.temperature : undefined,
     topP: typeof body.top_p === "number" ? body.top_p : undefined,
     stop: Array.isArray(body.stop_sequences) ? body.stop_sequences.map(String) : undefined,
-    reasoning: budget !== undefined ? Canonical.levelOfBudget(budget) : thinking?.type === "adaptive" ? "medium" : undefined,
+    reasoning: budget !== undefined
+      ? Canonical.levelOfBudget(budget)
+      : thinking?.type === "adaptive"
+      ? "medium"
+      : undefined,
     thinkingBudget: budget,
     toolChoice: decodeToolChoice(body.tool_choice),
     parallelToolCalls: choice?.disable_parallel_tool_use === true ? false : undefined,
@@ -187,7 +206,8 @@ const encoder = (request: Canonical.Request): StreamEncoder => {
     indexOf.set(contentIndex, index)
     return event("content_block_start", { index, content_block }) + (index === 0 ? event("ping", {}) : "")
   }
-  const delta = (contentIndex: number, delta: object) => event("content_block_delta", { index: indexOf.get(contentIndex), delta })
+  const delta = (contentIndex: number, delta: object) =>
+    event("content_block_delta", { index: indexOf.get(contentIndex), delta })
   const stop = (contentIndex: number) => event("content_block_stop", { index: indexOf.get(contentIndex) })
   const streamed = new Set<number>()
   return {
@@ -219,7 +239,8 @@ const encoder = (request: Canonical.Request): StreamEncoder => {
         case "thinking_end": {
           const content = e.partial.content[e.contentIndex]
           const signature = content?.type === "thinking" ? content.thinkingSignature ?? "" : ""
-          return (signature === "" ? "" : delta(e.contentIndex, { type: "signature_delta", signature })) + stop(e.contentIndex)
+          return (signature === "" ? "" : delta(e.contentIndex, { type: "signature_delta", signature })) +
+            stop(e.contentIndex)
         }
         case "toolcall_start": {
           const call = e.partial.content[e.contentIndex] as Canonical.ToolCall
@@ -272,7 +293,7 @@ const usageTap = () => {
   let usage: TokenUsage.TokenUsage | undefined
   return {
     frame: (raw: string) => {
-      if (raw.includes("\"usage\":{")) {
+      if (raw.includes('"usage":{')) {
         const data = Sse.dataOf(raw)
         if (data !== undefined) {
           const event = JSON.parse(data)

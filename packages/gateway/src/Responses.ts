@@ -6,11 +6,11 @@
  */
 import type { ModelClient } from "@agent-runtime/models"
 import * as Canonical from "./Canonical.ts"
-import type { Codec, StreamEncoder } from "./Codec.ts"
 import { errorBody } from "./ChatCompletions.ts"
 import { invalid } from "./GatewayError.ts"
-import * as Sse from "./Sse.ts"
-import * as TokenUsage from "./TokenUsage.ts"
+import type { Codec, StreamEncoder } from "./internal/codec.ts"
+import * as Sse from "./internal/sse.ts"
+import * as TokenUsage from "./internal/tokenUsage.ts"
 
 const { isObject } = Canonical
 
@@ -22,7 +22,9 @@ const userParts = (content: unknown, param: string): string | Array<Canonical.Us
     if (part.type === "input_text" || part.type === "output_text" || part.type === "text") {
       return { type: "text", text: String(part.text ?? "") }
     }
-    if (part.type === "input_image") return Canonical.imageFromDataUrl(String(part.image_url), `${param}.${i}.image_url`)
+    if (part.type === "input_image") {
+      return Canonical.imageFromDataUrl(String(part.image_url), `${param}.${i}.image_url`)
+    }
     return invalid(`content part type ${JSON.stringify(part.type)} cannot be translated`, `${param}.${i}.type`)
   })
 }
@@ -62,7 +64,11 @@ const decodeInput = (input: unknown, system: Array<string>) => {
       const thinking = Canonical.textOf(item.summary)
       const signature = typeof item.encrypted_content === "string" ? item.encrypted_content : undefined
       if (thinking !== "" || signature !== undefined) {
-        assistantTurn().push({ type: "thinking", thinking, ...(signature === undefined ? {} : { thinkingSignature: signature }) })
+        assistantTurn().push({
+          type: "thinking",
+          thinking,
+          ...(signature === undefined ? {} : { thinkingSignature: signature })
+        })
       }
       return
     }
@@ -248,7 +254,13 @@ const encoder = (request: Canonical.Request): StreamEncoder => {
     event: (e) => {
       switch (e.type) {
         case "start": {
-          const response = { ...shell(request, id, createdAt), status: "in_progress", incomplete_details: null, output: [], usage: null }
+          const response = {
+            ...shell(request, id, createdAt),
+            status: "in_progress",
+            incomplete_details: null,
+            output: [],
+            usage: null
+          }
           return event("response.created", { response }) + event("response.in_progress", { response })
         }
         case "thinking_start": {
@@ -271,7 +283,11 @@ const encoder = (request: Canonical.Request): StreamEncoder => {
         case "thinking_end": {
           const item = items.get(e.contentIndex)!
           const block = e.partial.content[e.contentIndex]!
-          const done = outputItem({ ...block, type: "thinking", thinking: e.content } as Canonical.Content, item.id, "completed")
+          const done = outputItem(
+            { ...block, type: "thinking", thinking: e.content } as Canonical.Content,
+            item.id,
+            "completed"
+          )
           output[item.outputIndex] = done
           const at = { item_id: item.id, output_index: item.outputIndex, summary_index: 0 }
           return event("response.reasoning_summary_text.done", { ...at, text: e.content }) +
@@ -317,7 +333,14 @@ const encoder = (request: Canonical.Request): StreamEncoder => {
           const call = e.partial.content[e.contentIndex] as Canonical.ToolCall
           return event("response.output_item.added", {
             output_index: item.outputIndex,
-            item: { id: item.id, type: "function_call", status: "in_progress", arguments: "", call_id: call.id, name: call.name }
+            item: {
+              id: item.id,
+              type: "function_call",
+              status: "in_progress",
+              arguments: "",
+              call_id: call.id,
+              name: call.name
+            }
           })
         }
         case "toolcall_delta": {
@@ -336,7 +359,9 @@ const encoder = (request: Canonical.Request): StreamEncoder => {
           output[item.outputIndex] = done
           const at = { item_id: item.id, output_index: item.outputIndex }
           // Arguments that never streamed arrive whole, so no client is left with an empty string.
-          return (item.streamed ? "" : event("response.function_call_arguments.delta", { ...at, delta: done.arguments })) +
+          return (item.streamed
+            ? ""
+            : event("response.function_call_arguments.delta", { ...at, delta: done.arguments })) +
             event("response.function_call_arguments.done", { ...at, arguments: done.arguments }) +
             event("response.output_item.done", { output_index: item.outputIndex, item: done })
         }
@@ -355,11 +380,13 @@ const usageTap = () => {
   let usage: TokenUsage.TokenUsage | undefined
   return {
     frame: (raw: string) => {
-      if (raw.includes("\"usage\":{")) {
+      if (raw.includes('"usage":{')) {
         const data = Sse.dataOf(raw)
         if (data !== undefined) {
           const event = JSON.parse(data)
-          if (isObject(event.response) && isObject(event.response.usage)) usage = TokenUsage.fromResponses(event.response.usage)
+          if (isObject(event.response) && isObject(event.response.usage)) {
+            usage = TokenUsage.fromResponses(event.response.usage)
+          }
         }
       }
       return true
@@ -377,7 +404,10 @@ export const codec: Codec = {
   errorBody,
   streamError: (error) => {
     const body = errorBody(error).error
-    return Sse.frame({ type: "error", code: body.code, message: body.message, param: body.param, sequence_number: 0 }, "error")
+    return Sse.frame(
+      { type: "error", code: body.code, message: body.message, param: body.param, sequence_number: 0 },
+      "error"
+    )
   },
   usageOfBody: (body) => (isObject(body) && isObject(body.usage) ? TokenUsage.fromResponses(body.usage) : undefined),
   usageTap

@@ -35,7 +35,9 @@ describe("Slots", () => {
     Effect.gen(function*() {
       const slots = yield* slotsWith(50)
       const held = slots.acquire("t", 1) as () => void
-      const error = yield* Effect.flip(Effect.tryPromise({ try: () => slots.acquire("t", 1) as Promise<unknown>, catch: (e) => e }))
+      const error = yield* Effect.flip(
+        Effect.tryPromise({ try: () => slots.acquire("t", 1) as Promise<unknown>, catch: (e) => e })
+      )
       expect(error).toBeInstanceOf(GatewayError)
       expect(error).toMatchObject({ status: 429, code: "RATE_LIMITED", retryAfter: 1 })
       held()

@@ -1,14 +1,22 @@
 import type { Catalog, ModelClient } from "@agent-runtime/models"
 import { describe, expect, it } from "vitest"
-import { Answer } from "../src/Answer.ts"
 import * as ChatCompletions from "../src/ChatCompletions.ts"
-import * as ChatUpstream from "../src/ChatUpstream.ts"
+import { Answer } from "../src/internal/answer.ts"
+import * as ChatUpstream from "../src/internal/chatUpstream.ts"
+import * as MessagesUpstream from "../src/internal/messagesUpstream.ts"
+import * as ResponsesUpstream from "../src/internal/responsesUpstream.ts"
 import * as Messages from "../src/Messages.ts"
-import * as MessagesUpstream from "../src/MessagesUpstream.ts"
-import * as ResponsesUpstream from "../src/ResponsesUpstream.ts"
 
 const model = (api: string, compat?: object) =>
-  ({ id: "m1", api, provider: "p", baseUrl: "http://x", reasoning: true, maxTokens: 32000, compat }) as unknown as Catalog.CatalogModel
+  ({
+    id: "m1",
+    api,
+    provider: "p",
+    baseUrl: "http://x",
+    reasoning: true,
+    maxTokens: 32000,
+    compat
+  }) as unknown as Catalog.CatalogModel
 
 /** The events an upstream decoder makes of a list of event data. */
 const decodeAll = (decoder: (answer: Answer) => (data: any) => unknown, events: ReadonlyArray<unknown>) => {
@@ -34,19 +42,25 @@ describe("encoding for an upstream", () => {
           { type: "tool_use", id: "toolu.1", name: "f", input: { a: 1 } }
         ]
       },
-      { role: "user", content: [{ type: "tool_result", tool_use_id: "toolu.1", content: "r" }, { type: "text", text: "more" }] }
+      {
+        role: "user",
+        content: [{ type: "tool_result", tool_use_id: "toolu.1", content: "r" }, { type: "text", text: "more" }]
+      }
     ],
     thinking: { type: "enabled", budget_tokens: 3000 },
     tool_choice: { type: "any", disable_parallel_tool_use: true }
   })
 
   it("chat: system first, tool ids normalised on both sides, signed reasoning left out, compat's output limit field", () => {
-    const body = ChatUpstream.upstream.encode(history, model("openai-completions", { maxTokensField: "max_tokens" })) as any
+    const body = ChatUpstream.upstream.encode(
+      history,
+      model("openai-completions", { maxTokensField: "max_tokens" })
+    ) as any
     expect(body.messages.map((message: any) => message.role)).toEqual(["system", "user", "assistant", "tool", "user"])
     expect(body.messages[2]).toEqual({
       role: "assistant",
       content: null,
-      tool_calls: [{ id: "toolu_1", type: "function", function: { name: "f", arguments: "{\"a\":1}" } }]
+      tool_calls: [{ id: "toolu_1", type: "function", function: { name: "f", arguments: '{"a":1}' } }]
     })
     expect(body.messages[3]).toEqual({ role: "tool", tool_call_id: "toolu_1", content: "r" })
     expect(body).toMatchObject({ max_tokens: 100, reasoning_effort: "low", tool_choice: "required" })
@@ -63,7 +77,12 @@ describe("encoding for an upstream", () => {
       include: ["reasoning.encrypted_content"],
       max_output_tokens: 100
     })
-    expect(body.input.map((item: any) => item.type ?? item.role)).toEqual(["user", "function_call", "function_call_output", "user"])
+    expect(body.input.map((item: any) => item.type ?? item.role)).toEqual([
+      "user",
+      "function_call",
+      "function_call_output",
+      "user"
+    ])
   })
 
   it("messages: one user turn for tool results and text, budget on top of the limit, no temperature with thinking", () => {
@@ -71,7 +90,11 @@ describe("encoding for an upstream", () => {
       model: "p/m1",
       messages: [
         { role: "user", content: "hi" },
-        { role: "assistant", content: null, tool_calls: [{ id: "c1", type: "function", function: { name: "f", arguments: "{}" } }] },
+        {
+          role: "assistant",
+          content: null,
+          tool_calls: [{ id: "c1", type: "function", function: { name: "f", arguments: "{}" } }]
+        },
         { role: "tool", tool_call_id: "c1", content: "r" },
         { role: "user", content: "and?" }
       ],
@@ -103,7 +126,7 @@ describe("decoding an upstream's stream", () => {
       { choices: [{ delta: { reasoning_content: "hm" } }] },
       { choices: [{ delta: { content: "ok" } }] },
       { choices: [{ delta: { tool_calls: [{ index: 0, id: "c1", function: { name: "f", arguments: "" } }] } }] },
-      { choices: [{ delta: { tool_calls: [{ index: 0, function: { arguments: "{\"a\":" } }] } }] },
+      { choices: [{ delta: { tool_calls: [{ index: 0, function: { arguments: '{"a":' } }] } }] },
       { choices: [{ delta: { tool_calls: [{ index: 0, function: { arguments: "1}" } }] } }] },
       { choices: [{ delta: { tool_calls: [{ index: 1, id: "c2", function: { name: "g", arguments: "{}" } }] } }] },
       { choices: [{ delta: {}, finish_reason: "tool_calls" }] },
@@ -136,7 +159,12 @@ describe("decoding an upstream's stream", () => {
   })
 
   it("responses: summary parts as paragraphs, the item as signature, arguments only in the done item", () => {
-    const reasoning = { id: "rs_1", type: "reasoning", summary: [{ text: "a" }, { text: "b" }], encrypted_content: "enc" }
+    const reasoning = {
+      id: "rs_1",
+      type: "reasoning",
+      summary: [{ text: "a" }, { text: "b" }],
+      encrypted_content: "enc"
+    }
     const { answer } = decodeAll(ResponsesUpstream.upstream.decoder, [
       { type: "response.output_item.added", item: { type: "reasoning" } },
       { type: "response.reasoning_summary_part.added", summary_index: 0 },
@@ -145,7 +173,7 @@ describe("decoding an upstream's stream", () => {
       { type: "response.reasoning_summary_text.delta", delta: "b" },
       { type: "response.output_item.done", item: reasoning },
       { type: "response.output_item.added", item: { type: "function_call", call_id: "c1", name: "f" } },
-      { type: "response.output_item.done", item: { type: "function_call", arguments: "{\"x\":2}" } },
+      { type: "response.output_item.done", item: { type: "function_call", arguments: '{"x":2}' } },
       { type: "response.incomplete", response: { usage: { input_tokens: 5, output_tokens: 7 } } }
     ])
     expect(answer.message.content).toEqual([

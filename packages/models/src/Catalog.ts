@@ -106,9 +106,14 @@ export class Catalog extends Effect.Service<Catalog>()("@agent-runtime/models/Ca
         Effect.tryPromise({
           try: () => Fs.readFile(path, "utf8"),
           catch: () => new CatalogError({ message: `cannot read MODEL_CATALOG_FILE ${path}` })
-        }).pipe(Effect.flatMap(Schema.decode(Schema.parseJson(CatalogFile))), Effect.mapError((error) =>
-          error._tag === "CatalogError" ? error : new CatalogError({ message: `MODEL_CATALOG_FILE: ${error.message}` })
-        ))
+        }).pipe(
+          Effect.flatMap(Schema.decode(Schema.parseJson(CatalogFile))),
+          Effect.mapError((error) =>
+            error._tag === "CatalogError"
+              ? error
+              : new CatalogError({ message: `MODEL_CATALOG_FILE: ${error.message}` })
+          )
+        )
     })
     return yield* make(file)
   })

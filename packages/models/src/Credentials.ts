@@ -4,12 +4,12 @@
  * then the tenant's own providers and keys (or the operator's for it), then
  * platform keys.
  */
-import { Provider } from "@agent-runtime/domain"
+import type { Provider } from "@agent-runtime/domain"
 import { Effect, Option, type Redacted } from "effect"
 import { Catalog, type CatalogModel } from "./Catalog.ts"
 import { CustomProviders, maxOutputTokens, type Stored } from "./CustomProviders.ts"
-import { KeyScopes } from "./KeyScopes.ts"
 import { Keys } from "./Keys.ts"
+import { KeyScopes } from "./KeyScopes.ts"
 import { ModelKeyMissing, UnknownModel } from "./ModelError.ts"
 
 export type KeySource = Provider.KeySource | "scope"

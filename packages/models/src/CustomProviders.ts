@@ -95,10 +95,13 @@ export class CustomProviders extends Effect.Service<CustomProviders>()("@agent-r
       )
 
     const get = (tenantId: string, scope: string, name: string) =>
-      Effect.flatMap(find(tenantId, scope, name), Option.match({
-        onNone: () => Effect.fail(new ApiError.NotFound({ error: `no custom provider ${name}` })),
-        onSome: Effect.succeed
-      }))
+      Effect.flatMap(
+        find(tenantId, scope, name),
+        Option.match({
+          onNone: () => Effect.fail(new ApiError.NotFound({ error: `no custom provider ${name}` })),
+          onSome: Effect.succeed
+        })
+      )
 
     /** Saves the provider; `apiKey`/`headers` omitted keep what is stored, null removes it. */
     const put = (tenantId: string, scope: string, name: string, input: Provider.CustomProviderInput) =>
@@ -107,12 +110,17 @@ export class CustomProviders extends Effect.Service<CustomProviders>()("@agent-r
           return yield* new ApiError.InvalidRequest({ error: `invalid request: name: ${name} is a built-in provider` })
         }
         yield* egress.check(input.baseUrl).pipe(
-          Effect.mapError((error) => new ApiError.InvalidRequest({ error: `invalid request: baseUrl: ${error.message}` }))
+          Effect.mapError((error) =>
+            new ApiError.InvalidRequest({ error: `invalid request: baseUrl: ${error.message}` })
+          )
         )
         const existing = yield* find(tenantId, scope, name)
         const keep = <A>(given: A | null | undefined, stored: Option.Option<A>) =>
           given === undefined ? Option.getOrUndefined(stored) : given ?? undefined
-        const apiKey = keep(input.apiKey, Option.flatMap(existing, (stored) => Option.map(stored.apiKey, Redacted.value)))
+        const apiKey = keep(
+          input.apiKey,
+          Option.flatMap(existing, (stored) => Option.map(stored.apiKey, Redacted.value))
+        )
         const headers = keep(input.headers, Option.map(existing, (stored) => stored.headers))
         const row = {
           tenantId,
@@ -121,7 +129,9 @@ export class CustomProviders extends Effect.Service<CustomProviders>()("@agent-r
           type: input.type,
           baseUrl: input.baseUrl.replace(/\/$/, ""),
           auth: input.type === "anthropic-messages" ? input.auth ?? "x-api-key" : "bearer",
-          sealedKey: apiKey === undefined ? null : sealer.seal(apiKey, Secrets.context.customKey(tenantId, scope, name)),
+          sealedKey: apiKey === undefined
+            ? null
+            : sealer.seal(apiKey, Secrets.context.customKey(tenantId, scope, name)),
           last4: apiKey === undefined ? null : Secrets.last4(apiKey),
           sealedHeaders: headers === undefined || Object.keys(headers).length === 0
             ? null

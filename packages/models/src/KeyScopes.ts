@@ -86,7 +86,9 @@ export class KeyScopes extends Effect.Service<KeyScopes>()("@agent-runtime/model
         }
         if (input.baseUrl !== undefined) {
           yield* egress.check(input.baseUrl).pipe(
-            Effect.mapError((error) => new ApiError.InvalidRequest({ error: `invalid request: baseUrl: ${error.message}` }))
+            Effect.mapError((error) =>
+              new ApiError.InvalidRequest({ error: `invalid request: baseUrl: ${error.message}` })
+            )
           )
         }
         const headers = input.headers ?? {}

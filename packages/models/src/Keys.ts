@@ -60,7 +60,11 @@ export class Keys extends Effect.Service<Keys>()("@agent-runtime/models/Keys", {
         const known = yield* builtin(provider)
         if (input.verify === false) return new Provider.KeyVerification({ status: "unverified", detail: "not checked" })
         const model = known.models[0]!
-        return yield* Verify.verify(egress, { api: model.api, baseUrl: model.baseUrl, apiKey: Redacted.make(input.apiKey) })
+        return yield* Verify.verify(egress, {
+          api: model.api,
+          baseUrl: model.baseUrl,
+          apiKey: Redacted.make(input.apiKey)
+        })
       })
 
     /** Checks the key, then stores it with `save` unless the provider refused it (a refused key is not kept). */

@@ -10,7 +10,6 @@ import { CustomProviders } from "./CustomProviders.ts"
 import { Keys, toolProviders } from "./Keys.ts"
 import { KeyScopes } from "./KeyScopes.ts"
 
-
 const toModel = (model: CatalogModel, available: boolean) =>
   new Model.Model({
     id: `${model.provider}/${model.id}`,
@@ -45,9 +44,7 @@ export class Listing extends Effect.Service<Listing>()("@agent-runtime/models/Li
             provider.models.map((model) => toModel(model, statuses.has(provider.id)))
           ),
           ...own.flatMap((stored) =>
-            stored.provider.models.map((model) =>
-              toModel(toCatalogModel(stored, model), true)
-            )
+            stored.provider.models.map((model) => toModel(toCatalogModel(stored, model), true))
           )
         ]
       })
@@ -74,11 +71,14 @@ export class Listing extends Effect.Service<Listing>()("@agent-runtime/models/Li
       })
 
     const provider = (tenantId: string, id: string) =>
-      Effect.flatMap(providers(tenantId), (all) =>
-        Option.match(Option.fromNullable(all.find((provider) => provider.id === id)), {
-          onNone: () => Effect.fail(new ApiError.NotFound({ error: `no provider ${id}` })),
-          onSome: Effect.succeed
-        }))
+      Effect.flatMap(
+        providers(tenantId),
+        (all) =>
+          Option.match(Option.fromNullable(all.find((provider) => provider.id === id)), {
+            onNone: () => Effect.fail(new ApiError.NotFound({ error: `no provider ${id}` })),
+            onSome: Effect.succeed
+          })
+      )
 
     /**
      * The first runtime default whose provider the tenant has a key for (a key

@@ -102,7 +102,10 @@ const classify = (
   refused: EgressError.EgressError | undefined
 ): ModelError => {
   const provider = target.provider
-  const detail = redact(message.errorMessage ?? "model call failed", Option.toArray(Option.map(target.apiKey, Redacted.value)))
+  const detail = redact(
+    message.errorMessage ?? "model call failed",
+    Option.toArray(Option.map(target.apiKey, Redacted.value))
+  )
   if (refused !== undefined) return new ModelEndpointRefused({ provider, detail: refused.message })
   if (last === undefined || last.status < 400) return new ModelNetworkError({ provider, detail })
   const retryAfter = last.retryAfter === undefined ? {} : { retryAfter: last.retryAfter }
@@ -200,7 +203,11 @@ export class ModelClient extends Effect.Service<ModelClient>()("@agent-runtime/m
         costSource: "catalog"
       })
 
-    const delayOf = (policy: RetryPolicy, error: ModelError, attemptNumber: number): Option.Option<Duration.Duration> => {
+    const delayOf = (
+      policy: RetryPolicy,
+      error: ModelError,
+      attemptNumber: number
+    ): Option.Option<Duration.Duration> => {
       const backoff = Duration.min(
         Duration.times(policy.baseDelay, 2 ** (attemptNumber - 1)),
         policy.maxDelay

@@ -54,7 +54,8 @@ export class UsageLog extends Effect.Service<UsageLog>()("@agent-runtime/models/
       costSource: entry.costSource
     })
 
-    const record = (entry: Entry) => sql`INSERT INTO usage_records ${sql.insert(row(entry))}`.pipe(Effect.asVoid, Effect.orDie)
+    const record = (entry: Entry) =>
+      sql`INSERT INTO usage_records ${sql.insert(row(entry))}`.pipe(Effect.asVoid, Effect.orDie)
 
     /** Many entries in one statement: the gateway records in batches off the response path. */
     const recordAll = (entries: ReadonlyArray<Entry>) =>

@@ -11,11 +11,12 @@ import {
   CustomProviders,
   Keys,
   KeyScopes,
-  type ModelClient as ModelClientModule,
   ModelClient,
+  type ModelClient as ModelClientModule,
+  ModelsMigrations,
   UsageLog
 } from "@agent-runtime/models"
-import { Database, SealedSecret } from "@agent-runtime/store"
+import { Database, Migrations, SealedSecret } from "@agent-runtime/store"
 import { FakeUpstream, TestDatabase } from "@agent-runtime/testing"
 import { SqlClient } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
@@ -25,20 +26,37 @@ import * as Crypto from "node:crypto"
 const tenantId = "tn_models"
 const apiKey = "sk-test-0123456789abcdef"
 
+/**
+ * The models package's tables hang off the accounts package's `tenants`, a
+ * package this one does not depend on: a stand-in with the columns used here.
+ */
+const tenants = Migrations.make("test_tenants_migrations", {
+  "1_tenants": Effect.flatMap(
+    SqlClient.SqlClient,
+    (sql) => sql`CREATE TABLE tenants (id text PRIMARY KEY, name text NOT NULL)`
+  )
+})
+
 const layerFor = (databaseUrl: string, egress: { allowPrivate: boolean; resolver?: Layer.Layer<Resolver.Resolver> }) =>
   ModelClient.ModelClient.Default.pipe(
     Layer.provideMerge(Credentials.Credentials.Default),
-    Layer.provideMerge(Layer.mergeAll(Keys.Keys.Default, KeyScopes.KeyScopes.Default, CustomProviders.CustomProviders.Default)),
+    Layer.provideMerge(
+      Layer.mergeAll(Keys.Keys.Default, KeyScopes.KeyScopes.Default, CustomProviders.CustomProviders.Default)
+    ),
     Layer.provideMerge(Layer.mergeAll(Catalog.Catalog.Default, UsageLog.UsageLog.Default)),
     Layer.provideMerge(Layer.mergeAll(
       Egress.layer({ allowPrivate: egress.allowPrivate }).pipe(Layer.provide(egress.resolver ?? Resolver.layer)),
       SealedSecret.layer(SealedSecret.parseKey(Crypto.randomBytes(32).toString("base64")))
     )),
-    Layer.provideMerge(Database.layerClient(Redacted.make(databaseUrl)))
+    Layer.provideMerge(Database.layerClient(Redacted.make(databaseUrl), {
+      migrations: [tenants, ModelsMigrations.migrations]
+    }))
   )
 
-const withTenant = Effect.flatMap(SqlClient.SqlClient, (sql) =>
-  sql`INSERT INTO tenants (id, name) VALUES (${tenantId}, 'models') ON CONFLICT DO NOTHING`)
+const withTenant = Effect.flatMap(
+  SqlClient.SqlClient,
+  (sql) => sql`INSERT INTO tenants (id, name) VALUES (${tenantId}, 'models') ON CONFLICT DO NOTHING`
+)
 
 type Services = Layer.Layer.Success<ReturnType<typeof layerFor>>
 
@@ -53,10 +71,13 @@ const scenario = <A, E>(
     return yield* Effect.zipRight(withTenant, body(upstream)).pipe(Effect.provide(layerFor(databaseUrl, egress)))
   })
 
-const baseUrlOf = (url: string, type: Provider.CustomProviderType) =>
-  type === "anthropic-messages" ? url : `${url}/v1`
+const baseUrlOf = (url: string, type: Provider.CustomProviderType) => type === "anthropic-messages" ? url : `${url}/v1`
 
-const saveProvider = (url: string, type: Provider.CustomProviderType, extra: Partial<Provider.CustomProviderInput> = {}) =>
+const saveProvider = (
+  url: string,
+  type: Provider.CustomProviderType,
+  extra: Partial<Provider.CustomProviderInput> = {}
+) =>
   Effect.flatMap(CustomProviders.CustomProviders, (providers) =>
     providers.put(
       tenantId,
@@ -109,227 +130,283 @@ const fast: ModelClientModule.RetryPolicy = {
 }
 
 const collect = (options: ModelClientModule.Call) =>
-  Effect.flatMap(ModelClient.ModelClient, (client) =>
-    client.stream(options, fast).pipe(Stream.runCollect, Effect.map(Chunk.toReadonlyArray), Effect.either))
+  Effect.flatMap(
+    ModelClient.ModelClient,
+    (client) => client.stream(options, fast).pipe(Stream.runCollect, Effect.map(Chunk.toReadonlyArray), Effect.either)
+  )
 
-const types: ReadonlyArray<Provider.CustomProviderType> = ["openai-completions", "openai-responses", "anthropic-messages"]
+const types: ReadonlyArray<Provider.CustomProviderType> = [
+  "openai-completions",
+  "openai-responses",
+  "anthropic-messages"
+]
 
 describe.each(types)("%s", (type) => {
-  it.scopedLive("streams text, thinking and two parallel tool calls, and records usage and cost", () =>
-    scenario((upstream) =>
-      Effect.gen(function*() {
-      yield* saveProvider(upstream.url, type)
-      upstream.script({
-        thinking: "The user wants two facts.",
-        text: "Let me look both up.",
-        toolCalls: [
-          { name: "get_weather", arguments: { city: "Paris" } },
-          { name: "get_time", arguments: { tz: "Europe/Paris" } }
-        ],
-        usage: { input: 1200, output: 300, reasoning: 40 }
-      })
-      const result = yield* collect(call())
-      expect(Either.isRight(result)).toBe(true)
-      const events = Either.getOrThrow(result)
-      const types_ = new Set(events.map((event) => event.type))
-      for (const expected of ["start", "thinking_delta", "text_delta", "toolcall_delta", "toolcall_end", "done"]) {
-        expect(types_).toContain(expected)
-      }
-      const done = events.find((event) => event.type === "done")!
-      if (done.type !== "done") throw new Error("no done event")
-      const message = done.message
-      expect(message.stopReason).toBe("toolUse")
-      const thinking = message.content.filter((part) => part.type === "thinking")
-      expect(thinking.map((part) => part.type === "thinking" && part.thinking).join("")).toBe("The user wants two facts.")
-      const text = message.content.filter((part) => part.type === "text")
-      expect(text.map((part) => part.type === "text" && part.text).join("")).toBe("Let me look both up.")
-      const calls = message.content.flatMap((part) => part.type === "toolCall" ? [part] : [])
-      expect(calls.map((part) => [part.name, part.arguments])).toEqual([
-        ["get_weather", { city: "Paris" }],
-        ["get_time", { tz: "Europe/Paris" }]
-      ])
-      expect(new Set(calls.map((part) => part.id)).size).toBe(2)
-      expect(message.usage.output).toBe(300)
-      expect(message.usage.input).toBeGreaterThan(0)
+  it.scopedLive(
+    "streams text, thinking and two parallel tool calls, and records usage and cost",
+    () =>
+      scenario((upstream) =>
+        Effect.gen(function*() {
+          yield* saveProvider(upstream.url, type)
+          upstream.script({
+            thinking: "The user wants two facts.",
+            text: "Let me look both up.",
+            toolCalls: [
+              { name: "get_weather", arguments: { city: "Paris" } },
+              { name: "get_time", arguments: { tz: "Europe/Paris" } }
+            ],
+            usage: { input: 1200, output: 300, reasoning: 40 }
+          })
+          const result = yield* collect(call())
+          expect(Either.isRight(result)).toBe(true)
+          const events = Either.getOrThrow(result)
+          const types_ = new Set(events.map((event) => event.type))
+          for (const expected of ["start", "thinking_delta", "text_delta", "toolcall_delta", "toolcall_end", "done"]) {
+            expect(types_).toContain(expected)
+          }
+          const done = events.find((event) => event.type === "done")!
+          if (done.type !== "done") throw new Error("no done event")
+          const message = done.message
+          expect(message.stopReason).toBe("toolUse")
+          const thinking = message.content.filter((part) => part.type === "thinking")
+          expect(thinking.map((part) => part.type === "thinking" && part.thinking).join("")).toBe(
+            "The user wants two facts."
+          )
+          const text = message.content.filter((part) => part.type === "text")
+          expect(text.map((part) => part.type === "text" && part.text).join("")).toBe("Let me look both up.")
+          const calls = message.content.flatMap((part) => part.type === "toolCall" ? [part] : [])
+          expect(calls.map((part) => [part.name, part.arguments])).toEqual([
+            ["get_weather", { city: "Paris" }],
+            ["get_time", { tz: "Europe/Paris" }]
+          ])
+          expect(new Set(calls.map((part) => part.id)).size).toBe(2)
+          expect(message.usage.output).toBe(300)
+          expect(message.usage.input).toBeGreaterThan(0)
 
-      // The request carried the key, the tools and a reasoning control.
-      const [request] = upstream.requests().filter((recorded) => recorded.protocol !== "models")
-      const auth = type === "anthropic-messages" ? request!.headers["x-api-key"] : request!.headers.authorization
-      expect(auth).toBe(type === "anthropic-messages" ? apiKey : `Bearer ${apiKey}`)
-      expect(JSON.stringify(request!.body)).toContain("get_weather")
+          // The request carried the key, the tools and a reasoning control.
+          const [request] = upstream.requests().filter((recorded) => recorded.protocol !== "models")
+          const auth = type === "anthropic-messages" ? request!.headers["x-api-key"] : request!.headers.authorization
+          expect(auth).toBe(type === "anthropic-messages" ? apiKey : `Bearer ${apiKey}`)
+          expect(JSON.stringify(request!.body)).toContain("get_weather")
 
-      const sql = yield* SqlClient.SqlClient
-      const [row] = yield* sql<{
-        provider: string
-        model: string
-        kind: string
-        input: string
-        output: string
-        reasoning: string | null
-        costUsd: number
-        keySource: string
-        agentId: string
-        requestId: string
-      }>`SELECT * FROM usage_records WHERE tenant_id = ${tenantId}`
-      expect(row).toMatchObject({
-        provider: "fake",
-        model: "m1",
-        kind: "response",
-        keySource: "tenant",
-        agentId: "client_test",
-        requestId: "req_1"
-      })
-      expect(Number(row!.output)).toBe(300)
-      expect(Number(row!.input)).toBe(message.usage.input)
-      const expectedCost = (message.usage.input * 3 + message.usage.output * 15 + message.usage.cacheRead * 0) / 1e6
-      expect(row!.costUsd).toBeCloseTo(expectedCost, 9)
-      })), { timeout: 30_000 })
+          const sql = yield* SqlClient.SqlClient
+          const [row] = yield* sql<{
+            provider: string
+            model: string
+            kind: string
+            input: string
+            output: string
+            reasoning: string | null
+            costUsd: number
+            keySource: string
+            agentId: string
+            requestId: string
+          }>`SELECT * FROM usage_records WHERE tenant_id = ${tenantId}`
+          expect(row).toMatchObject({
+            provider: "fake",
+            model: "m1",
+            kind: "response",
+            keySource: "tenant",
+            agentId: "client_test",
+            requestId: "req_1"
+          })
+          expect(Number(row!.output)).toBe(300)
+          expect(Number(row!.input)).toBe(message.usage.input)
+          const expectedCost = (message.usage.input * 3 + message.usage.output * 15 + message.usage.cacheRead * 0) / 1e6
+          expect(row!.costUsd).toBeCloseTo(expectedCost, 9)
+        })
+      ),
+    { timeout: 30_000 }
+  )
 
-  it.scopedLive("retries a 429 after its Retry-After and announces the retry", () =>
-    scenario((upstream) =>
-      Effect.gen(function*() {
-      yield* saveProvider(upstream.url, type)
-      upstream.script([{ error: { status: 429, retryAfter: 1, message: "slow down" } }, { text: "second time lucky" }])
-      const started = Date.now()
-      const events = Either.getOrThrow(yield* collect(call({ context: { messages: [{ role: "user", content: "hi", timestamp: 0 }] } })))
-      const elapsed = Date.now() - started
-      const retry = events.find((event) => event.type === "auto_retry_start")
-      expect(retry).toMatchObject({ type: "auto_retry_start", attempt: 1, delayMs: 1000 })
-      expect(events.find((event) => event.type === "auto_retry_end")).toMatchObject({ success: true, attempt: 2 })
-      expect(elapsed).toBeGreaterThanOrEqual(1000)
-      const done = events.at(-1)!
-      expect(done.type).toBe("done")
-      expect(upstream.requests().filter((recorded) => recorded.protocol !== "models").length).toBe(2)
-      })), { timeout: 30_000 })
+  it.scopedLive(
+    "retries a 429 after its Retry-After and announces the retry",
+    () =>
+      scenario((upstream) =>
+        Effect.gen(function*() {
+          yield* saveProvider(upstream.url, type)
+          upstream.script([{ error: { status: 429, retryAfter: 1, message: "slow down" } }, {
+            text: "second time lucky"
+          }])
+          const started = Date.now()
+          const events = Either.getOrThrow(
+            yield* collect(call({ context: { messages: [{ role: "user", content: "hi", timestamp: 0 }] } }))
+          )
+          const elapsed = Date.now() - started
+          const retry = events.find((event) => event.type === "auto_retry_start")
+          expect(retry).toMatchObject({ type: "auto_retry_start", attempt: 1, delayMs: 1000 })
+          expect(events.find((event) => event.type === "auto_retry_end")).toMatchObject({ success: true, attempt: 2 })
+          expect(elapsed).toBeGreaterThanOrEqual(1000)
+          const done = events.at(-1)!
+          expect(done.type).toBe("done")
+          expect(upstream.requests().filter((recorded) => recorded.protocol !== "models").length).toBe(2)
+        })
+      ),
+    { timeout: 30_000 }
+  )
 
-  it.scopedLive("reports a 401 as a refused key, without retrying or quoting the key", () =>
-    scenario((upstream) =>
-      Effect.gen(function*() {
-      yield* saveProvider(upstream.url, type)
-      upstream.script({ error: { status: 401, message: `Incorrect API key provided: ${apiKey}` } })
-      const result = yield* collect(call())
-      expect(Either.isLeft(result)).toBe(true)
-      const error = Either.flip(result).pipe(Either.getOrThrow)
-      expect(error._tag).toBe("ModelKeyInvalid")
-      expect(error).toMatchObject({ provider: "fake", status: 401 })
-      expect(error.message).not.toContain(apiKey)
-      expect(upstream.requests().filter((recorded) => recorded.protocol !== "models").length).toBe(1)
-      })), { timeout: 30_000 })
+  it.scopedLive(
+    "reports a 401 as a refused key, without retrying or quoting the key",
+    () =>
+      scenario((upstream) =>
+        Effect.gen(function*() {
+          yield* saveProvider(upstream.url, type)
+          upstream.script({ error: { status: 401, message: `Incorrect API key provided: ${apiKey}` } })
+          const result = yield* collect(call())
+          expect(Either.isLeft(result)).toBe(true)
+          const error = Either.flip(result).pipe(Either.getOrThrow)
+          expect(error._tag).toBe("ModelKeyInvalid")
+          expect(error).toMatchObject({ provider: "fake", status: 401 })
+          expect(error.message).not.toContain(apiKey)
+          expect(upstream.requests().filter((recorded) => recorded.protocol !== "models").length).toBe(1)
+        })
+      ),
+    { timeout: 30_000 }
+  )
 })
 
 describe("failures and interruption", () => {
-  it.scopedLive("a stream cut mid-way and a 529 are retried; a 400 is not", () =>
-    scenario((upstream) =>
-      Effect.gen(function*() {
-      yield* saveProvider(upstream.url, "anthropic-messages")
-      upstream.script([
-        { text: "this answer breaks off in the middle", cutAfterEvents: 4 },
-        { error: { status: 529, message: "Overloaded" } },
-        { text: "whole answer" }
-      ])
-      const events = Either.getOrThrow(yield* collect(call({ reasoning: undefined })))
-      const retries = events.filter((event) => event.type === "auto_retry_start")
-      expect(retries.map((event) => event.type === "auto_retry_start" && event.errorMessage)).toEqual([
-        expect.stringContaining("unreachable"),
-        expect.stringContaining("overloaded")
-      ])
-      const done = events.at(-1)!
-      expect(done.type === "done" && done.message.content).toEqual([
-        expect.objectContaining({ type: "text", text: "whole answer" })
-      ])
-      // Only the finished response is paid for.
-      const sql = yield* SqlClient.SqlClient
-      const rows = yield* sql`SELECT id FROM usage_records`
-      expect(rows.length).toBe(1)
+  it.scopedLive(
+    "a stream cut mid-way and a 529 are retried; a 400 is not",
+    () =>
+      scenario((upstream) =>
+        Effect.gen(function*() {
+          yield* saveProvider(upstream.url, "anthropic-messages")
+          upstream.script([
+            { text: "this answer breaks off in the middle", cutAfterEvents: 4 },
+            { error: { status: 529, message: "Overloaded" } },
+            { text: "whole answer" }
+          ])
+          const events = Either.getOrThrow(yield* collect(call({ reasoning: undefined })))
+          const retries = events.filter((event) => event.type === "auto_retry_start")
+          expect(retries.map((event) => event.type === "auto_retry_start" && event.errorMessage)).toEqual([
+            expect.stringContaining("unreachable"),
+            expect.stringContaining("overloaded")
+          ])
+          const done = events.at(-1)!
+          expect(done.type === "done" && done.message.content).toEqual([
+            expect.objectContaining({ type: "text", text: "whole answer" })
+          ])
+          // Only the finished response is paid for.
+          const sql = yield* SqlClient.SqlClient
+          const rows = yield* sql`SELECT id FROM usage_records`
+          expect(rows.length).toBe(1)
 
-      upstream.script({ error: { status: 400, message: "messages: bad" } })
-      const refused = Either.flip(yield* collect(call({ reasoning: undefined }))).pipe(Either.getOrThrow)
-      expect(refused).toMatchObject({ _tag: "ModelRequestRefused", status: 400 })
-      })), { timeout: 30_000 })
+          upstream.script({ error: { status: 400, message: "messages: bad" } })
+          const refused = Either.flip(yield* collect(call({ reasoning: undefined }))).pipe(Either.getOrThrow)
+          expect(refused).toMatchObject({ _tag: "ModelRequestRefused", status: 400 })
+        })
+      ),
+    { timeout: 30_000 }
+  )
 
-  it.scopedLive("interrupting the stream aborts the request at once", () =>
-    scenario((upstream) =>
-      Effect.gen(function*() {
-      yield* saveProvider(upstream.url, "openai-completions")
-      // Twenty words at 300 ms each: six seconds if read to the end.
-      upstream.script({ text: Array.from({ length: 20 }, (_, i) => `w${i}`).join(" "), tokenDelayMs: 300 })
-      const client = yield* ModelClient.ModelClient
-      const started = Date.now()
-      const firstDeltas = yield* client.stream(call({ reasoning: undefined }), fast).pipe(
-        Stream.filter((event) => event.type === "text_delta"),
-        Stream.take(2),
-        Stream.runCollect
-      )
-      expect(Chunk.size(firstDeltas)).toBe(2)
-      expect(Date.now() - started).toBeLessThan(3000)
-      const sql = yield* SqlClient.SqlClient
-      expect((yield* sql`SELECT id FROM usage_records`).length).toBe(0)
-      })), { timeout: 30_000 })
+  it.scopedLive(
+    "interrupting the stream aborts the request at once",
+    () =>
+      scenario((upstream) =>
+        Effect.gen(function*() {
+          yield* saveProvider(upstream.url, "openai-completions")
+          // Twenty words at 300 ms each: six seconds if read to the end.
+          upstream.script({ text: Array.from({ length: 20 }, (_, i) => `w${i}`).join(" "), tokenDelayMs: 300 })
+          const client = yield* ModelClient.ModelClient
+          const started = Date.now()
+          const firstDeltas = yield* client.stream(call({ reasoning: undefined }), fast).pipe(
+            Stream.filter((event) => event.type === "text_delta"),
+            Stream.take(2),
+            Stream.runCollect
+          )
+          expect(Chunk.size(firstDeltas)).toBe(2)
+          expect(Date.now() - started).toBeLessThan(3000)
+          const sql = yield* SqlClient.SqlClient
+          expect((yield* sql`SELECT id FROM usage_records`).length).toBe(0)
+        })
+      ),
+    { timeout: 30_000 }
+  )
 })
 
 describe("keys and endpoints", () => {
-  it.scopedLive("a key scope's gateway entry replaces the base URL and sends no auth header", () =>
-    scenario((upstream) =>
-      Effect.gen(function*() {
-      const scopes = yield* KeyScopes.KeyScopes
-      yield* scopes.put(
-        tenantId,
-        "gw",
-        "anthropic",
-        new Provider.KeyScopeEntryInput({ baseUrl: upstream.url, headers: { "x-gateway-team": "blue" } })
-      )
-      const result = yield* collect(call({
-        model: "anthropic/claude-sonnet-4-5",
-        keyScope: Option.some("gw"),
-        modelHeaders: { "x-trace-tag": "t1" },
-        reasoning: undefined
-      }))
-      expect(Either.isRight(result)).toBe(true)
-      const [request] = upstream.requests()
-      expect(request!.protocol).toBe("anthropic-messages")
-      expect(request!.headers["x-api-key"]).toBeUndefined()
-      expect(request!.headers.authorization).toBeUndefined()
-      expect(request!.headers["x-gateway-team"]).toBe("blue")
-      expect(request!.headers["x-trace-tag"]).toBe("t1")
-      const sql = yield* SqlClient.SqlClient
-      const [row] = yield* sql<{ keySource: string; keyScope: string }>`SELECT key_source, key_scope FROM usage_records`
-      expect(row).toEqual({ keySource: "scope", keyScope: "gw" })
-      })), { timeout: 30_000 })
-
-  it.scopedLive("a built-in model without any key fails as missing, before any request", () =>
-    scenario(() =>
-      Effect.gen(function*() {
-        const result = yield* collect(call({ model: "openai/gpt-5.1" }))
-        expect(Either.flip(result).pipe(Either.getOrThrow)).toMatchObject({ _tag: "ModelKeyMissing", provider: "openai" })
-        const unknown = yield* collect(call({ model: "nowhere/none" }))
-        expect(Either.flip(unknown).pipe(Either.getOrThrow)).toMatchObject({ _tag: "UnknownModel" })
-      })), { timeout: 30_000 })
-
-  it.scopedLive("an endpoint that resolves public when saved and to loopback when called is refused at call time", () =>
-    Effect.suspend(() => {
-      let lookups = 0
-      // DNS rebinding: the first answer is public, every later one loopback.
-      const resolver = Resolver.layerTest({
-        "llm.rebind.example": () => (lookups++ === 0 ? ["93.184.216.34"] : ["127.0.0.1"])
-      })
-      return scenario(() =>
+  it.scopedLive(
+    "a key scope's gateway entry replaces the base URL and sends no auth header",
+    () =>
+      scenario((upstream) =>
         Effect.gen(function*() {
-          const providers = yield* CustomProviders.CustomProviders
-          yield* providers.put(
+          const scopes = yield* KeyScopes.KeyScopes
+          yield* scopes.put(
             tenantId,
-            "",
-            "fake",
-            new Provider.CustomProviderInput({
-              type: "openai-completions",
-              baseUrl: "https://llm.rebind.example/v1",
-              apiKey,
-              models: [new Provider.CustomModel({ id: "m1", contextWindow: 8000 })]
-            })
+            "gw",
+            "anthropic",
+            new Provider.KeyScopeEntryInput({ baseUrl: upstream.url, headers: { "x-gateway-team": "blue" } })
           )
-          const result = yield* collect(call({ reasoning: undefined }))
-          const error = Either.flip(result).pipe(Either.getOrThrow)
-          expect(error._tag).toBe("ModelEndpointRefused")
-          expect(error.message).toContain("private_address")
-        }), { allowPrivate: false, resolver })
-    }), { timeout: 30_000 })
+          const result = yield* collect(call({
+            model: "anthropic/claude-sonnet-4-5",
+            keyScope: Option.some("gw"),
+            modelHeaders: { "x-trace-tag": "t1" },
+            reasoning: undefined
+          }))
+          expect(Either.isRight(result)).toBe(true)
+          const [request] = upstream.requests()
+          expect(request!.protocol).toBe("anthropic-messages")
+          expect(request!.headers["x-api-key"]).toBeUndefined()
+          expect(request!.headers.authorization).toBeUndefined()
+          expect(request!.headers["x-gateway-team"]).toBe("blue")
+          expect(request!.headers["x-trace-tag"]).toBe("t1")
+          const sql = yield* SqlClient.SqlClient
+          const [row] = yield* sql<
+            { keySource: string; keyScope: string }
+          >`SELECT key_source, key_scope FROM usage_records`
+          expect(row).toEqual({ keySource: "scope", keyScope: "gw" })
+        })
+      ),
+    { timeout: 30_000 }
+  )
+
+  it.scopedLive(
+    "a built-in model without any key fails as missing, before any request",
+    () =>
+      scenario(() =>
+        Effect.gen(function*() {
+          const result = yield* collect(call({ model: "openai/gpt-5.1" }))
+          expect(Either.flip(result).pipe(Either.getOrThrow)).toMatchObject({
+            _tag: "ModelKeyMissing",
+            provider: "openai"
+          })
+          const unknown = yield* collect(call({ model: "nowhere/none" }))
+          expect(Either.flip(unknown).pipe(Either.getOrThrow)).toMatchObject({ _tag: "UnknownModel" })
+        })
+      ),
+    { timeout: 30_000 }
+  )
+
+  it.scopedLive(
+    "an endpoint that resolves public when saved and to loopback when called is refused at call time",
+    () =>
+      Effect.suspend(() => {
+        let lookups = 0
+        // DNS rebinding: the first answer is public, every later one loopback.
+        const resolver = Resolver.layerTest({
+          "llm.rebind.example": () => (lookups++ === 0 ? ["93.184.216.34"] : ["127.0.0.1"])
+        })
+        return scenario(() =>
+          Effect.gen(function*() {
+            const providers = yield* CustomProviders.CustomProviders
+            yield* providers.put(
+              tenantId,
+              "",
+              "fake",
+              new Provider.CustomProviderInput({
+                type: "openai-completions",
+                baseUrl: "https://llm.rebind.example/v1",
+                apiKey,
+                models: [new Provider.CustomModel({ id: "m1", contextWindow: 8000 })]
+              })
+            )
+            const result = yield* collect(call({ reasoning: undefined }))
+            const error = Either.flip(result).pipe(Either.getOrThrow)
+            expect(error._tag).toBe("ModelEndpointRefused")
+            expect(error.message).toContain("private_address")
+          }), { allowPrivate: false, resolver })
+      }),
+    { timeout: 30_000 }
+  )
 })

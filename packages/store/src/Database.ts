@@ -1,11 +1,13 @@
 /**
  * The PostgreSQL connection: the server at `DATABASE_URL`, or an embedded one
  * under `DATA_DIR` when none is given. Both go through `@effect/sql-pg`, and
- * the schema is migrated before the layer is ready.
+ * the migrations the app names (each package's, in dependency order) are
+ * applied before the layer is ready.
  */
 import { SqlClient } from "@effect/sql"
 import { PgClient } from "@effect/sql-pg"
-import { Config, Duration, Effect, Layer, Option, Redacted, String } from "effect"
+import type { Redacted } from "effect"
+import { Config, Duration, Effect, Layer, Option, String } from "effect"
 import * as EmbeddedPostgres from "./EmbeddedPostgres.ts"
 import * as Migrations from "./Migrations.ts"
 
@@ -16,6 +18,8 @@ export interface Options {
   readonly maxConnections?: number
   /** Names every session of this process in pg_stat_activity (nodes of a cluster name themselves apart). */
   readonly applicationName?: string
+  /** The packages' schemas, applied in this order under the startup lock before the layer is ready. */
+  readonly migrations?: ReadonlyArray<Migrations.Migrations>
 }
 
 /** Any number, the same in every process: it names the lock nodes take while they change the schema. */
@@ -47,9 +51,9 @@ export const withStartupLock = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
  */
 export const connectTimeout = Duration.seconds(2)
 
-/** A client on `url`, with the schema migrated. */
+/** A client on `url`, with `options.migrations` applied. */
 export const layerClient = (url: Redacted.Redacted<string>, options: Omit<Options, "url" | "dataDir"> = {}) =>
-  Layer.effectDiscard(withStartupLock(Migrations.run)).pipe(
+  Layer.effectDiscard(withStartupLock(Migrations.run(...options.migrations ?? []))).pipe(
     Layer.provideMerge(PgClient.layer({
       url,
       maxConnections: options.maxConnections ?? 20,

@@ -101,7 +101,8 @@ const someUnderSqlError = (failure: unknown, test: (error: object) => boolean): 
     }
     if (Runtime.isFiberFailure(value)) return visit(value[Runtime.FiberFailureCauseId], depth + 1, inSql)
     // A SqlError, or one decoded from another runner's reply (a defect keeps its name and message).
-    const sql = inSql || (value as { _tag?: unknown })._tag === "SqlError" || (value as { name?: unknown }).name === "SqlError"
+    const sql = inSql || (value as { _tag?: unknown })._tag === "SqlError" ||
+      (value as { name?: unknown }).name === "SqlError"
     if (sql && test(value)) return true
     const errors = (value as { errors?: unknown }).errors
     if (Array.isArray(errors) && errors.some((inner) => visit(inner, depth + 1, sql))) return true

@@ -132,7 +132,13 @@ export const start = (options: Options): Effect.Effect<Server, EmbeddedPostgresE
       persistent: true,
       // Postgres refuses to run as root; the package then runs it as a `postgres` user it creates.
       createPostgresUser: asRoot,
-      postgresFlags: ["-c", "listen_addresses=127.0.0.1", "-c", "max_connections=400", ...(options.postgresFlags ?? [])],
+      postgresFlags: [
+        "-c",
+        "listen_addresses=127.0.0.1",
+        "-c",
+        "max_connections=400",
+        ...(options.postgresFlags ?? [])
+      ],
       onLog: remember,
       onError: remember
     })

@@ -26,6 +26,8 @@ export class Sealer extends Context.Tag("@agent-runtime/store/Sealer")<Sealer, {
    * credentials the service can show again (agent tokens) without storing them.
    */
   readonly sign: (purpose: string, data: string) => string
+  /** Whether `mac` is `sign(purpose, data)`, compared in constant time. */
+  readonly verify: (purpose: string, data: string, mac: string) => boolean
   readonly keyId: string
 }>() {}
 
@@ -51,15 +53,26 @@ export const make = (current: SealingKey, previous: ReadonlyArray<SealingKey> = 
     }
     return key
   }
+  const sign = (purpose: string, data: string) =>
+    Crypto.createHmac("sha256", signingKey(purpose)).update(data).digest("base64url")
+  // Digests of both sides have one length, so the comparison takes the same time whatever was presented.
+  const digest = (value: string) => Crypto.createHash("sha256").update(value).digest()
   return Sealer.of({
     keyId: current.id,
-    sign: (purpose, data) => Crypto.createHmac("sha256", signingKey(purpose)).update(data).digest("base64url"),
+    sign,
+    verify: (purpose, data, mac) => Crypto.timingSafeEqual(digest(sign(purpose, data)), digest(mac)),
     seal: (plaintext, context) => {
       const iv = Crypto.randomBytes(12)
       const cipher = Crypto.createCipheriv("aes-256-gcm", current.key, iv)
       cipher.setAAD(Buffer.from(context))
       const body = Buffer.concat([cipher.update(plaintext, "utf8"), cipher.final()])
-      return [version, current.id, iv.toString("base64url"), body.toString("base64url"), cipher.getAuthTag().toString("base64url")]
+      return [
+        version,
+        current.id,
+        iv.toString("base64url"),
+        body.toString("base64url"),
+        cipher.getAuthTag().toString("base64url")
+      ]
         .join(".")
     },
     open: (sealed, context) =>

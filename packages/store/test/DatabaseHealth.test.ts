@@ -92,5 +92,7 @@ it("isUnreachable follows causes and wrappers, and only under a SqlError", () =>
   const reset = { _tag: "SqlError", message: "Failed to execute statement", cause: { code: "ECONNRESET" } }
   expect(DatabaseHealth.isUnreachable(reset)).toBe(true)
   expect(DatabaseHealth.neverSent(reset)).toBe(false)
-  expect(DatabaseHealth.neverSent({ _tag: "SqlError", message: "Failed to acquire connection", cause: refused })).toBe(true)
+  expect(DatabaseHealth.neverSent({ _tag: "SqlError", message: "Failed to acquire connection", cause: refused })).toBe(
+    true
+  )
 })

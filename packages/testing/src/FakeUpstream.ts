@@ -188,11 +188,11 @@ const makeState = (options: Options): State => ({
 const enqueue = (state: State, step: Step | ReadonlyArray<Step>, model: string | undefined) => {
   const steps: ReadonlyArray<Step> = Array.isArray(step) ? step : [step as Step]
   if (model === undefined) {
-    state.anyModel.push(...steps)
+    for (const step of steps) state.anyModel.push(step)
     return
   }
   const queue = state.byModel.get(model)
-  if (queue) queue.push(...steps)
+  if (queue) { for (const step of steps) queue.push(step) }
   else state.byModel.set(model, [...steps])
 }
 
@@ -211,7 +211,9 @@ const reset = (state: State) => {
 const record = (state: State, request: RecordedRequest) => {
   state.recorded.push(request)
   // Trimmed in batches so recording stays O(1) per request.
-  if (state.recorded.length >= state.maxRecorded * 2) state.recorded.splice(0, state.recorded.length - state.maxRecorded)
+  if (state.recorded.length >= state.maxRecorded * 2) {
+    state.recorded.splice(0, state.recorded.length - state.maxRecorded)
+  }
 }
 
 const routes: Record<string, Protocol> = {
@@ -238,8 +240,7 @@ const handle = (state: State, req: Http.IncomingMessage, res: Http.ServerRespons
 
 type Json = { readonly [key: string]: unknown }
 
-const isObject = (value: unknown): value is Json =>
-  typeof value === "object" && value !== null && !Array.isArray(value)
+const isObject = (value: unknown): value is Json => typeof value === "object" && value !== null && !Array.isArray(value)
 
 const respond = async (state: State, req: Http.IncomingMessage, res: Http.ServerResponse, raw: string) => {
   const url = req.url ?? "/"
@@ -287,7 +288,9 @@ const respond = async (state: State, req: Http.IncomingMessage, res: Http.Server
     return anthropic ? fail(400, "model: Field required") : fail(400, "you must provide a model parameter", "model")
   }
   if (protocol !== "openai-responses" && !Array.isArray(body.messages)) {
-    return anthropic ? fail(400, "messages: Field required") : fail(400, "Missing required parameter: 'messages'.", "messages")
+    return anthropic
+      ? fail(400, "messages: Field required")
+      : fail(400, "Missing required parameter: 'messages'.", "messages")
   }
   if (anthropic && typeof body.max_tokens !== "number") return fail(400, "max_tokens: Field required")
 
@@ -340,7 +343,9 @@ const admin = (
     enqueue(state, steps as ReadonlyArray<Step>, model)
     return sendJson(res, 200, { queued: steps.length })
   }
-  if (method === "GET" && path === "/_fake/requests") return sendJson(res, 200, state.recorded.slice(-state.maxRecorded))
+  if (method === "GET" && path === "/_fake/requests") {
+    return sendJson(res, 200, state.recorded.slice(-state.maxRecorded))
+  }
   if (method === "POST" && path === "/_fake/reset") {
     reset(state)
     return sendJson(res, 200, { reset: true })
@@ -446,7 +451,9 @@ const models = (state: State, path: string, anthropic: boolean, res: Http.Server
   const slash = path.indexOf("/", path.indexOf("models"))
   if (slash !== -1) {
     const id = decodeURIComponent(path.slice(slash + 1))
-    if (!state.models.includes(id)) return sendError(res, anthropic, { status: 404, message: `model ${id} not found` }, "model")
+    if (!state.models.includes(id)) {
+      return sendError(res, anthropic, { status: 404, message: `model ${id} not found` }, "model")
+    }
     return sendJson(res, 200, anthropic ? claude(id) : openAi(id))
   }
   // The Anthropic SDK lists models at the same path, so answer in its shape when it is the caller.
@@ -610,11 +617,17 @@ const chatChunks = (reply: Reply, includeUsage: boolean): Array<Frame> => {
       delta: delta_
     })
   // As OpenAI: content "" opens a text reply, null one made only of tool calls.
-  chunk({ role: "assistant", content: reply.text === "" && reply.toolCalls.length > 0 ? null : "", refusal: null }, false)
+  chunk(
+    { role: "assistant", content: reply.text === "" && reply.toolCalls.length > 0 ? null : "", refusal: null },
+    false
+  )
   for (const piece of words(reply.thinking)) chunk({ reasoning_content: piece }, true)
   for (const piece of words(reply.text)) chunk({ content: piece }, true)
   reply.toolCalls.forEach((call, index) => {
-    chunk({ tool_calls: [{ index, id: ids[index], type: "function", function: { name: call.name, arguments: "" } }] }, false)
+    chunk(
+      { tool_calls: [{ index, id: ids[index], type: "function", function: { name: call.name, arguments: "" } }] },
+      false
+    )
     for (const piece of pieces(call.arguments)) chunk({ tool_calls: [{ index, function: { arguments: piece } }] }, true)
   })
   chunk({}, false, reply.stop)
@@ -793,8 +806,7 @@ const anthropicUsage = (usage: Required<Usage>) => ({
 })
 
 // Opaque to clients, who only hand it back; fixed per thinking text so replays match.
-const signature = (thinking: string) =>
-  Crypto.createHash("sha256").update(thinking).digest("base64")
+const signature = (thinking: string) => Crypto.createHash("sha256").update(thinking).digest("base64")
 
 const toolUseIds = (reply: Reply) => reply.toolCalls.map((call) => call.id ?? `toolu_01${hex().slice(0, 22)}`)
 
@@ -809,7 +821,9 @@ const parseInput = (json: string): unknown => {
 const anthropicMessage = (reply: Reply) => {
   const ids = toolUseIds(reply)
   const content: Array<object> = []
-  if (reply.thinking !== "") content.push({ type: "thinking", thinking: reply.thinking, signature: signature(reply.thinking) })
+  if (reply.thinking !== "") {
+    content.push({ type: "thinking", thinking: reply.thinking, signature: signature(reply.thinking) })
+  }
   if (reply.text !== "" || reply.toolCalls.length === 0) content.push({ type: "text", text: reply.text })
   reply.toolCalls.forEach((call, i) =>
     content.push({ type: "tool_use", id: ids[i], name: call.name, input: parseInput(call.arguments) })
@@ -862,7 +876,9 @@ const anthropicEvents = (reply: Reply): Array<Frame> => {
   }
   if (reply.text !== "" || reply.toolCalls.length === 0) {
     block({ type: "text", text: "" })
-    for (const text of words(reply.text)) event("content_block_delta", { index, delta: { type: "text_delta", text } }, true)
+    for (const text of words(reply.text)) {
+      event("content_block_delta", { index, delta: { type: "text_delta", text } }, true)
+    }
     event("content_block_stop", { index })
     index++
   }

@@ -289,7 +289,12 @@ const setAt = (value: unknown, path: JsonPath, replace: (old: unknown) => unknow
     const copy: Record<string, unknown> = { ...(value as Record<string, unknown>) }
     const next = setAt(copy[head as string], rest, replace)
     if (next === drop) delete copy[head as string]
-    else Object.defineProperty(copy, head as string, { value: next, enumerable: true, writable: true, configurable: true })
+    else {Object.defineProperty(copy, head as string, {
+        value: next,
+        enumerable: true,
+        writable: true,
+        configurable: true
+      })}
     return copy
   }
   return value
@@ -298,7 +303,7 @@ const setAt = (value: unknown, path: JsonPath, replace: (old: unknown) => unknow
 /** Deep nesting is written into the text after stringifying too: JSON.stringify itself recurses. */
 const nestedMarker = (depth: number, kind: "array" | "object") => `@@fuzz-nested-${kind}-${depth}@@`
 const nestedText = (depth: number, kind: "array" | "object") =>
-  kind === "array" ? `${"[".repeat(depth)}1${"]".repeat(depth)}` : `${"{\"a\":".repeat(depth)}1${"}".repeat(depth)}`
+  kind === "array" ? `${"[".repeat(depth)}1${"]".repeat(depth)}` : `${'{"a":'.repeat(depth)}1${"}".repeat(depth)}`
 
 interface Mutation {
   readonly name: string
@@ -360,12 +365,15 @@ const mutation: fc.Arbitrary<Mutation> = fc.oneof(
     name: "extra field",
     apply: (value, at) => {
       const path = pick(value, at, isObject)
-      return path === undefined ? value : setAt(value, path, (node) => ({ ...(node as object), fuzzExtra: [1, "x", null] }))
+      return path === undefined
+        ? value
+        : setAt(value, path, (node) => ({ ...(node as object), fuzzExtra: [1, "x", null] }))
     }
   }),
   fc.constantFrom(20_000, 200_000).map((size): Mutation => ({
     name: `huge string (${size})`,
-    apply: (value, at) => setAt(value, pick(value, at, (node) => typeof node === "string") ?? pick(value, at) ?? [], () => "x".repeat(size))
+    apply: (value, at) =>
+      setAt(value, pick(value, at, (node) => typeof node === "string") ?? pick(value, at) ?? [], () => "x".repeat(size))
   })),
   fc.constantFrom(1_000, 30_000).map((size): Mutation => ({
     name: `huge array (${size})`,
@@ -387,7 +395,11 @@ const mutation: fc.Arbitrary<Mutation> = fc.oneof(
   fc.nat(hugeNumerals.length - 1).map((index): Mutation => ({
     name: `numeral ${hugeNumerals[index]}`,
     apply: (value, at) =>
-      setAt(value, pick(value, at, (node) => typeof node === "number") ?? pick(value, at) ?? [], () => numeralMarker(index))
+      setAt(
+        value,
+        pick(value, at, (node) => typeof node === "number") ?? pick(value, at) ?? [],
+        () => numeralMarker(index)
+      )
   }))
 )
 
@@ -485,7 +497,10 @@ const credentials = (operation: Operation, keys: Keys): fc.Arbitrary<Credential>
     ? [
       { name: "api key", headers: bearer(keys.apiKey) },
       { name: "api key", headers: bearer(keys.apiKey) },
-      { name: "operator for tenant", headers: { ...bearer(keys.operatorToken), "x-agent-runtime-tenant": keys.tenantId } }
+      {
+        name: "operator for tenant",
+        headers: { ...bearer(keys.operatorToken), "x-agent-runtime-tenant": keys.tenantId }
+      }
     ]
     : operation.security === "agent"
     ? [{ name: "agent token", headers: bearer(keys.agentToken) }]
@@ -493,7 +508,10 @@ const credentials = (operation: Operation, keys: Keys): fc.Arbitrary<Credential>
     ? [{ name: "operator token", headers: bearer(keys.operatorToken) }]
     : operation.security === "gateway"
     ? operation.surface === "messages"
-      ? [{ name: "x-api-key", headers: { "x-api-key": keys.apiKey } }, { name: "api key", headers: bearer(keys.apiKey) }]
+      ? [{ name: "x-api-key", headers: { "x-api-key": keys.apiKey } }, {
+        name: "api key",
+        headers: bearer(keys.apiKey)
+      }]
       : [{ name: "api key", headers: bearer(keys.apiKey) }]
     : [{ name: "none", headers: {} }]
   const wrong: ReadonlyArray<fc.Arbitrary<Credential>> = [
@@ -517,7 +535,15 @@ const credentials = (operation: Operation, keys: Keys): fc.Arbitrary<Credential>
       headers: { ...bearer(keys.apiKey), "x-agent-runtime-tenant": keys.foreignTenantId }
     }),
     fc.constant({ name: "foreign x-api-key", headers: { "x-api-key": keys.foreignKey }, other: true }),
-    fc.constantFrom("Bearer", "Bearer ", "bearer  ", "Basic YTpi", "Token x", `Bearer ${keys.apiKey}x`, `Bearer  ${keys.apiKey} `)
+    fc.constantFrom(
+      "Bearer",
+      "Bearer ",
+      "bearer  ",
+      "Basic YTpi",
+      "Token x",
+      `Bearer ${keys.apiKey}x`,
+      `Bearer  ${keys.apiKey} `
+    )
       .map((authorization) => ({ name: "malformed authorization", headers: { authorization } })),
     garbageHeader.map((token) => ({ name: "garbage token", headers: bearer(token) })),
     fc.constant({ name: "huge token", headers: bearer(`art_${"a".repeat(6_000)}`) }),
@@ -548,11 +574,13 @@ const contentTypes = [
 /** A well-formed form or multipart body carrying the value's top-level fields. */
 const formOf = (value: unknown, multipart: boolean): string => {
   const fields = isObject(value) ? Object.entries(value) : [["value", value]]
-  const plain = fields.map(([key, item]): [string, string] => [String(key), typeof item === "string" ? item : JSON.stringify(item) ?? ""])
+  const plain = fields.map((
+    [key, item]
+  ): [string, string] => [String(key), typeof item === "string" ? item : JSON.stringify(item) ?? ""])
   if (!multipart) return new URLSearchParams(plain).toString()
-  return plain.map(([key, item]) =>
-    `--fuzz\r\ncontent-disposition: form-data; name="${key}"\r\n\r\n${item}\r\n`
-  ).join("") + "--fuzz\r\ncontent-disposition: form-data; name=\"file\"; filename=\"a.txt\"\r\n" +
+  return plain.map(([key, item]) => `--fuzz\r\ncontent-disposition: form-data; name="${key}"\r\n\r\n${item}\r\n`).join(
+    ""
+  ) + '--fuzz\r\ncontent-disposition: form-data; name="file"; filename="a.txt"\r\n' +
     "content-type: text/plain\r\n\r\nhello\r\n--fuzz--\r\n"
 }
 
@@ -575,8 +603,22 @@ const bodies = (operation: Operation, fill: Fill): fc.Arbitrary<BodyChoice | und
     // Routes without a body get one now and then: it must be ignored or refused, never trusted.
     return fc.oneof(
       { weight: 12, arbitrary: fc.constant(undefined) },
-      { weight: 1, arbitrary: fc.constant<BodyChoice>({ body: bytes("{\"a\":\"\\u0000\"}"), contentType: json, note: "body on a route without one" }) },
-      { weight: 1, arbitrary: fc.constant<BodyChoice>({ body: bytes("{"), contentType: json, note: "broken body on a route without one" }) }
+      {
+        weight: 1,
+        arbitrary: fc.constant<BodyChoice>({
+          body: bytes('{"a":"\\u0000"}'),
+          contentType: json,
+          note: "body on a route without one"
+        })
+      },
+      {
+        weight: 1,
+        arbitrary: fc.constant<BodyChoice>({
+          body: bytes("{"),
+          contentType: json,
+          note: "broken body on a route without one"
+        })
+      }
     )
   }
   const value = valid(operation.body, operation.components, fill)
@@ -584,14 +626,24 @@ const bodies = (operation: Operation, fill: Fill): fc.Arbitrary<BodyChoice | und
   return fc.oneof(
     {
       weight: 6,
-      arbitrary: fc.tuple(value, chunked).map(([v, c]): BodyChoice => ({ body: bytes(stringify(v), c), contentType: json, note: "valid" }))
+      arbitrary: fc.tuple(value, chunked).map(([v, c]): BodyChoice => ({
+        body: bytes(stringify(v), c),
+        contentType: json,
+        note: "valid"
+      }))
     },
     {
       weight: 10,
-      arbitrary: fc.tuple(value, fc.array(fc.tuple(mutation, fc.nat()), { minLength: 1, maxLength: 2 })).map(([v, changes]) => {
-        const changed = changes.reduce((acc, [change, at]) => change.apply(acc, at), v)
-        return { body: bytes(stringify(changed)), contentType: json, note: changes.map(([change]) => change.name).join(", ") }
-      })
+      arbitrary: fc.tuple(value, fc.array(fc.tuple(mutation, fc.nat()), { minLength: 1, maxLength: 2 })).map(
+        ([v, changes]) => {
+          const changed = changes.reduce((acc, [change, at]) => change.apply(acc, at), v)
+          return {
+            body: bytes(stringify(changed)),
+            contentType: json,
+            note: changes.map(([change]) => change.name).join(", ")
+          }
+        }
+      )
     },
     {
       weight: 2,
@@ -602,7 +654,11 @@ const bodies = (operation: Operation, fill: Fill): fc.Arbitrary<BodyChoice | und
     },
     {
       weight: 2,
-      arbitrary: fc.tuple(value, fc.nat(), fc.constantFrom([0xff], [0xc3, 0x28], [0xed, 0xa0, 0x80], [0xf8, 0x88, 0x80, 0x80, 0x80], [0xc0, 0xaf]))
+      arbitrary: fc.tuple(
+        value,
+        fc.nat(),
+        fc.constantFrom([0xff], [0xc3, 0x28], [0xed, 0xa0, 0x80], [0xf8, 0x88, 0x80, 0x80, 0x80], [0xc0, 0xaf])
+      )
         .map(([v, at, bad]): BodyChoice => {
           const text = utf8(stringify(v))
           // Inside a string where there is one, so the JSON stays well-formed and only the encoding is wrong.
@@ -617,14 +673,37 @@ const bodies = (operation: Operation, fill: Fill): fc.Arbitrary<BodyChoice | und
     },
     {
       weight: 2,
-      arbitrary: fc.constantFrom("", " ", "null", "[]", "\"x\"", "1", "true", "{}", "{\"a\":1}{}", "{'a':1}", "NaN", "\ufeff{}", "{\"a\":\"\\ud800\"}", "[".repeat(100_000))
-        .map((text): BodyChoice => ({ body: bytes(text), contentType: json, note: `body ${JSON.stringify(text.slice(0, 12))}` }))
+      arbitrary: fc.constantFrom(
+        "",
+        " ",
+        "null",
+        "[]",
+        '"x"',
+        "1",
+        "true",
+        "{}",
+        '{"a":1}{}',
+        "{'a':1}",
+        "NaN",
+        "\ufeff{}",
+        '{"a":"\\ud800"}',
+        "[".repeat(100_000)
+      )
+        .map((text): BodyChoice => ({
+          body: bytes(text),
+          contentType: json,
+          note: `body ${JSON.stringify(text.slice(0, 12))}`
+        }))
     },
     {
       weight: 3,
       arbitrary: fc.tuple(value, fc.constantFrom(...contentTypes)).map(([v, contentType]): BodyChoice => ({
         body: bytes(
-          contentType?.includes("urlencoded") ? formOf(v, false) : contentType?.includes("multipart") ? formOf(v, true) : stringify(v)
+          contentType?.includes("urlencoded")
+            ? formOf(v, false)
+            : contentType?.includes("multipart")
+            ? formOf(v, true)
+            : stringify(v)
         ),
         contentType,
         note: `content-type ${contentType ?? "none"}`
@@ -678,15 +757,24 @@ const headerValue = (parameter: Parameter, operation: Operation, fill: Fill): fc
   )
 
 /** The segment for a path parameter: a real id (most of the time) or garbage. */
-const segment = (operation: Operation, parameter: Parameter, fill: Fill): fc.Arbitrary<{ value: string; foreign: boolean }> => {
+const segment = (
+  operation: Operation,
+  parameter: Parameter,
+  fill: Fill
+): fc.Arbitrary<{ value: string; foreign: boolean }> => {
   const ids = fill.ids(operation, parameter.name)
   const garbage = garbageSegment.map((value) => ({ value, foreign: false }))
   if (ids.length === 0) return garbage
   return fc.oneof(
-    { weight: 4, arbitrary: fc.constantFrom(...ids).map((id) => ({ value: percentEncode(id.value), foreign: id.foreign === true })) },
+    {
+      weight: 4,
+      arbitrary: fc.constantFrom(...ids).map((id) => ({ value: percentEncode(id.value), foreign: id.foreign === true }))
+    },
     {
       weight: 1,
-      arbitrary: fc.tuple(fc.constantFrom(...ids), fc.constantFrom("%00", "x", "%FF", "/x", "%2F..")).map(([id, tail]) => ({
+      arbitrary: fc.tuple(fc.constantFrom(...ids), fc.constantFrom("%00", "x", "%FF", "/x", "%2F..")).map((
+        [id, tail]
+      ) => ({
         value: percentEncode(id.value) + tail,
         foreign: false
       }))
@@ -707,7 +795,15 @@ export const requests = (operation: Operation, fill: Fill): fc.Arbitrary<Request
     query: fc.tuple(...queryParameters.map((parameter) => queryValue(parameter, operation, fill))),
     extraQuery: fc.oneof({ weight: 8, arbitrary: fc.constant("") }, {
       weight: 1,
-      arbitrary: fc.constantFrom("&fuzz=1", "&limit=1&limit=2", "&%00=%00", "&after", "&=", "&wait=1e400", "&poll=1&poll=0")
+      arbitrary: fc.constantFrom(
+        "&fuzz=1",
+        "&limit=1&limit=2",
+        "&%00=%00",
+        "&after",
+        "&=",
+        "&wait=1e400",
+        "&poll=1&poll=0"
+      )
     }),
     headers: fc.tuple(...headerParameters.map((parameter) => headerValue(parameter, operation, fill))),
     credential: credentials(operation, fill.keys),
@@ -834,16 +930,26 @@ export const send = (base: string, request: Request, agent: Http.Agent, timeoutM
  * node:http refuses before any handler sees it. `path` is the route asked for.
  */
 export const malformed: ReadonlyArray<{ readonly name: string; readonly text: (path: string) => string }> = [
-  { name: "headers over the limit", text: (path) => `GET ${path} HTTP/1.1\r\nHost: x\r\nX-Big: ${"a".repeat(20_000)}\r\n\r\n` },
-  { name: "request line over the limit", text: (path) => `GET ${path}?${"a".repeat(100_000)} HTTP/1.1\r\nHost: x\r\n\r\n` },
-  { name: "content-length not a number", text: (path) => `POST ${path} HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n{}` },
+  {
+    name: "headers over the limit",
+    text: (path) => `GET ${path} HTTP/1.1\r\nHost: x\r\nX-Big: ${"a".repeat(20_000)}\r\n\r\n`
+  },
+  {
+    name: "request line over the limit",
+    text: (path) => `GET ${path}?${"a".repeat(100_000)} HTTP/1.1\r\nHost: x\r\n\r\n`
+  },
+  {
+    name: "content-length not a number",
+    text: (path) => `POST ${path} HTTP/1.1\r\nHost: x\r\nContent-Length: abc\r\n\r\n{}`
+  },
   {
     name: "two content-lengths",
     text: (path) => `POST ${path} HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\n{}`
   },
   {
     name: "content-length and chunked",
-    text: (path) => `POST ${path} HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n`
+    text: (path) =>
+      `POST ${path} HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n`
   },
   {
     name: "bad chunk size",
@@ -944,9 +1050,10 @@ const errorShape = (surface: Surface, status: number, body: unknown): string | u
     }
     case "messages": {
       const error = body.error
-      return body.type === "error" && isObject(error) && typeof error.type === "string" && typeof error.message === "string"
+      return body.type === "error" && isObject(error) && typeof error.type === "string" &&
+          typeof error.message === "string"
         ? undefined
-        : "the error body is not Anthropic's {type: \"error\", error: {type, message}}"
+        : 'the error body is not Anthropic\'s {type: "error", error: {type, message}}'
     }
   }
 }
@@ -971,7 +1078,9 @@ export const check = (request: Request, answer: Answer, secrets: ReadonlyArray<s
   }
   const headerText = Object.values(answer.headers).flat().join("\n")
   for (const secret of secrets) {
-    if (answer.text.includes(secret) || headerText.includes(secret)) problems.push(`a secret in the answer (${secret.slice(0, 8)}...)`)
+    if (answer.text.includes(secret) || headerText.includes(secret)) {
+      problems.push(`a secret in the answer (${secret.slice(0, 8)}...)`)
+    }
   }
   return problems
 }
@@ -1100,14 +1209,28 @@ export const run = (options: RunOptions): Effect.Effect<Result> =>
       for (let next = queue.next(); !next.done; next = queue.next()) {
         const request = next.value
         const listener = request.operation.listener
-        const answer = await send(listener === "rest" ? options.rest : options.gateway, request, agents[listener], options.timeoutMs ?? 30_000)
-        record(request.method === request.operation.method ? label(request.operation) : "(other methods)", request, answer)
+        const answer = await send(
+          listener === "rest" ? options.rest : options.gateway,
+          request,
+          agents[listener],
+          options.timeoutMs ?? 30_000
+        )
+        record(
+          request.method === request.operation.method ? label(request.operation) : "(other methods)",
+          request,
+          answer
+        )
       }
     }
     try {
       await Promise.all(Array.from({ length: options.concurrency ?? 4 }, worker))
       if (options.malformed !== false) {
-        for (const [listener, path] of [["rest", "/v1/tokens"], ["gateway", "/v1/chat/completions"], ["gateway", "/v1/messages"]] as const) {
+        for (
+          const [listener, path] of [["rest", "/v1/tokens"], ["gateway", "/v1/chat/completions"], [
+            "gateway",
+            "/v1/messages"
+          ]] as const
+        ) {
           const operation = options.operations.find((operation) => operation.listener === listener)
           if (operation === undefined) continue
           for (const raw of malformed) {
@@ -1122,7 +1245,11 @@ export const run = (options: RunOptions): Effect.Effect<Result> =>
               foreign: false,
               notes: [`malformed: ${raw.name}`]
             }
-            const answer = await sendRaw(listener === "rest" ? options.rest : options.gateway, text, options.timeoutMs ?? 30_000)
+            const answer = await sendRaw(
+              listener === "rest" ? options.rest : options.gateway,
+              text,
+              options.timeoutMs ?? 30_000
+            )
             record(`${listener === "gateway" ? "gateway " : ""}malformed HTTP`, request, answer)
           }
         }

@@ -11,7 +11,16 @@ import * as Fs from "node:fs/promises"
 import * as Os from "node:os"
 import * as Path from "node:path"
 import type * as FakeUpstream from "./FakeUpstream.ts"
-import { type Fill, type Id, type JsonSchema, type Operation, type Parameter, restOperations, type Security, type Surface } from "./Fuzz.ts"
+import {
+  type Fill,
+  type Id,
+  type JsonSchema,
+  type Operation,
+  type Parameter,
+  restOperations,
+  type Security,
+  type Surface
+} from "./Fuzz.ts"
 import * as HttpClient from "./Http.ts"
 import type * as TestNode from "./TestNode.ts"
 
@@ -141,7 +150,12 @@ const gatewayComponents: Record<string, JsonSchema> = {
               {
                 type: "object",
                 required: ["type", "id", "name", "input"],
-                properties: { type: { const: "tool_use" }, id: { type: "string" }, name: { type: "string" }, input: { type: "object" } }
+                properties: {
+                  type: { const: "tool_use" },
+                  id: { type: "string" },
+                  name: { type: "string" },
+                  input: { type: "object" }
+                }
               },
               {
                 type: "object",
@@ -178,7 +192,12 @@ const gatewayComponents: Record<string, JsonSchema> = {
 }
 
 const modelField = { type: "string", minLength: 1 }
-const keyScopeHeader: Parameter = { name: "x-agent-runtime-key-scope", in: "header", required: false, schema: { type: "string" } }
+const keyScopeHeader: Parameter = {
+  name: "x-agent-runtime-key-scope",
+  in: "header",
+  required: false,
+  schema: { type: "string" }
+}
 const anthropicVersion: Parameter = {
   name: "anthropic-version",
   in: "header",
@@ -193,7 +212,13 @@ const messagesBody = (maxTokensRequired: boolean) => ({
     model: modelField,
     max_tokens: { type: "integer", minimum: 1, maximum: 4096 },
     messages: { type: "array", minItems: 1, maxItems: 3, items: { $ref: "#/components/schemas/AnthropicMessage" } },
-    system: { anyOf: [text, { type: "array", maxItems: 2, items: { type: "object", required: ["type", "text"], properties: { type: { const: "text" }, text } } }] },
+    system: {
+      anyOf: [text, {
+        type: "array",
+        maxItems: 2,
+        items: { type: "object", required: ["type", "text"], properties: { type: { const: "text" }, text } }
+      }]
+    },
     stream: { type: "boolean" },
     temperature: { type: "number", minimum: 0, maximum: 1 },
     stop_sequences: { type: "array", maxItems: 2, items: { type: "string" } },
@@ -220,7 +245,11 @@ const gatewayOperation = (
   method: string,
   path: string,
   body: JsonSchema | undefined,
-  options: { readonly surface?: Surface; readonly security?: Security; readonly parameters?: ReadonlyArray<Parameter> } = {}
+  options: {
+    readonly surface?: Surface
+    readonly security?: Security
+    readonly parameters?: ReadonlyArray<Parameter>
+  } = {}
 ): Operation => ({
   listener: "gateway",
   method,
@@ -258,7 +287,11 @@ export const gatewayOperations: ReadonlyArray<Operation> = [
             function: {
               type: "object",
               required: ["name"],
-              properties: { name: { type: "string", pattern: "^[a-z_]{1,20}$" }, description: text, parameters: toolSchema }
+              properties: {
+                name: { type: "string", pattern: "^[a-z_]{1,20}$" },
+                description: text,
+                parameters: toolSchema
+              }
             }
           }
         }
@@ -274,7 +307,14 @@ export const gatewayOperations: ReadonlyArray<Operation> = [
     required: ["model", "input"],
     properties: {
       model: modelField,
-      input: { anyOf: [text, { type: "array", minItems: 1, maxItems: 3, items: { $ref: "#/components/schemas/ResponsesItem" } }] },
+      input: {
+        anyOf: [text, {
+          type: "array",
+          minItems: 1,
+          maxItems: 3,
+          items: { $ref: "#/components/schemas/ResponsesItem" }
+        }]
+      },
       instructions: text,
       max_output_tokens: { type: "integer", minimum: 16, maximum: 4096 },
       stream: { type: "boolean" },
@@ -294,10 +334,16 @@ export const gatewayOperations: ReadonlyArray<Operation> = [
           }
         }
       },
-      reasoning: { type: "object", properties: { effort: { enum: ["low", "medium", "high"] }, summary: { enum: ["auto", "detailed"] } } },
+      reasoning: {
+        type: "object",
+        properties: { effort: { enum: ["low", "medium", "high"] }, summary: { enum: ["auto", "detailed"] } }
+      },
       store: { type: "boolean" },
       previous_response_id: { type: "string" },
-      text: { type: "object", properties: { format: { type: "object", properties: { type: { enum: ["text", "json_object"] } } } } }
+      text: {
+        type: "object",
+        properties: { format: { type: "object", properties: { type: { enum: ["text", "json_object"] } } } }
+      }
     }
   }),
   gatewayOperation("POST", "/v1/messages", messagesBody(true), {
@@ -408,7 +454,13 @@ export const make = (
           baseUrl: type === "anthropic-messages" ? upstream.url : `${upstream.url}/v1`,
           apiKey,
           headers: { "x-fuzz-secret": header },
-          models: [{ id: "m1", contextWindow: 100_000, maxOutputTokens: 4096, reasoning: true, input: ["text", "image"] }]
+          models: [{
+            id: "m1",
+            contextWindow: 100_000,
+            maxOutputTokens: 4096,
+            reasoning: true,
+            input: ["text", "image"]
+          }]
         }
       }).pipe(Effect.flatMap(ok(path)))
     }
@@ -460,9 +512,15 @@ export const make = (
       // The slot setting of the tenant the gateway calls run as stays as it is; the other tenant's may change.
       if (operation.listener === "gateway") return method === "PUT" ? mine(other.id) : mine(other.id, tenant.id)
       if (path.startsWith("/clients/")) return parameter === "id" ? mine(main.id) : mine(prompt.id)
-      if (path === "/v1/tokens/{id}") return [...mine(...disposable.map((token) => token.id as string)), ...theirs(foreignToken.id)]
-      if (path === "/v1/agents/by-key/{key}") return mine("k1", "k2")
-      if (path === "/v1/agents/{keyOrId}/credentials") return [...mine("k1", keyed.id, main.id), ...theirs(foreignAgent.id)]
+      if (path === "/v1/tokens/{id}") {
+        return [...mine(...disposable.map((token) => token.id as string)), ...theirs(foreignToken.id)]
+      }
+      if (path === "/v1/agents/by-key/{key}") {
+        return mine("k1", "k2")
+      }
+      if (path === "/v1/agents/{keyOrId}/credentials") {
+        return [...mine("k1", keyed.id, main.id), ...theirs(foreignAgent.id)]
+      }
       if (path.startsWith("/v1/agents/{id}")) {
         if (parameter === "requestId") return mine(prompt.id)
         return method === "DELETE"
@@ -470,7 +528,9 @@ export const make = (
           : [...mine(main.id, keyed.id), ...theirs(foreignAgent.id)]
       }
       if (path.startsWith("/v1/providers/")) {
-        return method === "GET" ? [...mine("up-chat", "fz-1", "openai"), ...theirs("fzb-only")] : mine("fz-1", "fz-2", "fz-new")
+        return method === "GET"
+          ? [...mine("up-chat", "fz-1", "openai"), ...theirs("fzb-only")]
+          : mine("fz-1", "fz-2", "fz-new")
       }
       if (path.startsWith("/v1/keys/") || path.startsWith("/v1/admin/platform-keys/")) return mine("acme")
       if (path.startsWith("/v1/key-scopes/")) {

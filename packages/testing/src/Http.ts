@@ -39,7 +39,7 @@ const send = async (
     ...(signal === undefined ? {} : { signal })
   })
   const text = await response.text()
-  let parsed: unknown = undefined
+  let parsed: unknown
   try {
     parsed = text === "" ? undefined : JSON.parse(text)
   } catch {

@@ -30,6 +30,8 @@ export interface TestCluster {
 }
 
 export interface Options {
+  /** The server's entry script (see `TestNode.Options`). */
+  readonly script?: string
   readonly size: number
   readonly databaseUrl: string
   readonly env?: Record<string, string>
@@ -51,17 +53,20 @@ export const start = (options: Options): Effect.Effect<TestCluster, Error, Scope
       options.proxied === true ? TcpProxy.start(options.databaseUrl) : Effect.succeed(undefined))
     const launch = (address: string) =>
       TestNode.start({
+        ...(options.script === undefined ? {} : { script: options.script }),
         databaseUrl: proxies[addresses.indexOf(address)]?.url ?? options.databaseUrl,
         operatorToken,
         env: { SEALING_KEY: sealingKey, ...options.env, RUNNER_ADDRESS: address }
       }).pipe(Scope.extend(scope))
     const nodes = yield* Effect.forEach(addresses, launch, { concurrency: "unbounded" })
-    const members: Array<{ runnerAddress: string; node: TestNode.TestNode; up: boolean; proxy: TcpProxy.TcpProxy | undefined }> =
-      nodes.map((node, i) => ({ runnerAddress: addresses[i]!, node, up: true, proxy: proxies[i] }))
+    const members: Array<
+      { runnerAddress: string; node: TestNode.TestNode; up: boolean; proxy: TcpProxy.TcpProxy | undefined }
+    > = nodes.map((node, i) => ({ runnerAddress: addresses[i]!, node, up: true, proxy: proxies[i] }))
     return {
       operatorToken,
       members,
-      live: () => members.filter((member) => member.up).map((member) => member.node.rest),
+      live: () =>
+        members.filter((member) => member.up).map((member) => member.node.rest),
       stop: (index, signal = "SIGTERM") =>
         Effect.suspend(() => {
           members[index]!.up = false

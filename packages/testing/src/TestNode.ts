@@ -1,19 +1,29 @@
 /**
- * A real server process (`apps/server/src/main.ts`), started the way
- * `npm start` does, on free ports, and stopped with the test's scope.
+ * A real server process, started the way `npm start` does, on free ports,
+ * and stopped with the test's scope. The package does not know the app: the
+ * script to run is named by whoever runs the tests, as `script`, or for
+ * vitest as the provided `serverMain` (the server project's setting in
+ * vitest.workspace.ts).
  */
-import { Deferred, Effect, Option, Scope } from "effect"
+import type { Scope } from "effect"
+import { Deferred, Effect, Option } from "effect"
 import * as ChildProcess from "node:child_process"
 import * as Crypto from "node:crypto"
 import * as Fs from "node:fs/promises"
 import * as Net from "node:net"
 import * as Os from "node:os"
 import * as Path from "node:path"
-import { fileURLToPath } from "node:url"
 
-export const mainScript = fileURLToPath(new URL("../../../apps/server/src/main.ts", import.meta.url))
+declare module "vitest" {
+  export interface ProvidedContext {
+    /** The server's entry script, for `TestNode.start` without a `script`. */
+    serverMain: string
+  }
+}
 
 export interface Options {
+  /** The server's entry script; under vitest, the provided `serverMain` when absent. */
+  readonly script?: string
   readonly databaseUrl: string
   readonly operatorToken?: string
   readonly env?: Record<string, string>
@@ -43,6 +53,21 @@ export interface Exit {
   readonly signal: NodeJS.Signals | null
 }
 
+/** The script the test run names, for a start that names none. */
+const providedScript = Effect.tryPromise({
+  try: async () => {
+    // Imported here, not at the top: benchmark scripts use this fixture outside vitest.
+    const { inject } = await import("vitest")
+    const script = inject("serverMain")
+    if (typeof script !== "string") throw new Error("serverMain is not provided")
+    return script
+  },
+  catch: (cause) =>
+    new Error(
+      `TestNode.start needs the server's script: pass \`script\`, or provide \`serverMain\` to vitest (${cause})`
+    )
+})
+
 const readyLine = /agent-runtime ready rest=(\S+) gateway=(\S+)/
 
 /** A port free right now, for a node's cluster runner (which must know its address before it listens). */
@@ -59,10 +84,11 @@ export const freePort = Effect.promise(() =>
 
 export const start = (options: Options): Effect.Effect<TestNode, Error, Scope.Scope> =>
   Effect.gen(function*() {
+    const script = options.script ?? (yield* providedScript)
     const runnerAddress = options.env?.RUNNER_ADDRESS ?? `127.0.0.1:${yield* freePort}`
     const dataDir = yield* Effect.promise(() => Fs.mkdtemp(Path.join(Os.tmpdir(), "agent-runtime-node-")))
     const operatorToken = options.operatorToken ?? `aro_${Crypto.randomBytes(32).toString("base64url")}`
-    const child = ChildProcess.spawn(process.execPath, [mainScript], {
+    const child = ChildProcess.spawn(process.execPath, [script], {
       env: {
         ...process.env,
         PORT: "0",

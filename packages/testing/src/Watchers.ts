@@ -7,7 +7,8 @@
  * outside: ids only grow, and no event is skipped unless the watcher was told
  * (a REPLAY_GAP or a snapshot).
  */
-import { Effect, Fiber, Scope } from "effect"
+import type { Scope } from "effect"
+import { Effect, Fiber } from "effect"
 import * as Http from "./Http.ts"
 
 /** What a watcher saw, in order. */
@@ -125,7 +126,10 @@ export const sse = (name: string, options: Options): Effect.Effect<Watcher, neve
           continue
         }
         const cursor = lastCursor(state, options.cursor)
-        const headers: Record<string, string> = { authorization: `Bearer ${options.token}`, accept: "text/event-stream" }
+        const headers: Record<string, string> = {
+          authorization: `Bearer ${options.token}`,
+          accept: "text/event-stream"
+        }
         if (cursor !== undefined) headers["last-event-id"] = String(cursor)
         let response: globalThis.Response
         try {
@@ -185,7 +189,10 @@ export const poll = (name: string, options: Options & { readonly cursor: number 
           fetch(`${base}/v1/agents/${options.agentId}/events?poll=1&wait=5`, {
             headers: { authorization: `Bearer ${options.token}`, "last-event-id": String(cursor) },
             signal: AbortSignal.any([signal, AbortSignal.timeout(15_000)])
-          }).then(async (answer) => ({ status: answer.status, body: await answer.json().catch(() => undefined) as any }))
+          }).then(async (answer) => ({
+            status: answer.status,
+            body: await answer.json().catch(() => undefined) as any
+          }))
         ))
         if (response._tag === "Left" || response.right.status >= 500) {
           state.unreachable++
@@ -204,7 +211,9 @@ export const poll = (name: string, options: Options & { readonly cursor: number 
       }
     })
     const fiber = yield* Effect.forkScoped(loop)
-    yield* Effect.addFinalizer(() => Fiber.interrupt(fiber))
+    yield* Effect.addFinalizer(() =>
+      Fiber.interrupt(fiber)
+    )
     return state as Watcher
   })
 
@@ -261,7 +270,9 @@ export const verify = (
     for (const mark of watcher.marks) {
       if (mark._tag === "gap") {
         toldSpans.push([mark.from, mark.to])
-        if (previous?._tag === "event" && mark.to < previous.id) wentBack.push(`${watcher.name}: gap to ${mark.to} after ${previous.id}`)
+        if (previous?._tag === "event" && mark.to < previous.id) {
+          wentBack.push(`${watcher.name}: gap to ${mark.to} after ${previous.id}`)
+        }
       } else {
         seen.add(mark.id)
         if (previous !== undefined) {

@@ -1,3 +1,4 @@
+export * as AgentFixtures from "./AgentFixtures.ts"
 export * as FakeUpstream from "./FakeUpstream.ts"
 export * as Fuzz from "./Fuzz.ts"
 export * as FuzzWorld from "./FuzzWorld.ts"

@@ -119,8 +119,12 @@ describe("OpenAI chat completions", () => {
     Effect.gen(function*() {
       const upstream = yield* FakeUpstream.start()
       upstream.script({ toolCalls: twoCalls })
-      const { completion, argumentChunks } = yield* call(async () => {
-        const stream = openai(upstream).chat.completions.stream({ model: "gpt-4o-mini", messages: user, tools: chatTools })
+      const { argumentChunks, completion } = yield* call(async () => {
+        const stream = openai(upstream).chat.completions.stream({
+          model: "gpt-4o-mini",
+          messages: user,
+          tools: chatTools
+        })
         const argumentChunks = [0, 0]
         for await (const chunk of stream) {
           for (const toolCall of chunk.choices[0]?.delta.tool_calls ?? []) {
@@ -188,9 +192,11 @@ describe("OpenAI chat completions", () => {
     Effect.gen(function*() {
       const upstream = yield* FakeUpstream.start()
       upstream.script([{ error: { status: 429, retryAfter: 1 } }, { text: "after the wait" }])
-      const { ms, value } = yield* timed(call(() =>
-        openai(upstream, { maxRetries: 1 }).chat.completions.create({ model: "gpt-4o-mini", messages: user })
-      ))
+      const { ms, value } = yield* timed(
+        call(() =>
+          openai(upstream, { maxRetries: 1 }).chat.completions.create({ model: "gpt-4o-mini", messages: user })
+        )
+      )
       expect(value.choices[0]!.message.content).toBe("after the wait")
       expect(ms).toBeGreaterThanOrEqual(950)
       expect(upstream.requests()).toHaveLength(2)
@@ -270,7 +276,9 @@ describe("OpenAI responses", () => {
         return { events, response: await stream.finalResponse() }
       })
       const calls = response.output.flatMap((item) =>
-        item.type === "function_call" ? [{ id: item.call_id, name: item.name, arguments: JSON.parse(item.arguments) }] : []
+        item.type === "function_call"
+          ? [{ id: item.call_id, name: item.name, arguments: JSON.parse(item.arguments) }]
+          : []
       )
       expect(calls).toEqual(twoCalls)
       const deltas = events.filter((event) => event.type === "response.function_call_arguments.delta")
@@ -302,7 +310,10 @@ describe("OpenAI responses", () => {
       )
       expect(deltas.length).toBeGreaterThan(1)
       expect(deltas.join("")).toBe(thinking)
-      expect(response.output[0]).toMatchObject({ type: "reasoning", summary: [{ type: "summary_text", text: thinking }] })
+      expect(response.output[0]).toMatchObject({
+        type: "reasoning",
+        summary: [{ type: "summary_text", text: thinking }]
+      })
       expect(response.output_text).toBe("Hi!")
       expect(response.usage!.output_tokens_details.reasoning_tokens).toBe(6)
 
@@ -376,8 +387,12 @@ describe("Anthropic messages", () => {
     Effect.gen(function*() {
       const upstream = yield* FakeUpstream.start()
       upstream.script({ text: "Hello there world", usage: { input: 11, output: 3, cacheRead: 5 } })
-      const { deltas, types, message } = yield* call(async () => {
-        const stream = anthropic(upstream).messages.stream({ model: "claude-sonnet-4-6", max_tokens: 64, messages: user })
+      const { deltas, message, types } = yield* call(async () => {
+        const stream = anthropic(upstream).messages.stream({
+          model: "claude-sonnet-4-6",
+          max_tokens: 64,
+          messages: user
+        })
         const deltas: Array<string> = []
         const types: Array<string> = []
         stream.on("text", (delta) => deltas.push(delta))
@@ -446,7 +461,7 @@ describe("Anthropic messages", () => {
         thinking: { type: "enabled" as const, budget_tokens: 1024 },
         messages: user
       }
-      const { deltas, signatures, message } = yield* call(async () => {
+      const { deltas, message, signatures } = yield* call(async () => {
         const stream = anthropic(upstream).messages.stream(request)
         const deltas: Array<string> = []
         const signatures: Array<string> = []
@@ -470,7 +485,8 @@ describe("Anthropic messages", () => {
       const upstream = yield* FakeUpstream.start()
       upstream.script({ text: "cut short", stopReason: "length" })
       const message = yield* call(() =>
-        anthropic(upstream).messages.stream({ model: "claude-sonnet-4-6", max_tokens: 2, messages: user }).finalMessage()
+        anthropic(upstream).messages.stream({ model: "claude-sonnet-4-6", max_tokens: 2, messages: user })
+          .finalMessage()
       )
       expect(message.stop_reason).toBe("max_tokens")
     }))
@@ -596,7 +612,11 @@ describe("fake upstream", () => {
         })
       expect(yield* post("/v1/messages", JSON.stringify({ model: "m", messages: user }))).toEqual({
         status: 400,
-        body: { type: "error", error: { type: "invalid_request_error", message: "max_tokens: Field required" }, request_id: expect.any(String) }
+        body: {
+          type: "error",
+          error: { type: "invalid_request_error", message: "max_tokens: Field required" },
+          request_id: expect.any(String)
+        }
       })
       expect(yield* post("/v1/chat/completions", "{not json")).toMatchObject({
         status: 400,
@@ -608,44 +628,48 @@ describe("fake upstream", () => {
       })
     }))
 
-  it.live("the script runs it as a process, scripted over HTTP, until SIGTERM", () =>
-    Effect.scoped(Effect.gen(function*() {
-      const script = fileURLToPath(new URL("../../../scripts/fake-upstream.ts", import.meta.url))
-      const child = ChildProcess.spawn(process.execPath, [script], {
-        env: { ...process.env, PORT: "0", FIXED_LATENCY_MS: "0" },
-        stdio: ["ignore", "pipe", "inherit"]
-      })
-      const exited = yield* Deferred.make<number | null>()
-      child.on("exit", (code) => Deferred.unsafeDone(exited, Effect.succeed(code)))
-      yield* Effect.addFinalizer(() => Effect.sync(() => child.kill("SIGKILL")))
-      const url = yield* Effect.async<string>((resume) => {
-        let output = ""
-        child.stdout!.on("data", (chunk: Buffer) => {
-          output += chunk.toString()
-          const match = output.match(/^fake-upstream listening (http:\/\/127\.0\.0\.1:\d+)\n/)
-          if (match) resume(Effect.succeed(match[1]!))
+  it.live(
+    "the script runs it as a process, scripted over HTTP, until SIGTERM",
+    () =>
+      Effect.scoped(Effect.gen(function*() {
+        const script = fileURLToPath(new URL("../../../scripts/fake-upstream.ts", import.meta.url))
+        const child = ChildProcess.spawn(process.execPath, [script], {
+          env: { ...process.env, PORT: "0", FIXED_LATENCY_MS: "0" },
+          stdio: ["ignore", "pipe", "inherit"]
         })
-      }).pipe(
-        Effect.raceFirst(Effect.flatMap(Deferred.await(exited), (code) => Effect.die(`script exited with ${code}`))),
-        Effect.timeout("20 seconds")
-      )
-      const admin = (path: string, body?: unknown) =>
-        call(async () => {
-          const response = await fetch(url + path, {
-            method: body === undefined ? "GET" : "POST",
-            ...(body === undefined ? {} : { body: JSON.stringify(body) })
+        const exited = yield* Deferred.make<number | null>()
+        child.on("exit", (code) => Deferred.unsafeDone(exited, Effect.succeed(code)))
+        yield* Effect.addFinalizer(() => Effect.sync(() => child.kill("SIGKILL")))
+        const url = yield* Effect.async<string>((resume) => {
+          let output = ""
+          child.stdout!.on("data", (chunk: Buffer) => {
+            output += chunk.toString()
+            const match = output.match(/^fake-upstream listening (http:\/\/127\.0\.0\.1:\d+)\n/)
+            if (match) resume(Effect.succeed(match[1]!))
           })
-          return response.json()
-        })
-      expect(yield* admin("/_fake/script?model=m", [{ text: "scripted" }, { text: "again" }])).toEqual({ queued: 2 })
-      const completion = yield* call(() =>
-        new OpenAI({ apiKey: "k", baseURL: `${url}/v1` }).chat.completions.create({ model: "m", messages: user })
-      )
-      expect(completion.choices[0]!.message.content).toBe("scripted")
-      expect(yield* admin("/_fake/requests")).toMatchObject([{ path: "/v1/chat/completions", body: { model: "m" } }])
-      expect(yield* admin("/_fake/reset", {})).toEqual({ reset: true })
-      expect(yield* admin("/_fake/requests")).toEqual([])
-      child.kill("SIGTERM")
-      yield* Deferred.await(exited).pipe(Effect.timeout("20 seconds"))
-    })), 60_000)
+        }).pipe(
+          Effect.raceFirst(Effect.flatMap(Deferred.await(exited), (code) => Effect.die(`script exited with ${code}`))),
+          Effect.timeout("20 seconds")
+        )
+        const admin = (path: string, body?: unknown) =>
+          call(async () => {
+            const response = await fetch(url + path, {
+              method: body === undefined ? "GET" : "POST",
+              ...(body === undefined ? {} : { body: JSON.stringify(body) })
+            })
+            return response.json()
+          })
+        expect(yield* admin("/_fake/script?model=m", [{ text: "scripted" }, { text: "again" }])).toEqual({ queued: 2 })
+        const completion = yield* call(() =>
+          new OpenAI({ apiKey: "k", baseURL: `${url}/v1` }).chat.completions.create({ model: "m", messages: user })
+        )
+        expect(completion.choices[0]!.message.content).toBe("scripted")
+        expect(yield* admin("/_fake/requests")).toMatchObject([{ path: "/v1/chat/completions", body: { model: "m" } }])
+        expect(yield* admin("/_fake/reset", {})).toEqual({ reset: true })
+        expect(yield* admin("/_fake/requests")).toEqual([])
+        child.kill("SIGTERM")
+        yield* Deferred.await(exited).pipe(Effect.timeout("20 seconds"))
+      })),
+    60_000
+  )
 })

@@ -1,15 +1,15 @@
 import { Tenants } from "@agent-runtime/accounts"
+import { RunnerReports } from "@agent-runtime/agent"
 import { Api } from "@agent-runtime/domain"
 import { Keys } from "@agent-runtime/models"
 import { HttpApiBuilder } from "@effect/platform"
 import { Effect } from "effect"
-import { Runners } from "../Runners.ts"
 
 export const layer = HttpApiBuilder.group(Api.Api, "admin", (handlers) =>
   Effect.gen(function*() {
     const tenants = yield* Tenants.Tenants
     const keys = yield* Keys.Keys
-    const runners = yield* Runners
+    const runners = yield* RunnerReports.RunnerReports
     return handlers
       .handle("createTenant", ({ payload }) => tenants.create(payload))
       .handle("listTenants", ({ urlParams }) => tenants.list(urlParams))

@@ -1,7 +1,7 @@
 import { Agents } from "@agent-runtime/agent"
 import { Api, Auth } from "@agent-runtime/domain"
 import { HttpApiBuilder, HttpServerResponse } from "@effect/platform"
-import { Duration, Effect, Option } from "effect"
+import { type Context, Duration, Effect, Option } from "effect"
 
 /** Version of the event stream's frames, sent in the ready frame. */
 const streamVersion = 1
@@ -14,28 +14,41 @@ export const layer = HttpApiBuilder.group(Api.Api, "agents", (handlers) =>
       .handle("create", ({ headers, payload }) =>
         Effect.flatMap(tenant, (tenantId) =>
           agents.create(tenantId, payload, Option.fromNullable(headers["idempotency-key"]))))
-      .handle("list", ({ urlParams }) => Effect.flatMap(tenant, (tenantId) => agents.list(tenantId, urlParams)))
+      .handle("list", ({ urlParams }) =>
+        Effect.flatMap(tenant, (tenantId) =>
+          agents.list(tenantId, urlParams)))
       .handle("get", ({ path }) => Effect.flatMap(tenant, (tenantId) => agents.detail(tenantId, path.id)))
       .handle("delete", ({ path }) => Effect.flatMap(tenant, (tenantId) => agents.remove(tenantId, path.id)))
       .handle("prompt", ({ path, payload }) =>
-        Effect.flatMap(tenant, (tenantId) => agents.prompt(tenantId, path.id, payload)))
-      .handle("fork", ({ path, payload }) => Effect.flatMap(tenant, (tenantId) => agents.fork(tenantId, path.id, payload)))
+        Effect.flatMap(tenant, (tenantId) =>
+          agents.prompt(tenantId, path.id, payload)))
+      .handle("fork", ({ path, payload }) =>
+        Effect.flatMap(tenant, (tenantId) =>
+          agents.fork(tenantId, path.id, payload)))
       .handle("continue", ({ path, payload }) =>
-        Effect.flatMap(tenant, (tenantId) => agents.continueRun(tenantId, path.id, Option.fromNullable(payload.requestId))))
+        Effect.flatMap(tenant, (tenantId) =>
+          agents.continueRun(tenantId, path.id, Option.fromNullable(payload.requestId))))
       .handle("abort", ({ path, payload }) =>
-        Effect.flatMap(tenant, (tenantId) => agents.abort(tenantId, path.id, Option.fromNullable(payload.requestId))))
+        Effect.flatMap(tenant, (tenantId) =>
+          agents.abort(tenantId, path.id, Option.fromNullable(payload.requestId))))
       .handle("configure", ({ path, payload }) =>
-        Effect.flatMap(tenant, (tenantId) => agents.configure(tenantId, path.id, payload)))
+        Effect.flatMap(tenant, (tenantId) =>
+          agents.configure(tenantId, path.id, payload)))
       .handle("request", ({ path, urlParams }) =>
         Effect.flatMap(tenant, (tenantId) =>
           agents.request(tenantId, path.id, path.requestId, Duration.seconds(urlParams.wait ?? 0))))
-      .handle("state", ({ path }) => Effect.flatMap(tenant, (tenantId) => agents.state(tenantId, path.id)))
+      .handle("state", ({ path }) =>
+        Effect.flatMap(tenant, (tenantId) =>
+          agents.state(tenantId, path.id)))
       .handle("history", ({ path, urlParams }) =>
-        Effect.flatMap(tenant, (tenantId) => agents.history(tenantId, path.id, urlParams)))
+        Effect.flatMap(tenant, (tenantId) =>
+          agents.history(tenantId, path.id, urlParams)))
       .handle("upsert", ({ path, payload }) =>
-        Effect.flatMap(tenant, (tenantId) => agents.upsert(tenantId, path.key, payload)))
+        Effect.flatMap(tenant, (tenantId) =>
+          agents.upsert(tenantId, path.key, payload)))
       .handle("credentials", ({ path }) =>
-        Effect.flatMap(tenant, (tenantId) => agents.credentials(tenantId, path.keyOrId)))
+        Effect.flatMap(tenant, (tenantId) =>
+          agents.credentials(tenantId, path.keyOrId)))
       .handle("events", ({ headers, path, urlParams }) =>
         Effect.flatMap(tenant, (tenantId) =>
           events(agents, tenantId, path.id, Option.fromNullable(headers["last-event-id"]), {
@@ -46,7 +59,7 @@ export const layer = HttpApiBuilder.group(Api.Api, "agents", (handlers) =>
 
 /** The event stream of an agent: one JSON poll, or server-sent events from the cursor on. */
 export const events = (
-  agents: Agents.Agents,
+  agents: Context.Tag.Service<Agents.Agents>,
   tenantId: string,
   agentId: string,
   cursor: Option.Option<number>,
@@ -59,12 +72,20 @@ export const events = (
 ) =>
   Effect.gen(function*() {
     if (options.poll !== undefined) {
-      return yield* agents.poll(tenantId, agentId, Option.getOrElse(cursor, () => 0), Duration.seconds(options.wait ?? 0))
+      return yield* agents.poll(
+        tenantId,
+        agentId,
+        Option.getOrElse(cursor, () => 0),
+        Duration.seconds(options.wait ?? 0)
+      )
     }
     const sse = yield* agents.eventBody(tenantId, agentId, cursor, {
       snapshot: options.snapshot ?? false,
       ready: { version: streamVersion, agentId, connection: null }
     })
-    const init = { contentType: "text/event-stream", headers: { "cache-control": "no-cache", "x-accel-buffering": "no" } }
+    const init = {
+      contentType: "text/event-stream",
+      headers: { "cache-control": "no-cache", "x-accel-buffering": "no" }
+    }
     return sse._tag === "Node" ? HttpServerResponse.raw(sse.body, init) : HttpServerResponse.stream(sse.body, init)
   })

@@ -53,7 +53,9 @@ export const layerAgent = Layer.effect(
         Effect.gen(function*() {
           const request = yield* Effect.serviceOption(HttpServerRequest.HttpServerRequest)
           if (Option.isSome(request) && request.value.headers.origin !== undefined) {
-            return yield* new ApiError.Forbidden({ error: "/clients routes refuse requests from browsers (Origin header)" })
+            return yield* new ApiError.Forbidden({
+              error: "/clients routes refuse requests from browsers (Origin header)"
+            })
           }
           const secret = Redacted.value(token)
           if (secret === "") return yield* missing

@@ -46,5 +46,6 @@ export const layer = HttpApiBuilder.group(Api.Api, "clients", (handlers) =>
             snapshot: urlParams.watch !== undefined || urlParams.snapshot !== undefined
           })))
       .handle("history", ({ urlParams }) =>
-        Effect.flatMap(Auth.CurrentAgent, ({ agentId, tenantId }) => agents.history(tenantId, agentId, urlParams)))
+        Effect.flatMap(Auth.CurrentAgent, ({ agentId, tenantId }) =>
+          agents.history(tenantId, agentId, urlParams)))
   }))

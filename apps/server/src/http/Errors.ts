@@ -130,7 +130,9 @@ const checkedBody = (request: HttpServerRequest.HttpServerRequest): HttpServerRe
           const problem = Validation.jsonInputProblem(json)
           return problem === undefined
             ? Effect.succeed(json)
-            : Effect.fail(new ApiError.InvalidRequest({ error: `invalid request: ${problem.path}: ${problem.message}` }))
+            : Effect.fail(
+              new ApiError.InvalidRequest({ error: `invalid request: ${problem.path}: ${problem.message}` })
+            )
         })
     },
     urlParamsBody: { get: () => notJson },
@@ -139,48 +141,51 @@ const checkedBody = (request: HttpServerRequest.HttpServerRequest): HttpServerRe
 
 export const layer = HttpApiBuilder.middleware(
   Api.Api,
-  Effect.map(Effect.all([ServerConfig, DatabaseHealth.DatabaseHealth]), ([config, health]) => (app: HttpApp.Default) =>
-    Effect.gen(function*() {
-      const request = yield* HttpServerRequest.HttpServerRequest
-      const length = Number(request.headers["content-length"] ?? 0)
-      if (length > config.maxBodyBytes) {
-        return yield* new ApiError.TooLarge({ error: `request body over ${config.maxBodyBytes} bytes` })
-      }
-      const refused = urlProblem(request.url)
-      if (refused !== undefined) return yield* new ApiError.InvalidRequest({ error: `invalid request: ${refused}` })
-      return yield* Effect.provideService(app, HttpServerRequest.HttpServerRequest, checkedBody(request))
-    }).pipe(
-      HttpServerRequest.withMaxBodySize(Option.some(config.maxBodyBytes)),
-      Effect.catchAllCause((cause): Effect.Effect<
-        HttpServerResponse.HttpServerResponse,
-        ApiError.InvalidRequest | ApiError.NotFound | ApiError.TooLarge | ApiError.Internal
-      > => {
-        const failure = Cause.squash(cause)
-        if (failure instanceof ApiError.RateLimited || failure instanceof ApiError.Unavailable) {
-          return withRetryAfter(failure)
+  Effect.map(
+    Effect.all([ServerConfig, DatabaseHealth.DatabaseHealth]),
+    ([config, health]) => (app: HttpApp.Default) =>
+      Effect.gen(function*() {
+        const request = yield* HttpServerRequest.HttpServerRequest
+        const length = Number(request.headers["content-length"] ?? 0)
+        if (length > config.maxBodyBytes) {
+          return yield* new ApiError.TooLarge({ error: `request body over ${config.maxBodyBytes} bytes` })
         }
-        // Handlers' own API errors and interruptions go on as they are.
-        if (Cause.isInterruptedOnly(cause) || ApiError.isApiError(failure)) {
-          return Effect.failCause(cause as Cause.Cause<never>)
-        }
-        // The node cannot reach the database now (the outage itself is logged once, by DatabaseHealth).
-        if (DatabaseHealth.isUnreachable(cause)) {
-          health.observe(cause)
-          return Effect.flatMap(
-            Effect.serviceOption(HttpServerRequest.HttpServerRequest),
-            (request) => unreachable(Option.getOrUndefined(request)?.method)
-          )
-        }
-        return Option.match(toApiError(failure), {
-          onSome: (error) => Effect.fail(error),
-          onNone: () =>
-            Effect.zipRight(
-              Effect.logError("request failed", cause),
-              Effect.fail(new ApiError.Internal({ error: "internal error" }))
+        const refused = urlProblem(request.url)
+        if (refused !== undefined) return yield* new ApiError.InvalidRequest({ error: `invalid request: ${refused}` })
+        return yield* Effect.provideService(app, HttpServerRequest.HttpServerRequest, checkedBody(request))
+      }).pipe(
+        HttpServerRequest.withMaxBodySize(Option.some(config.maxBodyBytes)),
+        Effect.catchAllCause((cause): Effect.Effect<
+          HttpServerResponse.HttpServerResponse,
+          ApiError.InvalidRequest | ApiError.NotFound | ApiError.TooLarge | ApiError.Internal
+        > => {
+          const failure = Cause.squash(cause)
+          if (failure instanceof ApiError.RateLimited || failure instanceof ApiError.Unavailable) {
+            return withRetryAfter(failure)
+          }
+          // Handlers' own API errors and interruptions go on as they are.
+          if (Cause.isInterruptedOnly(cause) || ApiError.isApiError(failure)) {
+            return Effect.failCause(cause as Cause.Cause<never>)
+          }
+          // The node cannot reach the database now (the outage itself is logged once, by DatabaseHealth).
+          if (DatabaseHealth.isUnreachable(cause)) {
+            health.observe(cause)
+            return Effect.flatMap(
+              Effect.serviceOption(HttpServerRequest.HttpServerRequest),
+              (request) => unreachable(Option.getOrUndefined(request)?.method)
             )
+          }
+          return Option.match(toApiError(failure), {
+            onSome: (error) => Effect.fail(error),
+            onNone: () =>
+              Effect.zipRight(
+                Effect.logError("request failed", cause),
+                Effect.fail(new ApiError.Internal({ error: "internal error" }))
+              )
+          })
         })
-      })
-    ))
+      )
+  )
 )
 
 /** A request node:http refused while parsing it, as one of the spec's errors. */
@@ -217,5 +222,7 @@ export const answerClientErrors = (
   })
 
 /** The REST API's body for a request node:http refused. */
-export const restClientError = (error: { code: string; message: string }) => ({ error: error.message, code: error.code })
-
+export const restClientError = (error: { code: string; message: string }) => ({
+  error: error.message,
+  code: error.code
+})

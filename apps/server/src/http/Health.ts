@@ -4,18 +4,18 @@
  * the node cannot reach PostgreSQL (every route needs it) and while it has
  * lost its runner lease (its shards are moving to other runners).
  */
+import { RunnerReports } from "@agent-runtime/agent"
 import { Api, ApiError } from "@agent-runtime/domain"
 import { DatabaseHealth } from "@agent-runtime/store"
 import { HttpApiBuilder } from "@effect/platform"
 import { Effect } from "effect"
 import { Readiness } from "../Readiness.ts"
-import { Runners } from "../Runners.ts"
 
 export const layer = HttpApiBuilder.group(Api.Api, "health", (handlers) =>
   Effect.gen(function*() {
     const readiness = yield* Readiness
     const database = yield* DatabaseHealth.DatabaseHealth
-    const runners = yield* Runners
+    const runners = yield* RunnerReports.RunnerReports
     const notReady = (error: string) => Effect.fail(new ApiError.Unavailable({ error, retryAfter: 1 }))
     return handlers
       .handle("healthz", () => Effect.succeed({ status: "ok" as const }))

@@ -1,6 +1,6 @@
 import { Tenants } from "@agent-runtime/accounts"
-import { Listing } from "@agent-runtime/models"
 import { Api, Auth, Me } from "@agent-runtime/domain"
+import { Listing } from "@agent-runtime/models"
 import { HttpApiBuilder } from "@effect/platform"
 import { Effect } from "effect"
 

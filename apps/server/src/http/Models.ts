@@ -1,4 +1,5 @@
-import { Api, ApiError, Auth, Provider } from "@agent-runtime/domain"
+import type { ApiError } from "@agent-runtime/domain"
+import { Api, Auth, Provider } from "@agent-runtime/domain"
 import { CustomProviders, Keys, KeyScopes, Listing } from "@agent-runtime/models"
 import { HttpApiBuilder } from "@effect/platform"
 import { Effect } from "effect"
@@ -18,14 +19,17 @@ export const layerProviders = HttpApiBuilder.group(Api.Api, "providers", (handle
     const custom = yield* CustomProviders.CustomProviders
     return handlers
       .handle("list", () =>
-        Effect.flatMap(Auth.CurrentPrincipal, (principal) => Effect.map(listing.providers(principal.tenantId), list)))
+        Effect.flatMap(Auth.CurrentPrincipal, (principal) =>
+          Effect.map(listing.providers(principal.tenantId), list)))
       .handle("get", ({ path }) =>
-        Effect.flatMap(Auth.CurrentPrincipal, (principal) => listing.provider(principal.tenantId, path.name)))
+        Effect.flatMap(Auth.CurrentPrincipal, (principal) =>
+          listing.provider(principal.tenantId, path.name)))
       .handle("put", ({ path, payload }) =>
         Effect.flatMap(Auth.CurrentPrincipal, (principal) =>
           Effect.map(custom.put(principal.tenantId, "", path.name, payload), custom.toProvider)))
       .handle("delete", ({ path }) =>
-        Effect.flatMap(Auth.CurrentPrincipal, (principal) => custom.remove(principal.tenantId, "", path.name)))
+        Effect.flatMap(Auth.CurrentPrincipal, (principal) =>
+          custom.remove(principal.tenantId, "", path.name)))
   }))
 
 export const layerKeys = HttpApiBuilder.group(Api.Api, "keys", (handlers) =>
@@ -41,7 +45,8 @@ export const layerKeys = HttpApiBuilder.group(Api.Api, "keys", (handlers) =>
             principal.via === "operator" ? "admin" : "tenant"
           )))
       .handle("delete", ({ path }) =>
-        Effect.flatMap(Auth.CurrentPrincipal, (principal) => keys.deleteTenantKey(principal.tenantId, path.provider)))
+        Effect.flatMap(Auth.CurrentPrincipal, (principal) =>
+          keys.deleteTenantKey(principal.tenantId, path.provider)))
   }))
 
 export const layerKeyScopes = HttpApiBuilder.group(Api.Api, "keyScopes", (handlers) =>
@@ -52,13 +57,17 @@ export const layerKeyScopes = HttpApiBuilder.group(Api.Api, "keyScopes", (handle
       .handle("list", () =>
         Effect.flatMap(Auth.CurrentPrincipal, (principal) => Effect.map(scopes.list(principal.tenantId), list)))
       .handle("get", ({ path }) =>
-        Effect.flatMap(Auth.CurrentPrincipal, (principal) => scopes.get(principal.tenantId, path.scope)))
+        Effect.flatMap(Auth.CurrentPrincipal, (principal) =>
+          scopes.get(principal.tenantId, path.scope)))
       .handle("delete", ({ path }) =>
-        Effect.flatMap(Auth.CurrentPrincipal, (principal) => scopes.remove(principal.tenantId, path.scope)))
+        Effect.flatMap(Auth.CurrentPrincipal, (principal) =>
+          scopes.remove(principal.tenantId, path.scope)))
       .handle("putEntry", ({ path, payload }) =>
         Effect.flatMap(
           Auth.CurrentPrincipal,
-          (principal): Effect.Effect<Provider.KeyScopeEntry | Provider.KeySet, ApiError.InvalidRequest | ApiError.NotFound> =>
+          (
+            principal
+          ): Effect.Effect<Provider.KeyScopeEntry | Provider.KeySet, ApiError.InvalidRequest | ApiError.NotFound> =>
             payload instanceof Provider.KeyInput
               ? scopes.putKey(principal.tenantId, path.scope, path.provider, payload)
               : scopes.put(principal.tenantId, path.scope, path.provider, payload)
@@ -73,5 +82,6 @@ export const layerKeyScopes = HttpApiBuilder.group(Api.Api, "keyScopes", (handle
         Effect.flatMap(Auth.CurrentPrincipal, (principal) =>
           Effect.map(custom.get(principal.tenantId, path.scope, path.name), custom.toProvider)))
       .handle("deleteProvider", ({ path }) =>
-        Effect.flatMap(Auth.CurrentPrincipal, (principal) => custom.remove(principal.tenantId, path.scope, path.name)))
+        Effect.flatMap(Auth.CurrentPrincipal, (principal) =>
+          custom.remove(principal.tenantId, path.scope, path.name)))
   }))

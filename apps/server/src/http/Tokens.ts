@@ -10,7 +10,9 @@ export const layer = HttpApiBuilder.group(Api.Api, "tokens", (handlers) =>
       .handle("create", ({ payload }) =>
         Effect.flatMap(Auth.CurrentPrincipal, (principal) => tokens.create(principal.tenantId, payload)))
       .handle("list", ({ urlParams }) =>
-        Effect.flatMap(Auth.CurrentPrincipal, (principal) => tokens.list(principal.tenantId, urlParams)))
+        Effect.flatMap(Auth.CurrentPrincipal, (principal) =>
+          tokens.list(principal.tenantId, urlParams)))
       .handle("revoke", ({ path }) =>
-        Effect.flatMap(Auth.CurrentPrincipal, (principal) => tokens.revoke(principal.tenantId, path.id)))
+        Effect.flatMap(Auth.CurrentPrincipal, (principal) =>
+          tokens.revoke(principal.tenantId, path.id)))
   }))

@@ -2,7 +2,14 @@
  * The one place that imports the provider-protocol library: its catalog and
  * the stream function of each API we serve.
  */
-import type { Api, AssistantMessageEventStream, Model, ProviderStreams, SimpleStreamOptions } from "@earendil-works/pi-ai"
+import type {
+  Api,
+  AssistantMessageEventStream,
+  Context as PiContext,
+  Model,
+  ProviderStreams,
+  SimpleStreamOptions
+} from "@earendil-works/pi-ai"
 import { normalizeContext } from "@earendil-works/pi-ai"
 import { anthropicMessagesApi } from "@earendil-works/pi-ai/api/anthropic-messages.lazy"
 import { googleGenerativeAIApi } from "@earendil-works/pi-ai/api/google-generative-ai.lazy"
@@ -57,7 +64,7 @@ const streams = new Map<string, ProviderStreams>()
 
 export const streamSimple = (
   model: Model<Api>,
-  context: import("@earendil-works/pi-ai").Context,
+  context: PiContext,
   options: SimpleStreamOptions
 ): AssistantMessageEventStream => {
   let api = streams.get(model.api)

@@ -1,4 +1,4 @@
-import { Provider } from "@agent-runtime/domain"
+import type { Provider } from "@agent-runtime/domain"
 
 export const last4 = (secret: string) => secret.slice(-4)
 
@@ -9,7 +9,8 @@ export const context = {
   scopeKey: (tenantId: string, scope: string, provider: string) => `tenant:${tenantId}/scope:${scope}/key:${provider}`,
   scopeHeaders: (tenantId: string, scope: string, provider: string) =>
     `tenant:${tenantId}/scope:${scope}/headers:${provider}`,
-  customKey: (tenantId: string, scope: string, name: string) => `tenant:${tenantId}/scope:${scope}/provider:${name}/key`,
+  customKey: (tenantId: string, scope: string, name: string) =>
+    `tenant:${tenantId}/scope:${scope}/provider:${name}/key`,
   customHeaders: (tenantId: string, scope: string, name: string) =>
     `tenant:${tenantId}/scope:${scope}/provider:${name}/headers`
 }

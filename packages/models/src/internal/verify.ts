@@ -2,8 +2,8 @@
  * Checks a key with its provider by listing models: cheap, free, and
  * refused with 401/403 when the key is bad.
  */
-import { Egress } from "@agent-runtime/egress"
 import { Provider } from "@agent-runtime/domain"
+import type { Egress } from "@agent-runtime/egress"
 import { Effect, Redacted } from "effect"
 
 export interface Target {
@@ -44,7 +44,10 @@ export const verify = (egress: Egress.Service, target: Target) =>
         void response.body?.cancel()
         if (response.ok) return new Provider.KeyVerification({ status: "valid" })
         if (response.status === 401 || response.status === 403) {
-          return new Provider.KeyVerification({ status: "invalid", detail: `the provider refused the key (${response.status})` })
+          return new Provider.KeyVerification({
+            status: "invalid",
+            detail: `the provider refused the key (${response.status})`
+          })
         }
         return new Provider.KeyVerification({
           status: "unverified",
@@ -53,13 +56,17 @@ export const verify = (egress: Egress.Service, target: Target) =>
       }),
       Effect.catchAll((error) =>
         Effect.succeed(
-          new Provider.KeyVerification({ status: "unverified", detail: `could not reach the provider: ${error.message}` })
+          new Provider.KeyVerification({
+            status: "unverified",
+            detail: `could not reach the provider: ${error.message}`
+          })
         )
       ),
       Effect.timeoutTo({
         duration: "10 seconds",
         onSuccess: (verification) => verification,
-        onTimeout: () => new Provider.KeyVerification({ status: "unverified", detail: "the provider did not answer in 10 s" })
+        onTimeout: () =>
+          new Provider.KeyVerification({ status: "unverified", detail: "the provider did not answer in 10 s" })
       })
     )
   })

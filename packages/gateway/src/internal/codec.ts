@@ -6,10 +6,10 @@
  * for a target of that protocol and decoding its answer back.
  */
 import type { Catalog, ModelClient } from "@agent-runtime/models"
-import type { Answer } from "./Answer.ts"
-import type * as Canonical from "./Canonical.ts"
-import type { GatewayError } from "./GatewayError.ts"
-import type { TokenUsage } from "./TokenUsage.ts"
+import type * as Canonical from "../Canonical.ts"
+import type { GatewayError } from "../GatewayError.ts"
+import type { Answer } from "./answer.ts"
+import type { TokenUsage } from "./tokenUsage.ts"
 
 export interface StreamEncoder {
   /** The SSE text for one model event (often empty). */
@@ -37,7 +37,6 @@ export interface Codec {
   /** `request` is the client's body before the gateway asked upstream for usage. */
   readonly usageTap: (request: Canonical.Json) => UsageTap
 }
-
 
 export interface UpstreamCodec {
   /** The model layer's name for the protocol (a target's `model.api`). */

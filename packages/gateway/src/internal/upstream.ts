@@ -9,7 +9,7 @@ import type { Credentials } from "@agent-runtime/models"
 import { Option, Redacted } from "effect"
 import type * as Http from "node:http"
 import type { Dispatcher } from "undici"
-import { GatewayError } from "./GatewayError.ts"
+import { GatewayError } from "../GatewayError.ts"
 
 const urls = new Map<string, URL>()
 /** Parsed once per base URL and path: the hot path builds no URL objects. */
@@ -141,8 +141,12 @@ export const failure = (
   text: string
 ): GatewayError => {
   const message = messageOf(target, text)
-  if (status === 429) return new GatewayError({ status, code: "RATE_LIMITED", message, retryAfter: retryAfterOf(retryAfter) })
-  if (status >= 500) return new GatewayError({ status: 503, code: "UNAVAILABLE", message, retryAfter: retryAfterOf(retryAfter) })
+  if (status === 429) {
+    return new GatewayError({ status, code: "RATE_LIMITED", message, retryAfter: retryAfterOf(retryAfter) })
+  }
+  if (status >= 500) {
+    return new GatewayError({ status: 503, code: "UNAVAILABLE", message, retryAfter: retryAfterOf(retryAfter) })
+  }
   return new GatewayError({ status: status >= 400 ? status : 502, code: "INVALID_REQUEST", message })
 }
 

@@ -6,8 +6,8 @@
  * the finished tool-call arguments, are done here once for all three.
  */
 import type { ModelClient } from "@agent-runtime/models"
-import * as Canonical from "./Canonical.ts"
-import type { TokenUsage } from "./TokenUsage.ts"
+import * as Canonical from "../Canonical.ts"
+import type { TokenUsage } from "./tokenUsage.ts"
 
 type Kind = "text" | "thinking" | "toolCall"
 
@@ -127,8 +127,9 @@ export class Answer {
     const block = this.message.content[contentIndex]!
     const partial = this.message
     if (block.type === "text") this.emit({ type: "text_end", contentIndex, content: block.text, partial })
-    else if (block.type === "thinking") this.emit({ type: "thinking_end", contentIndex, content: block.thinking, partial })
-    else {
+    else if (block.type === "thinking") {
+      this.emit({ type: "thinking_end", contentIndex, content: block.thinking, partial })
+    } else {
       block.arguments = Canonical.parseArguments(this.args)
       this.emit({ type: "toolcall_end", contentIndex, toolCall: block, partial })
     }

@@ -6,10 +6,10 @@
  * never turned into text.
  */
 import type { Catalog } from "@agent-runtime/models"
-import * as Answer from "./Answer.ts"
-import * as Canonical from "./Canonical.ts"
-import type { UpstreamCodec } from "./Codec.ts"
-import * as TokenUsage from "./TokenUsage.ts"
+import * as Canonical from "../Canonical.ts"
+import * as Answer from "./answer.ts"
+import type { UpstreamCodec } from "./codec.ts"
+import * as TokenUsage from "./tokenUsage.ts"
 
 /** The thinking budget of each reasoning level when the client named a level, not a budget. */
 const budgets: Record<string, number> = { minimal: 1024, low: 2048, medium: 8192, high: 16384, xhigh: 16384 }
@@ -50,7 +50,7 @@ const messagesOf = (messages: ReadonlyArray<Canonical.Message>) => {
   const push = (role: "user" | "assistant", content: Array<Block>) => {
     if (content.length === 0) return
     const last = out.at(-1)
-    if (last?.role === role) last.content.push(...content)
+    if (last?.role === role) { for (const part of content) last.content.push(part) }
     else out.push({ role, content })
   }
   for (const message of messages) {
@@ -74,7 +74,9 @@ const encode = (request: Canonical.Request, model: Catalog.CatalogModel): Canoni
   if (request.reasoning !== undefined && model.reasoning) {
     // As the model layer does: the budget comes on top of the answer's limit, within the model's.
     let budget = request.thinkingBudget ?? budgets[request.reasoning]!
-    maxTokens = request.maxTokens === undefined ? model.maxTokens : Math.min(request.maxTokens + budget, model.maxTokens)
+    maxTokens = request.maxTokens === undefined
+      ? model.maxTokens
+      : Math.min(request.maxTokens + budget, model.maxTokens)
     if (maxTokens <= budget) budget = Math.max(0, maxTokens - answerRoom)
     if (budget >= minBudget) body.thinking = { type: "enabled", budget_tokens: budget }
   }
@@ -87,7 +89,11 @@ const encode = (request: Canonical.Request, model: Catalog.CatalogModel): Canoni
   if (request.stop !== undefined) body.stop_sequences = request.stop
   const tools = request.context.tools
   if (tools !== undefined && tools.length > 0) {
-    body.tools = tools.map((tool) => ({ name: tool.name, description: tool.description, input_schema: tool.parameters }))
+    body.tools = tools.map((tool) => ({
+      name: tool.name,
+      description: tool.description,
+      input_schema: tool.parameters
+    }))
   }
   const choice = request.toolChoice
   if (choice !== undefined || request.parallelToolCalls === false) {
@@ -116,11 +122,20 @@ const decode = (body: any): Canonical.AssistantMessage => {
       case "text":
         return [{ type: "text", text: String(block.text ?? "") }]
       case "thinking":
-        return [{ type: "thinking", thinking: String(block.thinking ?? ""), thinkingSignature: String(block.signature ?? "") }]
+        return [{
+          type: "thinking",
+          thinking: String(block.thinking ?? ""),
+          thinkingSignature: String(block.signature ?? "")
+        }]
       case "redacted_thinking":
         return [{ type: "thinking", thinking: "", thinkingSignature: String(block.data ?? ""), redacted: true }]
       case "tool_use":
-        return [{ type: "toolCall", id: String(block.id), name: String(block.name), arguments: Canonical.parseArguments(block.input) }]
+        return [{
+          type: "toolCall",
+          id: String(block.id),
+          name: String(block.name),
+          arguments: Canonical.parseArguments(block.input)
+        }]
       default:
         return []
     }

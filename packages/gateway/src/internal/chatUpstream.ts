@@ -8,10 +8,10 @@
  * be asked for.
  */
 import type { Catalog } from "@agent-runtime/models"
-import * as Answer from "./Answer.ts"
-import * as Canonical from "./Canonical.ts"
-import type { UpstreamCodec } from "./Codec.ts"
-import * as TokenUsage from "./TokenUsage.ts"
+import * as Canonical from "../Canonical.ts"
+import * as Answer from "./answer.ts"
+import type { UpstreamCodec } from "./codec.ts"
+import * as TokenUsage from "./tokenUsage.ts"
 
 /** The compatibility settings this encoder reads (custom providers and catalog models may set them). */
 interface Compat {
@@ -120,7 +120,9 @@ const decode = (body: any): Canonical.AssistantMessage => {
   const content: Array<Canonical.Content> = []
   const reasoning = reasoningOf(message)
   if (typeof reasoning === "string" && reasoning !== "") content.push({ type: "thinking", thinking: reasoning })
-  if (typeof message.content === "string" && message.content !== "") content.push({ type: "text", text: message.content })
+  if (typeof message.content === "string" && message.content !== "") {
+    content.push({ type: "text", text: message.content })
+  }
   for (const call of Array.isArray(message.tool_calls) ? message.tool_calls : []) {
     content.push({
       type: "toolCall",

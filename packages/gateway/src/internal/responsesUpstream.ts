@@ -7,10 +7,10 @@
  * from history, never turned into text.
  */
 import type { Catalog } from "@agent-runtime/models"
-import * as Answer from "./Answer.ts"
-import * as Canonical from "./Canonical.ts"
-import type { UpstreamCodec } from "./Codec.ts"
-import * as TokenUsage from "./TokenUsage.ts"
+import * as Canonical from "../Canonical.ts"
+import * as Answer from "./answer.ts"
+import type { UpstreamCodec } from "./codec.ts"
+import * as TokenUsage from "./tokenUsage.ts"
 
 /** A reasoning item this upstream gave us earlier, if the signature is one. */
 const reasoningItem = (signature: string | undefined): unknown => {
@@ -87,7 +87,11 @@ const encode = (request: Canonical.Request, model: Catalog.CatalogModel): Canoni
     if (request.parallelToolCalls !== undefined) body.parallel_tool_calls = request.parallelToolCalls
   }
   const choice = request.toolChoice
-  if (choice !== undefined) body.tool_choice = choice.type === "tool" ? { type: "function", name: choice.name } : choice.type
+  if (choice !== undefined) {
+    body.tool_choice = choice.type === "tool"
+      ? { type: "function", name: choice.name }
+      : choice.type
+  }
   return body
 }
 

@@ -8,11 +8,11 @@
 import type { Credentials } from "@agent-runtime/models"
 import type * as Http from "node:http"
 import type { Dispatcher } from "undici"
-import * as Canonical from "./Canonical.ts"
-import type { Codec } from "./Codec.ts"
-import * as Sse from "./Sse.ts"
-import type { TokenUsage } from "./TokenUsage.ts"
-import * as Upstream from "./Upstream.ts"
+import * as Canonical from "../Canonical.ts"
+import type { Codec } from "./codec.ts"
+import * as Sse from "./sse.ts"
+import type { TokenUsage } from "./tokenUsage.ts"
+import * as Upstream from "./upstream.ts"
 
 /** Client headers that belong to the protocol and go upstream unchanged. */
 const forwardedHeaders = ["anthropic-version", "anthropic-beta", "openai-beta"]
@@ -51,7 +51,10 @@ export const forward = async (options: Options): Promise<void> => {
   const upstreamBody: Record<string, unknown> = { ...body, model: target.model.id }
   if (stream && codec.protocol === "chat") {
     // Without it the upstream sends no usage at all; the tap drops the extra chunk if the client did not ask.
-    upstreamBody.stream_options = { ...(Canonical.isObject(body.stream_options) ? body.stream_options : {}), include_usage: true }
+    upstreamBody.stream_options = {
+      ...(Canonical.isObject(body.stream_options) ? body.stream_options : {}),
+      include_usage: true
+    }
   }
   const sent = Upstream.headers(target, codec.protocol === "messages")
   for (const name of forwardedHeaders) {

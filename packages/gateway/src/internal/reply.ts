@@ -6,7 +6,12 @@ import type * as Http from "node:http"
 
 export const sseHeaders = { "content-type": "text/event-stream; charset=utf-8", "cache-control": "no-cache" }
 
-export const json = (res: Http.ServerResponse, status: number, value: unknown, headers: Record<string, string> = {}) => {
+export const json = (
+  res: Http.ServerResponse,
+  status: number,
+  value: unknown,
+  headers: Record<string, string> = {}
+) => {
   const text = JSON.stringify(value)
   res.writeHead(status, { "content-type": "application/json", "content-length": Buffer.byteLength(text), ...headers })
   res.end(text)

@@ -7,7 +7,7 @@
  * provider has a key, and its custom models, of the APIs the gateway speaks.
  */
 import type { Model } from "@agent-runtime/domain"
-import { speaks } from "./Translated.ts"
+import { speaks } from "./translated.ts"
 
 /** The catalog has no release dates; a fixed time keeps the listing stable. */
 const epoch = 1_735_689_600

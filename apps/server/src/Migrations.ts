@@ -1,0 +1,19 @@
+/**
+ * The node's schema: each package's migrations, in dependency order (every
+ * package's tables hang off the accounts package's `tenants`). A package's
+ * steps are recorded in its own table; steps that were on the single list
+ * of earlier releases are skipped where that list ran them (see the store's
+ * `Migrations`), so a database those releases made is taken over as it is.
+ */
+import { AccountsMigrations } from "@agent-runtime/accounts"
+import { AgentMigrations } from "@agent-runtime/agent"
+import { GatewayMigrations } from "@agent-runtime/gateway"
+import { ModelsMigrations } from "@agent-runtime/models"
+import type { Migrations } from "@agent-runtime/store"
+
+export const migrations: ReadonlyArray<Migrations.Migrations> = [
+  AccountsMigrations.migrations,
+  ModelsMigrations.migrations,
+  AgentMigrations.migrations,
+  GatewayMigrations.migrations
+]

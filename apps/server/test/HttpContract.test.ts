@@ -1,0 +1,214 @@
+/**
+ * The REST contract in process: the server's own `HttpApi` layer and
+ * services (`Server.layerRestApp` over `Server.layerServicesOn`), served by
+ * `NodeHttpServer.layerTest` and called through a client typed from the
+ * domain's `Api`, on a test database. The cluster runner is the cluster's
+ * in-memory `TestRunner` instead of the node's HTTP runner; the model is the
+ * fake upstream, reached through the real model client as a tenant's custom
+ * provider. The process-level suites keep what needs real processes.
+ */
+import { Agent as AgentSchemas, Api, ApiError, Provider, Run, Tenant } from "@agent-runtime/domain"
+import { Database, DatabaseHealth } from "@agent-runtime/store"
+import { FakeUpstream, TestDatabase } from "@agent-runtime/testing"
+import { ShardingConfig, TestRunner } from "@effect/cluster"
+import { HttpApiClient, HttpClient, HttpClientRequest } from "@effect/platform"
+import { NodeHttpServer } from "@effect/platform-node"
+import { expect, layer } from "@effect/vitest"
+import { ConfigProvider, Context, Effect, Layer, Logger, LogLevel, Redacted } from "effect"
+import * as Crypto from "node:crypto"
+import * as Fs from "node:fs/promises"
+import * as Os from "node:os"
+import * as Path from "node:path"
+import { migrations } from "../src/Migrations.ts"
+import * as Readiness from "../src/Readiness.ts"
+import * as Server from "../src/Server.ts"
+import * as ServerConfig from "../src/ServerConfig.ts"
+
+const operatorToken = `aro_${Crypto.randomBytes(32).toString("base64url")}`
+
+/** The fake model provider, for tests to script. */
+class Upstream extends Context.Tag("test/Upstream")<Upstream, FakeUpstream.FakeUpstream>() {}
+
+/** The node's settings: a known operator token, a fresh data directory, and private URLs for the fake provider. */
+const ConfigLive = Layer.unwrapScoped(
+  Effect.gen(function*() {
+    const dataDir = yield* Effect.acquireRelease(
+      Effect.promise(() => Fs.mkdtemp(Path.join(Os.tmpdir(), "http-contract-"))),
+      (dir) => Effect.promise(() => Fs.rm(dir, { recursive: true, force: true }))
+    )
+    return Layer.setConfigProvider(ConfigProvider.fromMap(
+      new Map([
+        ["OPERATOR_TOKEN", operatorToken],
+        ["SEALING_KEY", Crypto.randomBytes(32).toString("base64")],
+        ["DATA_DIR", dataDir],
+        ["ALLOW_PRIVATE_URLS", "true"]
+      ])
+    ))
+  })
+)
+
+const DatabaseLive = Layer.unwrapEffect(
+  Effect.map(TestDatabase.make, (url) => Database.layerClient(Redacted.make(url), { migrations }))
+)
+
+const ServerLive = Server.layerRestApp.pipe(
+  Layer.provide(Server.layerServicesOn(Layer.mergeAll(TestRunner.layer, ShardingConfig.layer()))),
+  Layer.provide(Layer.mergeAll(Readiness.Readiness.Default, DatabaseHealth.layer)),
+  Layer.provide(DatabaseLive),
+  Layer.provide(ServerConfig.layer),
+  Layer.provideMerge(NodeHttpServer.layerTest),
+  Layer.merge(Layer.scoped(Upstream, FakeUpstream.start())),
+  Layer.provide(ConfigLive),
+  Layer.provide(Logger.minimumLogLevel(LogLevel.Warning))
+)
+
+/** The API's typed client, sending `token` as the bearer (and the tenant header, for the operator acting for one). */
+const clientFor = (token: string, headers: Record<string, string> = {}) =>
+  HttpApiClient.make(Api.Api, {
+    transformClient: HttpClient.mapRequest((request) =>
+      request.pipe(HttpClientRequest.bearerToken(token), HttpClientRequest.setHeaders(headers))
+    )
+  })
+
+/** A raw request with `token`, answering its status and JSON body: for the wire shape of errors. */
+const raw = (request: HttpClientRequest.HttpClientRequest, token: string) =>
+  Effect.gen(function*() {
+    const response = yield* HttpClient.execute(HttpClientRequest.bearerToken(request, token))
+    return { status: response.status, body: yield* response.json }
+  })
+
+/** A new tenant (made with the operator token) whose custom provider `fake` is the fake upstream. */
+const tenantWithModel = (name: string) =>
+  Effect.gen(function*() {
+    const upstream = yield* Upstream
+    const operator = yield* clientFor(operatorToken)
+    const tenant = yield* operator.admin.createTenant({ payload: new Tenant.TenantInput({ name }) })
+    const api = yield* clientFor(tenant.token)
+    yield* api.providers.put({
+      path: { name: "fake" },
+      payload: new Provider.CustomProviderInput({
+        type: "openai-completions",
+        baseUrl: `${upstream.url}/v1`,
+        models: [new Provider.CustomModel({ id: "m1", contextWindow: 100_000 })]
+      })
+    })
+    return { tenant, api }
+  })
+
+layer(ServerLive, { timeout: 60_000, excludeTestServices: true })("HTTP contract", (it) => {
+  it.effect("an operator makes a tenant; its key makes an agent, prompts it, and reads the request, history and state", () =>
+    Effect.gen(function*() {
+      const upstream = yield* Upstream
+      const { api, tenant } = yield* tenantWithModel("contract")
+      expect(tenant.id).toMatch(/^tn_/)
+      expect(tenant.name).toBe("contract")
+      expect(tenant.token).toMatch(/^art_/)
+
+      const created = yield* api.agents.create({
+        headers: {},
+        payload: new AgentSchemas.AgentInput({ model: "fake/m1", name: "helper", systemPrompt: "Be brief." })
+      })
+      expect(created.id).toMatch(/^client_/)
+      expect(created.token).toMatch(/^aat_/)
+
+      upstream.script({ text: "Hello over HTTP", usage: { input: 12, output: 4 } })
+      const accepted = yield* api.agents.prompt({
+        path: { id: created.id },
+        payload: new Run.PromptInput({ text: "hi", requestId: "req_contract", metadata: { ticket: "T-9" } })
+      })
+      expect(accepted).toMatchObject({ id: "req_contract", method: "prompt", state: "running", prompt: "hi" })
+
+      const settled = yield* api.agents.request({
+        path: { id: created.id, requestId: "req_contract" },
+        urlParams: { wait: 20 }
+      })
+      expect(settled).toMatchObject({
+        id: "req_contract",
+        state: "completed",
+        began: 0,
+        metadata: { ticket: "T-9" },
+        outcome: { result: { reply: "Hello over HTTP", replyIndex: 1, messages: 2, error: null } }
+      })
+      // The fake provider got the call the agent's settings describe.
+      const [call] = upstream.requests().filter((request) => request.protocol === "openai-chat")
+      expect(call!.body).toMatchObject({
+        model: "m1",
+        messages: [{ role: "system", content: "Be brief." }, { role: "user", content: "hi" }]
+      })
+
+      const history = yield* api.agents.history({ path: { id: created.id }, urlParams: {} })
+      expect(history).toMatchObject({ total: 2, next: null, split: false })
+      expect(history.entries.map((entry) => [entry.index, (entry.message as { role: string }).role])).toEqual([
+        [0, "user"],
+        [1, "assistant"]
+      ])
+
+      const state = yield* api.agents.state({ path: { id: created.id } })
+      expect(state.requests.map((request) => [request.id, request.state])).toEqual([["req_contract", "completed"]])
+      expect(state.cursor).toBeGreaterThan(0)
+
+      const detail = yield* api.agents.get({ path: { id: created.id } })
+      expect(detail).toMatchObject({ id: created.id, name: "helper", model: "fake/m1", busy: false })
+    }))
+
+  it.effect("an unknown agent is 404 and a bad body is 400, each with its {error, code} body", () =>
+    Effect.gen(function*() {
+      const { api, tenant } = yield* tenantWithModel("errors")
+
+      // Through the typed client: the declared error, decoded.
+      const missing = yield* api.agents.get({ path: { id: "client_missing" } }).pipe(Effect.flip)
+      expect(missing).toBeInstanceOf(ApiError.NotFound)
+      expect(missing).toMatchObject({ error: "no agent client_missing" })
+
+      // On the wire.
+      const notFound = yield* raw(HttpClientRequest.get("/v1/agents/client_missing"), tenant.token)
+      expect(notFound).toEqual({ status: 404, body: { error: "no agent client_missing", code: "NOT_FOUND" } })
+
+      const invalid = yield* raw(
+        HttpClientRequest.post("/v1/agents").pipe(HttpClientRequest.bodyUnsafeJson({ model: 5, name: "x" })),
+        tenant.token
+      )
+      expect(invalid.status).toBe(400)
+      expect(invalid.body).toEqual({ error: expect.stringContaining("model"), code: "INVALID_REQUEST" })
+
+      const unknownRoute = yield* raw(HttpClientRequest.get("/v1/nothing-here"), tenant.token)
+      expect(unknownRoute).toEqual({ status: 404, body: { error: "no route GET /v1/nothing-here", code: "NOT_FOUND" } })
+
+      const noToken = yield* raw(HttpClientRequest.get("/v1/agents"), "")
+      expect(noToken.status).toBe(401)
+      expect(noToken.body).toMatchObject({ code: "UNAUTHORIZED" })
+    }))
+
+  it.effect("a tenant cannot see or use another tenant's agent: it does not exist for it", () =>
+    Effect.gen(function*() {
+      const upstream = yield* Upstream
+      const owner = yield* tenantWithModel("owner")
+      const other = yield* tenantWithModel("other")
+      const agent = yield* owner.api.agents.create({
+        headers: {},
+        payload: new AgentSchemas.AgentInput({ model: "fake/m1" })
+      })
+      const before = upstream.requests().length
+
+      const attempts: ReadonlyArray<Effect.Effect<unknown, unknown>> = [
+        other.api.agents.get({ path: { id: agent.id } }),
+        other.api.agents.history({ path: { id: agent.id }, urlParams: {} }),
+        other.api.agents.state({ path: { id: agent.id } }),
+        other.api.agents.prompt({ path: { id: agent.id }, payload: new Run.PromptInput({ text: "let me in" }) })
+      ]
+      for (const read of attempts) {
+        const refused = yield* Effect.flip(read)
+        expect(refused).toBeInstanceOf(ApiError.NotFound)
+      }
+      const listed = yield* other.api.agents.list({ urlParams: {} })
+      expect(listed.data).toEqual([])
+      // The operator acting for the other tenant is held to that tenant too.
+      const operator = yield* clientFor(operatorToken, { "x-agent-runtime-tenant": other.tenant.id })
+      expect(yield* Effect.flip(operator.agents.get({ path: { id: agent.id } }))).toBeInstanceOf(ApiError.NotFound)
+
+      // Nothing reached the agent: its owner sees it untouched.
+      expect(upstream.requests().length).toBe(before)
+      const history = yield* owner.api.agents.history({ path: { id: agent.id }, urlParams: {} })
+      expect(history.total).toBe(0)
+    }))
+})

@@ -1,0 +1,33 @@
+/**
+ * The accounts package's tables: tenants and their API keys. Every other
+ * package's tables hang off `tenants`, so these come first.
+ */
+import { Migrations } from "@agent-runtime/store"
+import { SqlClient } from "@effect/sql"
+import { Effect } from "effect"
+
+const tenants = Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
+  yield* sql`
+    CREATE TABLE tenants (
+      id text PRIMARY KEY,
+      name text NOT NULL,
+      login text,
+      created_at timestamptz NOT NULL DEFAULT now()
+    )`
+  yield* sql`
+    CREATE TABLE api_tokens (
+      id text PRIMARY KEY,
+      tenant_id text NOT NULL REFERENCES tenants (id) ON DELETE CASCADE,
+      name text NOT NULL,
+      prefix text NOT NULL,
+      secret_hash bytea NOT NULL UNIQUE,
+      created_at timestamptz NOT NULL DEFAULT now(),
+      revoked_at timestamptz
+    )`
+  yield* sql`CREATE INDEX api_tokens_tenant ON api_tokens (tenant_id, id) WHERE revoked_at IS NULL`
+})
+
+export const migrations = Migrations.make("accounts_migrations", {
+  "1_tenants": Migrations.legacy(1, tenants)
+})

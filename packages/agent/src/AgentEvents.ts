@@ -1,0 +1,266 @@
+/**
+ * An agent's events wherever its watcher is: read straight from the log
+ * when this node owns the agent, else followed through the cluster from its
+ * owner, across moves (drain, rebalance, crash). Every read of an owner is
+ * bounded, and streams served here end (with `event: reconnect`) when the
+ * node drains or loses its database, so watchers go where they can be served.
+ */
+import { ApiError } from "@agent-runtime/domain"
+import { DatabaseHealth } from "@agent-runtime/store"
+import type { Scope } from "effect"
+import { Context, Duration, Effect, Layer, Option, Stream } from "effect"
+import { Agent, type Status } from "./Agent.ts"
+import type { ReplayGap } from "./AgentError.ts"
+import { Drain } from "./Drain.ts"
+import * as EventLog from "./EventLog.ts"
+import * as Sse from "./Sse.ts"
+
+/** The longest a poll or a request read waits. */
+export const longPollLimit = Duration.seconds(25)
+
+/** How long the agent's owner may take to answer a read; past it the caller is told to retry (503). */
+export const ownerAnswerLimit = Duration.seconds(5)
+
+/**
+ * A remote event stream silent this long (the owner sends a keep-alive every
+ * `Agent.watchKeepAlive`) is taken as lost: its request may have met an
+ * owner that was letting the agent go. It is read again from the last id.
+ */
+const followIdleLimit = Duration.seconds(6)
+
+const ownerUnavailable = () =>
+  new ApiError.Unavailable({ error: "the agent's runner did not answer in time; retry", retryAfter: 1 })
+
+/** A read from the agent's owner, bounded: an owner that is stopping or cut off must not hold the caller. */
+const fromOwner = <A, E, R>(effect: Effect.Effect<A, E, R>, limit: Duration.DurationInput = ownerAnswerLimit) =>
+  Effect.timeoutFail(effect, { duration: limit, onTimeout: ownerUnavailable })
+
+/** An SSE response body: written straight from the local log, or a stream of frames. */
+export type EventBody =
+  | { readonly _tag: "Node"; readonly body: NodeJS.ReadableStream }
+  | { readonly _tag: "Stream"; readonly body: Stream.Stream<Uint8Array> }
+
+export class AgentEvents extends Context.Tag("@agent-runtime/agent/AgentEvents")<AgentEvents, {
+  /** The owner's view of the agent: its cursor, whether a turn runs, what is queued. */
+  readonly status: (agentId: string) => Effect.Effect<Status, ApiError.Unavailable>
+  /**
+   * The agent's events after `cursor` (from now when none), in order, live;
+   * with `snapshot`, a cursor behind the replay buffer starts from a snapshot
+   * of the running turn instead of failing with ReplayGap.
+   */
+  readonly watch: (
+    agentId: string,
+    cursor: Option.Option<number>,
+    snapshot: boolean
+  ) => Effect.Effect<
+    Stream.Stream<EventLog.Entry, ApiError.Unavailable | ReplayGap>,
+    ApiError.ReplayGap,
+    Scope.Scope
+  >
+  /** The events after `cursor`, waiting up to `wait` (at most 25 s) for the first. */
+  readonly poll: (
+    agentId: string,
+    cursor: number,
+    wait: Duration.Duration
+  ) => Effect.Effect<EventLog.Poll, ApiError.ReplayGap | ApiError.Unavailable>
+  /** The body of an SSE response for `watch`, opened by a `ready` frame. */
+  readonly eventBody: (
+    agentId: string,
+    cursor: Option.Option<number>,
+    options: { readonly snapshot: boolean; readonly ready: unknown }
+  ) => Effect.Effect<EventBody, ApiError.ReplayGap, Scope.Scope>
+  /**
+   * Waits until `requestId` settles (its response event), the deadline
+   * passes, or the node closes its streams; `read` tells whether it has.
+   */
+  readonly awaitSettled: <A, E>(
+    agentId: string,
+    requestId: string,
+    read: Effect.Effect<A, E>,
+    settled: (value: A) => boolean,
+    limit: Duration.Duration
+  ) => Effect.Effect<A, E>
+}>() {}
+
+export const make = Effect.gen(function*() {
+  const drain = yield* Drain
+  const health = yield* DatabaseHealth.DatabaseHealth
+  const makeClient = yield* Agent.client
+  const localLogs = yield* EventLog.LocalLogs
+
+  // Streams served here end, with `event: reconnect`, when the node drains or loses its database: the
+  // watcher reconnects to a node that can serve it rather than waiting on a quiet one.
+  const streamsEnd = Effect.raceFirst(drain.closed, health.lost)
+  const onStreamsEnd = (end: () => void) => {
+    const offDrain = drain.onClose(end)
+    const offLost = health.onLost(end)
+    return () => {
+      offDrain()
+      offLost()
+    }
+  }
+
+  const status = (agentId: string) => fromOwner(Effect.orDie(makeClient(agentId).Status()))
+
+  /**
+   * The events of an agent owned elsewhere, read through the cluster, from
+   * `cursor` on (from the owner's cursor now when none is given, fixed
+   * before reading, so a re-read after a move cannot pass over anything).
+   * When the owner ends the stream because the agent moves (a drain, a
+   * rebalance), or the stream goes silent past `followIdleLimit`, it is
+   * read again from the last id, on the agent's next owner once it has one,
+   * which goes on from the same ids. A cursor the next owner cannot serve
+   * (after a crash) fails the stream: the client reconnects and is told.
+   */
+  const followRemote = (agentId: string, cursor: Option.Option<number>) => {
+    let last = cursor
+    const once = Effect.gen(function*() {
+      const from = Option.isSome(last) ? last.value : (yield* status(agentId)).cursor
+      last = Option.some(from)
+      return makeClient(agentId).Watch({ cursor: from }).pipe(
+        Stream.timeoutFail(ownerUnavailable, followIdleLimit),
+        Stream.filter((entry) => entry.id > Option.getOrElse(last, () => -1)),
+        Stream.map((entry) => {
+          last = Option.some(entry.id)
+          return { ...entry, json: JSON.stringify(entry.data) }
+        }),
+        // A stream that went silent is read again; a gap ends the follow, and the client reconnects.
+        Stream.catchTag("Unavailable", () => Stream.empty),
+        Stream.catchTags({
+          MailboxFull: (error) => Stream.die(error),
+          AlreadyProcessingMessage: (error) => Stream.die(error),
+          PersistenceError: (error) => Stream.die(error)
+        })
+      )
+    })
+    const loop = (): Stream.Stream<EventLog.Entry, ApiError.Unavailable | ReplayGap> =>
+      Stream.concat(
+        Stream.unwrap(once),
+        Stream.suspend(() => Stream.concat(Stream.drain(Stream.fromEffect(Effect.sleep("100 millis"))), loop()))
+      )
+    return loop()
+  }
+
+  const watchFrom = (agentId: string, cursor: Option.Option<number>, snapshot: boolean) =>
+    Effect.gen(function*() {
+      const client = makeClient(agentId)
+      const behind = Option.isSome(cursor)
+        ? yield* client.Poll({ cursor: cursor.value, waitMillis: 0 }).pipe(
+          Effect.as(false),
+          Effect.catchTag("ReplayGap", () => Effect.succeed(true)),
+          Effect.orDie
+        )
+        : false
+      if (behind && !snapshot) {
+        return yield* new ApiError.ReplayGap({
+          error:
+            "the cursor is behind the replay buffer; read state (or ask for a snapshot) and continue from its cursor"
+        })
+      }
+      if (!behind) {
+        const local = localLogs.get(agentId)
+        if (Option.isSome(local)) {
+          // Owned here: read the log itself, its JSON already made once for every watcher.
+          const entries = yield* local.value.subscribe(cursor).pipe(Effect.orDie)
+          return Stream.catchAll(entries, () => Stream.empty)
+        }
+        return followRemote(agentId, cursor)
+      }
+      const taken = yield* Effect.orDie(client.Snapshot())
+      const data = { type: "snapshot", cursor: taken.cursor, requestId: taken.requestId, turn: taken.turn }
+      return Stream.make({ id: taken.cursor, data, json: JSON.stringify(data) }).pipe(
+        Stream.concat(followRemote(agentId, Option.some(taken.cursor)))
+      )
+    })
+
+  const watch = (agentId: string, cursor: Option.Option<number>, snapshot: boolean) =>
+    Effect.map(watchFrom(agentId, cursor, snapshot), (entries) =>
+      // A draining node ends its streams, so its agents can move at once.
+      Stream.interruptWhen(entries, streamsEnd))
+
+  const poll = (agentId: string, cursor: number, wait: Duration.Duration) =>
+    makeClient(agentId).Poll({ cursor, waitMillis: Duration.toMillis(Duration.min(wait, longPollLimit)) }).pipe(
+      Effect.catchAllDefect(Effect.die),
+      (polled) => fromOwner(polled, Duration.sum(Duration.min(wait, longPollLimit), ownerAnswerLimit)),
+      // A node letting its streams go answers what it has at once.
+      (polled) => Effect.raceFirst(polled, Effect.zipRight(drain.closed, Effect.succeed({ cursor, events: [] }))),
+      Effect.catchTag("ReplayGap", (gap) =>
+        Effect.fail(
+          new ApiError.ReplayGap({
+            error:
+              `cursor ${gap.cursor} is behind the replay buffer (oldest ${gap.oldest}); read state and continue from its cursor`
+          })
+        )),
+      Effect.catchTags({
+        MailboxFull: (error) => Effect.die(error),
+        AlreadyProcessingMessage: (error) => Effect.die(error),
+        PersistenceError: (error) => Effect.die(error)
+      })
+    )
+
+  const eventBody = (
+    agentId: string,
+    cursor: Option.Option<number>,
+    options: { readonly snapshot: boolean; readonly ready: unknown }
+  ) =>
+    Effect.gen(function*() {
+      const local = localLogs.get(agentId)
+      if (Option.isSome(local)) {
+        const written = yield* Effect.either(
+          Sse.toNodeStream({ ready: options.ready, log: local.value, cursor, endWhen: onStreamsEnd })
+        )
+        if (written._tag === "Right") return { _tag: "Node", body: written.right } as const
+      }
+      const entries = yield* watch(agentId, cursor, options.snapshot)
+      return { _tag: "Stream", body: Sse.toStream({ ready: options.ready, entries }) } as const
+    })
+
+  const awaitSettled = <A, E>(
+    agentId: string,
+    requestId: string,
+    read: Effect.Effect<A, E>,
+    settled: (value: A) => boolean,
+    limit: Duration.Duration
+  ) => {
+    const deadline = Date.now() + Duration.toMillis(limit)
+    const waiting = Effect.gen(function*() {
+      while (true) {
+        // Watch from the current cursor before reading, so the response frame cannot slip in between.
+        const owner = yield* Effect.option(status(agentId))
+        const current = yield* read
+        const left = deadline - Date.now()
+        if (settled(current) || left <= 0) return current
+        // The owner does not answer now (stopping, or its shard between runners): read again shortly.
+        if (Option.isNone(owner)) {
+          yield* Effect.sleep("500 millis")
+          continue
+        }
+        yield* Effect.scoped(
+          Effect.flatMap(watch(agentId, Option.some(owner.value.cursor), true), (events) =>
+            events.pipe(
+              Stream.filter((entry) => {
+                const data = entry.data as { type?: string; id?: string }
+                return data.type === "response" && data.id === requestId
+              }),
+              Stream.take(1),
+              Stream.runDrain
+            ))
+        ).pipe(
+          Effect.timeout(Duration.millis(left)),
+          // The stream also ends when the agent moves (a drain): read again and watch its next owner.
+          Effect.catchAllCause(() => Effect.sleep("1 second"))
+        )
+      }
+    })
+    // An owner that does not answer (paused, or its shard between runners) ends the wait on time; a node
+    // letting its streams go answers what it has at once, so its listener can close.
+    const answered = Effect.raceFirst(waiting, Effect.zipRight(drain.closed, read))
+    return Effect.timeoutTo(answered, { duration: limit, onSuccess: Effect.succeed, onTimeout: () => read }).pipe(
+      Effect.flatten
+    )
+  }
+
+  return AgentEvents.of({ status, watch, poll, eventBody, awaitSettled })
+})
+
+export const layer = Layer.effect(AgentEvents, make)

@@ -1,0 +1,106 @@
+/**
+ * The agent package's tables: agents, their requests and history, the
+ * journal of tool calls with the ownership epoch that fences a stale owner,
+ * and the runners' reports. Needs the accounts package's `tenants`.
+ */
+import { Migrations } from "@agent-runtime/store"
+import { SqlClient } from "@effect/sql"
+import { Effect } from "effect"
+
+/** Agents, their requests, their history, and the blocks of event ids they hand out. */
+const agents = Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
+  yield* sql`
+    CREATE TABLE agents (
+      id text PRIMARY KEY,
+      tenant_id text NOT NULL REFERENCES tenants (id) ON DELETE CASCADE,
+      key text,
+      name text NOT NULL,
+      type text,
+      config jsonb NOT NULL,
+      input_fingerprint text NOT NULL,
+      expires_at timestamptz,
+      created_at timestamptz NOT NULL DEFAULT now(),
+      deleted_at timestamptz,
+      -- Event ids are handed out in blocks, so they keep growing across restarts and moves.
+      event_block bigint NOT NULL DEFAULT 0
+    )`
+  yield* sql`CREATE UNIQUE INDEX agents_key ON agents (tenant_id, key) WHERE key IS NOT NULL AND deleted_at IS NULL`
+  yield* sql`CREATE INDEX agents_tenant ON agents (tenant_id, id) WHERE deleted_at IS NULL`
+  yield* sql`
+    CREATE TABLE agent_requests (
+      agent_id text NOT NULL REFERENCES agents (id) ON DELETE CASCADE,
+      id text NOT NULL,
+      seq bigserial,
+      method text NOT NULL,
+      state text NOT NULL CHECK (state IN ('queued', 'running', 'completed')),
+      fingerprint text NOT NULL,
+      input jsonb NOT NULL,
+      began_index integer,
+      outcome jsonb,
+      steered_into text,
+      started_at timestamptz NOT NULL DEFAULT now(),
+      began_at timestamptz,
+      ended_at timestamptz,
+      PRIMARY KEY (agent_id, id)
+    )`
+  yield* sql`CREATE INDEX agent_requests_open ON agent_requests (agent_id, seq) WHERE state <> 'completed'`
+  yield* sql`
+    CREATE TABLE agent_messages (
+      agent_id text NOT NULL REFERENCES agents (id) ON DELETE CASCADE,
+      index integer NOT NULL,
+      request_id text,
+      message jsonb NOT NULL,
+      PRIMARY KEY (agent_id, index)
+    )`
+})
+
+/**
+ * Tool calls as they start and end, so a node taking over a turn knows which
+ * calls were sent (never sent again) and which results exist; and the
+ * agent's ownership epoch, which fences a stale owner's journal writes.
+ */
+const journal = Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
+  yield* sql`
+    CREATE TABLE agent_tool_calls (
+      agent_id text NOT NULL REFERENCES agents (id) ON DELETE CASCADE,
+      tool_call_id text NOT NULL,
+      request_id text NOT NULL,
+      tool text NOT NULL,
+      result jsonb,
+      started_at timestamptz NOT NULL DEFAULT now(),
+      ended_at timestamptz,
+      PRIMARY KEY (agent_id, tool_call_id)
+    )`
+  yield* sql`ALTER TABLE agents ADD COLUMN owner text, ADD COLUMN owner_epoch bigint NOT NULL DEFAULT 0,
+    ADD COLUMN released_cursor bigint, ADD COLUMN released_events jsonb`
+  yield* sql`ALTER TABLE agent_requests ADD COLUMN handoff text, ADD COLUMN resumes integer NOT NULL DEFAULT 0`
+  // Waking an agent's unfinished work failed this many times; the next attempt waits until resume_after.
+  yield* sql`ALTER TABLE agents ADD COLUMN resume_failures integer NOT NULL DEFAULT 0, ADD COLUMN resume_after timestamptz`
+  yield* sql`CREATE INDEX agents_owner ON agents (owner) WHERE owner IS NOT NULL`
+})
+
+/** What each runner last reported of itself, and an operator's request that it drain (see `RunnerReports`). */
+const runnerReports = Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
+  yield* sql`
+    CREATE TABLE runner_reports (
+      address text PRIMARY KEY,
+      started_at timestamptz NOT NULL,
+      reported_at timestamptz NOT NULL,
+      state text NOT NULL CHECK (state IN ('active', 'draining')),
+      shards integer NOT NULL DEFAULT 0,
+      agents integer NOT NULL DEFAULT 0,
+      turns_running integer NOT NULL DEFAULT 0,
+      mailbox_depth integer NOT NULL DEFAULT 0,
+      drain_requested_at timestamptz
+    )`
+})
+
+export const migrations = Migrations.make("agent_migrations", {
+  "1_agents": Migrations.legacy(3, agents),
+  "2_journal": Migrations.legacy(4, journal),
+  // Written by the same step of the single list as the journal.
+  "3_runner_reports": Migrations.legacy(4, runnerReports)
+})

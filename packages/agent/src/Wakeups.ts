@@ -1,0 +1,91 @@
+/**
+ * Wakes agents with accepted but unfinished work, so nothing accepted is
+ * lost: each agent another node let go with work open (announced on a
+ * PostgreSQL channel, so it starts on its next owner at once), and now and
+ * then every agent no live runner holds. A wake-up that fails is tried again
+ * later, doubling the wait up to an hour, never given up.
+ */
+import { DatabaseHealth } from "@agent-runtime/store"
+import { PgClient } from "@effect/sql-pg"
+import { Duration, Effect, Layer, Schedule, Stream } from "effect"
+import { Agent } from "./Agent.ts"
+import { ownerAnswerLimit } from "./AgentEvents.ts"
+import { AgentStore, releasedChannel } from "./AgentStore.ts"
+import { Drain } from "./Drain.ts"
+
+export interface Options {
+  /** How long a runner may stay silent before its agents count as no one's (the cluster's shard lease). */
+  readonly leaseSeconds: number
+}
+
+export const layer = (options: Options) =>
+  Layer.scopedDiscard(Effect.gen(function*() {
+    const store = yield* AgentStore
+    const drain = yield* Drain
+    const makeClient = yield* Agent.client
+    const sql = yield* PgClient.PgClient
+    const health = yield* DatabaseHealth.DatabaseHealth
+
+    /**
+     * Sends the agent's owner a Wake, so it loads its open work. Bounded: a
+     * shard that has no owner yet makes the send wait, and a runner letting
+     * the agent go may never answer.
+     */
+    const sendWake = (agentId: string) => makeClient(agentId).Wake().pipe(Effect.timeout(ownerAnswerLimit))
+
+    /** Wakes one agent on its owner; a failure counts toward its resume backoff. */
+    const wake = (agentId: string, resumeFailures: number) =>
+      sendWake(agentId).pipe(
+        Effect.matchCauseEffect({
+          onSuccess: () => resumeFailures > 0 ? Effect.ignore(store.resumeSucceeded(agentId)) : Effect.void,
+          onFailure: (cause) =>
+            Effect.zipRight(
+              Effect.logWarning("waking an agent's unfinished work failed", cause).pipe(
+                Effect.annotateLogs({ agentId, failures: resumeFailures + 1 })
+              ),
+              Effect.ignore(store.resumeFailed(agentId))
+            )
+        })
+      )
+
+    /**
+     * Wakes an agent another runner let go with open work, on its next owner.
+     * The first sends may meet the old runner on its way out: tried again
+     * shortly, for about two leases, after which the periodic sweep stands
+     * behind it. A draining node wakes nothing: it is letting its own agents go.
+     */
+    const wakeReleased = (agentId: string) =>
+      Effect.suspend(() => drain.isDraining() ? Effect.void : sendWake(agentId)).pipe(
+        Effect.retry({ schedule: Schedule.spaced("500 millis"), times: Math.ceil(options.leaseSeconds * 4) }),
+        Effect.catchAllCause((cause) =>
+          Effect.logInfo("a released agent did not wake yet; the periodic sweep will", cause).pipe(
+            Effect.annotateLogs({ agentId })
+          )
+        )
+      )
+
+    const wakeOpenWork = Effect.flatMap(
+      Effect.suspend(() => drain.isDraining() ? Effect.succeed([]) : store.agentsToWake(options.leaseSeconds)),
+      (agents) =>
+        Effect.forEach(agents, ({ agentId, resumeFailures }) => wake(agentId, resumeFailures), {
+          concurrency: 16,
+          discard: true
+        })
+    )
+
+    yield* sql.listen(releasedChannel).pipe(
+      Stream.runForEach((agentId) => Effect.fork(wakeReleased(agentId))),
+      // A listener whose connection died with the database hears nothing more, and never fails (the driver
+      // drops that connection's errors): it listens anew, on a new connection, once the database is back.
+      Effect.raceFirst(health.lost),
+      Effect.catchAllCause(DatabaseHealth.warnUnlessUnreachable("listening for released agents failed")),
+      Effect.zipRight(Effect.sleep(Duration.seconds(1))),
+      Effect.forever,
+      Effect.forkScoped
+    )
+    yield* wakeOpenWork.pipe(
+      Effect.catchAllCause(DatabaseHealth.warnUnlessUnreachable("waking agents failed")),
+      Effect.repeat(Schedule.spaced(Duration.seconds(options.leaseSeconds / 2))),
+      Effect.forkScoped
+    )
+  }))

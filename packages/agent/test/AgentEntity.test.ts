@@ -1,0 +1,419 @@
+/**
+ * The `Agent` entity in process: `AgentRuntime.layer` on the cluster's
+ * in-memory runner, the real journal (`AgentStore`) on a test database, the
+ * runtime's own tools, and a scripted model.
+ *
+ * Not `Entity.makeTestClient`: its stand-in `Sharding` implements
+ * `registerEntity` only, and the entity's build asks for `Agent.client`
+ * (`sharding.makeClient`, used to wake a rebuilt instance after a fenced
+ * write), so the build dies there. `TestRunner.layer` is the cluster's own
+ * in-memory sharding (memory message storage, no-op runners): messages take
+ * the cluster's real path, persisted ones deduplicated by their primary key.
+ */
+import { AccountsMigrations, Tenants } from "@agent-runtime/accounts"
+import { Egress, Resolver } from "@agent-runtime/egress"
+import { ModelsMigrations, UsageLog } from "@agent-runtime/models"
+import { Database } from "@agent-runtime/store"
+import { AgentFixtures, TestDatabase, ToolServer } from "@agent-runtime/testing"
+import { ShardingConfig, TestRunner } from "@effect/cluster"
+import { expect, layer } from "@effect/vitest"
+import { Effect, Fiber, Layer, Option, Redacted, Schedule, Stream } from "effect"
+import { Agent } from "../src/Agent.ts"
+import * as AgentMigrations from "../src/AgentMigrations.ts"
+import * as AgentRuntime from "../src/AgentRuntime.ts"
+import * as AgentStore from "../src/AgentStore.ts"
+import { Drain } from "../src/Drain.ts"
+import * as EventLog from "../src/EventLog.ts"
+import * as Tools from "../src/Tools.ts"
+import type * as Turn from "../src/Turn.ts"
+
+const { ScriptedModel } = AgentFixtures
+
+const DatabaseLive = Layer.unwrapEffect(
+  Effect.map(TestDatabase.make, (url) =>
+    Database.layerClient(Redacted.make(url), {
+      migrations: [AccountsMigrations.migrations, ModelsMigrations.migrations, AgentMigrations.migrations]
+    }))
+)
+
+const EntityLive = AgentRuntime.layer.pipe(
+  Layer.provideMerge(TestRunner.layer),
+  Layer.provideMerge(Layer.mergeAll(
+    AgentStore.layer,
+    UsageLog.UsageLog.Default,
+    Drain.Default,
+    EventLog.LocalLogs.Default,
+    Tools.Tools.Default,
+    Tenants.Tenants.Default,
+    AgentFixtures.layer(),
+    ShardingConfig.layer()
+  )),
+  Layer.provide(Egress.layer({ allowPrivate: true }).pipe(Layer.provide(Resolver.layer))),
+  Layer.provideMerge(DatabaseLive)
+)
+
+/** A new tenant with one agent on the scripted model, and the agent's client. */
+const newAgent = (name: string, config: Partial<Turn.TurnInput["config"]> = {}) =>
+  Effect.gen(function*() {
+    const tenant = yield* (yield* Tenants.Tenants).create({ name })
+    const store = yield* AgentStore.AgentStore
+    const agentId = `client_${name}`
+    yield* store.insertAgent({
+      id: agentId,
+      tenantId: tenant.id,
+      key: null,
+      name,
+      type: null,
+      config: { model: "fake/m1", ...config },
+      inputFingerprint: "unused",
+      ttlSeconds: null
+    })
+    const client = (yield* Agent.client)(agentId)
+    return { agentId, tenantId: tenant.id, client }
+  })
+
+type Client = Effect.Effect.Success<ReturnType<typeof newAgent>>["client"]
+
+/** Events after `cursor` up to the settled response of `requestId`, read by long polls. */
+const eventsUntilResponse = (client: Client, cursor: number, requestId: string) =>
+  Effect.gen(function*() {
+    const events: Array<{ readonly id: number; readonly data: any }> = []
+    let at = cursor
+    while (!events.some((entry) => entry.data?.type === "response" && entry.data.id === requestId)) {
+      const polled = yield* client.Poll({ cursor: at, waitMillis: 1_000 })
+      for (const event of polled.events) events.push(event)
+      at = polled.cursor
+    }
+    return events
+  }).pipe(Effect.timeout("15 seconds"))
+
+/** The display events of one request, by type (the frames around them left out). */
+const typesOf = (events: ReadonlyArray<{ readonly data: any }>, requestId: string) =>
+  events.flatMap((entry) =>
+    entry.data?.type === "event" && entry.data.requestId === requestId ? [String(entry.data.event.type)] : []
+  )
+
+const requestRow = (agentId: string, requestId: string) =>
+  Effect.flatMap(AgentStore.AgentStore, (store) => store.getRequest(agentId, requestId)).pipe(
+    Effect.map(Option.getOrThrow)
+  )
+
+/** Reads until `done` holds (every 20 ms, for at most 10 seconds). */
+const waitUntil = <A, E, R>(read: Effect.Effect<A, E, R>, done: (value: A) => boolean) =>
+  read.pipe(
+    Effect.filterOrFail(done, () => "not yet" as const),
+    Effect.retry({ while: (error) => error === "not yet", schedule: Schedule.spaced("20 millis") }),
+    Effect.timeout("10 seconds")
+  )
+
+/** A watch stream up to the response frame of `requestId`, keep-alives left out. */
+const untilResponse =
+  (requestId: string) => <E, R>(stream: Stream.Stream<{ readonly id: number; readonly data: unknown }, E, R>) =>
+    stream.pipe(
+      Stream.filter((entry) => entry.id !== -1),
+      Stream.takeUntil((entry) => {
+        const data = entry.data as { type?: string; id?: string } | null
+        return data?.type === "response" && data.id === requestId
+      }),
+      Stream.runCollect,
+      Effect.map((entries) => [...entries] as Array<{ readonly id: number; readonly data: any }>)
+    )
+
+layer(EntityLive, { timeout: 60_000, excludeTestServices: true })("Agent entity", (it) => {
+  it.effect("a prompt is recorded and answered with its RequestRecord, runs, and Status, Snapshot and Poll show it", () =>
+    Effect.gen(function*() {
+      const model = yield* ScriptedModel
+      model.reset()
+      model.script({ text: "Hello from the agent", hold: true })
+      const { agentId, client } = yield* newAgent("prompt")
+      const before = yield* client.Status()
+      expect(before).toMatchObject({ running: false, activeRequest: null, queued: [] })
+
+      const record = yield* client.Prompt({
+        requestId: "req_1",
+        fingerprint: "fp_1",
+        text: "hello",
+        metadata: { ticket: "T-1" }
+      })
+      expect(record).toMatchObject({
+        id: "req_1",
+        method: "prompt",
+        state: "running",
+        fingerprint: "fp_1",
+        prompt: "hello"
+      })
+      expect(record.metadata).toEqual({ ticket: "T-1" })
+
+      // Held mid-response: the owner answers reads while the turn runs.
+      const held = yield* model.held
+      const running = yield* client.Status()
+      expect(running).toMatchObject({ running: true, activeRequest: "req_1", queued: [] })
+      const snapshot = yield* client.Snapshot()
+      expect(snapshot.requestId).toBe("req_1")
+      expect(snapshot.turn).toEqual([
+        expect.objectContaining({ role: "user", content: "hello", requestId: "req_1", metadata: { ticket: "T-1" } }),
+        { role: "assistant", content: [{ type: "text", text: "Hello from" }] }
+      ])
+      yield* held.release
+
+      const events = yield* eventsUntilResponse(client, before.cursor, "req_1")
+      expect(events.map((entry) => entry.id)).toEqual(events.map((_, i) => before.cursor + 1 + i))
+      expect(typesOf(events, "req_1")).toEqual([
+        "turn_opened",
+        "agent_start",
+        "message_start",
+        "message_end",
+        "turn_start",
+        "message_start",
+        "message_update",
+        "message_update",
+        "message_update",
+        "message_update",
+        "message_end",
+        "turn_end",
+        "agent_end"
+      ])
+      const response = events.at(-1)!.data
+      expect(response).toMatchObject({
+        type: "response",
+        id: "req_1",
+        outcome: { result: { reply: "Hello from the agent", replyIndex: 1, messages: 2, error: null } }
+      })
+      expect(yield* requestRow(agentId, "req_1")).toMatchObject({ state: "completed", beganIndex: 0 })
+      // The response frame goes out as the request settles; the runner lets go of it just after.
+      const idle = yield* waitUntil(client.Status(), (status) => !status.running)
+      expect(idle).toMatchObject({ activeRequest: null, queued: [], cursor: events.at(-1)!.id })
+      // The turn was journaled: the next owner would rebuild the same history.
+      const journal = yield* Effect.flatMap(AgentStore.AgentStore, (store) => store.messages(agentId))
+      expect(journal.map((row) => [row.index, row.requestId, (row.message as { role: string }).role])).toEqual([
+        [0, "req_1", "user"],
+        [1, "req_1", "assistant"]
+      ])
+    }))
+
+  it.effect("the same requestId twice runs once, and answers the first request's record", () =>
+    Effect.gen(function*() {
+      const model = yield* ScriptedModel
+      model.reset()
+      model.script({ text: "Only once" })
+      const { agentId, client } = yield* newAgent("twice")
+      const { cursor } = yield* client.Status()
+      const first = yield* client.Prompt({ requestId: "req_same", fingerprint: "fp_a", text: "do it" })
+      const again = yield* client.Prompt({ requestId: "req_same", fingerprint: "fp_a", text: "do it" })
+      // Another body under the same id changes nothing either; the caller compares fingerprints (409).
+      const other = yield* client.Prompt({ requestId: "req_same", fingerprint: "fp_b", text: "something else" })
+      expect([first.id, again.id, other.id]).toEqual(["req_same", "req_same", "req_same"])
+      expect(other.fingerprint).toBe("fp_a")
+      yield* eventsUntilResponse(client, cursor, "req_same")
+      // Later deliveries of the id, after it settled, run nothing either.
+      const late = yield* client.Prompt({ requestId: "req_same", fingerprint: "fp_a", text: "do it" })
+      expect(late.id).toBe("req_same")
+      yield* Effect.sleep("200 millis")
+
+      expect(model.calls()).toHaveLength(1)
+      const journal = yield* Effect.flatMap(AgentStore.AgentStore, (store) => store.messages(agentId))
+      expect(journal.map((row) => (row.message as { role: string }).role)).toEqual(["user", "assistant"])
+      expect(yield* waitUntil(client.Status(), (status) => !status.running)).toMatchObject({ queued: [] })
+    }))
+
+  it.effect("Configure applies its changes at once: the next turn uses them, null removes, and they are kept", () =>
+    Effect.gen(function*() {
+      const model = yield* ScriptedModel
+      model.reset()
+      const { agentId, client } = yield* newAgent("configure", { systemPrompt: "Be kind." })
+      const configured = yield* client.Configure({
+        requestId: "cfg_1",
+        fingerprint: "fp_cfg_1",
+        changes: { systemPrompt: "Be terse.", modelHeaders: { "x-team": "alpha" }, thinkingLevel: "low" }
+      })
+      expect(configured).toMatchObject({ id: "cfg_1", method: "configure", state: "completed" })
+      expect(configured.outcome?.result).toEqual({
+        config: {
+          model: "fake/m1",
+          systemPrompt: "Be terse.",
+          modelHeaders: { "x-team": "alpha" },
+          thinkingLevel: "low"
+        }
+      })
+
+      const { cursor } = yield* client.Status()
+      yield* client.Prompt({ requestId: "req_after", fingerprint: "fp", text: "hi" })
+      yield* eventsUntilResponse(client, cursor, "req_after")
+      expect(model.calls()[0]).toMatchObject({
+        context: { systemPrompt: "Be terse." },
+        modelHeaders: { "x-team": "alpha" },
+        reasoning: "low"
+      })
+
+      const removed = yield* client.Configure({
+        requestId: "cfg_2",
+        fingerprint: "fp_cfg_2",
+        changes: { systemPrompt: null, thinkingLevel: null }
+      })
+      expect(removed.outcome?.result).toEqual({ config: { model: "fake/m1", modelHeaders: { "x-team": "alpha" } } })
+      const stored = yield* Effect.flatMap(AgentStore.AgentStore, (store) => store.findById(agentId))
+      expect(Option.getOrThrow(stored).config).toEqual({ model: "fake/m1", modelHeaders: { "x-team": "alpha" } })
+      // A configure delivered again is not applied again.
+      const repeated = yield* client.Configure({
+        requestId: "cfg_1",
+        fingerprint: "fp_cfg_1",
+        changes: { systemPrompt: "Be terse.", modelHeaders: { "x-team": "alpha" }, thinkingLevel: "low" }
+      })
+      expect(repeated.id).toBe("cfg_1")
+      const after = yield* Effect.flatMap(AgentStore.AgentStore, (store) => store.findById(agentId))
+      expect(Option.getOrThrow(after).config).toEqual({ model: "fake/m1", modelHeaders: { "x-team": "alpha" } })
+    }))
+
+  it.effect("Abort cancels the queued requests and stops the running turn, keeping what was said", () =>
+    Effect.gen(function*() {
+      const model = yield* ScriptedModel
+      model.reset()
+      model.script({ text: "A long answer that is cut", hold: true })
+      const { agentId, client } = yield* newAgent("abort")
+      const { cursor } = yield* client.Status()
+      yield* client.Prompt({ requestId: "req_run", fingerprint: "fp", text: "talk" })
+      yield* model.held
+      yield* client.Prompt({ requestId: "req_q1", fingerprint: "fp", text: "then this" })
+      yield* client.Prompt({ requestId: "req_q2", fingerprint: "fp", text: "and this" })
+      expect(yield* client.Status()).toMatchObject({ activeRequest: "req_run", queued: ["req_q1", "req_q2"] })
+
+      const aborted = yield* client.Abort({ requestId: "abort_1", fingerprint: "fp_abort" })
+      expect(aborted).toMatchObject({ id: "abort_1", method: "abort", state: "completed" })
+      expect(aborted.outcome?.result).toEqual({ cancelled: ["req_q1", "req_q2"], aborted: "req_run" })
+
+      const events = yield* eventsUntilResponse(client, cursor, "req_run")
+      expect(typesOf(events, "req_run").slice(-3)).toEqual(["message_end", "turn_end", "agent_end"])
+      expect(yield* requestRow(agentId, "req_run")).toMatchObject({
+        state: "completed",
+        outcome: { error: "aborted", code: "aborted" }
+      })
+      for (const id of ["req_q1", "req_q2"]) {
+        expect(yield* requestRow(agentId, id)).toMatchObject({
+          state: "completed",
+          outcome: { error: "cancelled by an abort request", code: "cancelled" }
+        })
+      }
+      const journal = yield* Effect.flatMap(AgentStore.AgentStore, (store) => store.messages(agentId))
+      expect(journal.map((row) => row.message)).toEqual([
+        expect.objectContaining({ role: "user", content: "talk" }),
+        expect.objectContaining({
+          role: "assistant",
+          stopReason: "aborted",
+          content: [{ type: "text", text: "A long answer" }]
+        })
+      ])
+      expect(model.calls()).toHaveLength(1)
+      expect(yield* waitUntil(client.Status(), (status) => !status.running)).toMatchObject({
+        activeRequest: null,
+        queued: []
+      })
+    }))
+
+  it.effect("Watch streams the events after a cursor, live and replayed", () =>
+    Effect.gen(function*() {
+      const model = yield* ScriptedModel
+      model.reset()
+      model.script({ text: "Watched" }, { text: "Watched again" })
+      const { client } = yield* newAgent("watch")
+      const { cursor } = yield* client.Status()
+      const live = yield* client.Watch({ cursor }).pipe(untilResponse("req_w1"), Effect.fork)
+      // However late the watcher attaches, it gets every event after its cursor: replayed, then live.
+      yield* client.Prompt({ requestId: "req_w1", fingerprint: "fp", text: "one" })
+      const seen = yield* Fiber.join(live).pipe(Effect.timeout("10 seconds"))
+      expect(seen[0]!.id).toBe(cursor + 1)
+      expect(seen.map((entry) => entry.id)).toEqual(seen.map((_, i) => cursor + 1 + i))
+      expect(typesOf(seen, "req_w1")[0]).toBe("turn_opened")
+
+      // From a cursor in the middle: the events after it are replayed, then it goes on live.
+      const middle = seen[4]!.id
+      const replayed = yield* client.Watch({ cursor: middle }).pipe(untilResponse("req_w1"))
+      expect(replayed).toEqual(seen.slice(5))
+
+      const next = yield* client.Watch({ cursor: seen.at(-1)!.id }).pipe(untilResponse("req_w2"), Effect.fork)
+      yield* client.Prompt({ requestId: "req_w2", fingerprint: "fp", text: "two" })
+      const second = yield* Fiber.join(next).pipe(Effect.timeout("10 seconds"))
+      expect(second[0]!.id).toBe(seen.at(-1)!.id + 1)
+      expect(second.at(-1)!.data).toMatchObject({ type: "response", id: "req_w2" })
+
+      // A cursor from before the log (another owner's, say) is a gap, not a silent skip.
+      const gap = yield* client.Poll({ cursor: cursor - 10, waitMillis: 0 }).pipe(Effect.flip)
+      expect(gap).toMatchObject({ _tag: "ReplayGap", cursor: cursor - 10 })
+    }))
+
+  it.scoped("an entity built on a journal with an unfinished turn resumes it with turn_resumed", () =>
+    Effect.gen(function*() {
+      const model = yield* ScriptedModel
+      model.reset()
+      model.script({ text: "Picked up where it stopped." })
+      const pages = yield* ToolServer.start
+      // Made, not yet messaged: the entity is built on the first message.
+      const { agentId, client } = yield* newAgent("resume", { builtins: ["web_fetch"] })
+      // A runner that is gone now claimed the agent, began the turn, journaled the model's tool call and sent it,
+      // and was lost before its result came back.
+      const store = yield* AgentStore.AgentStore
+      const lost = yield* store.claim(agentId, "127.0.0.1:1")
+      yield* store.insertRequest({
+        agentId,
+        id: "req_lost",
+        method: "prompt",
+        fingerprint: "fp",
+        input: { text: "fetch it" }
+      })
+      const write = (statement: AgentStore.Write) => store.fenced(agentId, lost.epoch, statement)
+      yield* write(store.markRunning(agentId, "req_lost", 0))
+      yield* write(
+        store.appendMessage(agentId, 0, "req_lost", {
+          role: "user",
+          content: "fetch it",
+          timestamp: 1,
+          requestId: "req_lost"
+        })
+      )
+      yield* write(store.appendMessage(
+        agentId,
+        1,
+        "req_lost",
+        AgentFixtures.messageOf(
+          { toolCalls: [{ id: "c1", name: "web_fetch", arguments: { url: `${pages.url}/once` } }] },
+          "fake/m1"
+        )
+      ))
+      yield* write(store.startToolCall(agentId, "req_lost", "c1", "web_fetch"))
+
+      // The first message builds the entity here, on the journal: it claims the agent and resumes the turn.
+      yield* client.Wake()
+      const settled = yield* waitUntil(requestRow(agentId, "req_lost"), (row) => row.state === "completed")
+
+      expect(settled.outcome).toMatchObject({
+        result: {
+          reply: "Picked up where it stopped.",
+          replyIndex: 3,
+          messages: 4,
+          resumed: true,
+          toolCalls: [{ tool: "web_fetch", toolCallId: "c1", ok: false, code: "unknown_outcome" }]
+        },
+        uncertain: true
+      })
+      expect(settled.resumes).toBe(1)
+      // The call was sent by the lost runner: never again.
+      expect(pages.count("/once")).toBe(0)
+      expect(model.calls()).toHaveLength(1)
+      expect(model.calls()[0]!.context.messages.map((message) => message.role)).toEqual([
+        "user",
+        "assistant",
+        "toolResult"
+      ])
+
+      // The new owner's log starts on a fresh block of ids; its first event says the turn was resumed.
+      const { events } = yield* client.Poll({ cursor: 0, waitMillis: 0 }).pipe(
+        Effect.catchTag("ReplayGap", (gap) => client.Poll({ cursor: gap.oldest - 1, waitMillis: 0 }))
+      )
+      expect(events[0]!.data).toEqual({
+        type: "event",
+        requestId: "req_lost",
+        event: { type: "turn_resumed", index: 2 }
+      })
+      expect(typesOf(events, "req_lost")).not.toContain("turn_opened")
+      expect(events.at(-1)!.data).toMatchObject({ type: "response", id: "req_lost" })
+    }))
+})
