@@ -42,7 +42,8 @@ export const layer = Agent.toLayer(
     const store = yield* AgentStore
     const usage = yield* UsageLog.UsageLog
     const drain = yield* Drain
-    const runnerAddress = Option.match((yield* ShardingConfig.ShardingConfig).runnerAddress, {
+    const shardingConfig = yield* ShardingConfig.ShardingConfig
+    const runnerAddress = Option.match(shardingConfig.runnerAddress, {
       onNone: () => "local",
       onSome: RunnerReports.addressOf
     })
@@ -85,13 +86,22 @@ export const layer = Agent.toLayer(
       return { ownership, epoch: ownership.epoch, log, scope }
     })
     let term = yield* claimTerm
-    /** Set when a journal write was refused: another runner claimed the agent since this term began. */
+    /** Set when this instance's runner stopped: another runner claimed the agent (Fenced), or it failed. */
     let superseded = false
+    /**
+     * When another runner's claim was found. This instance claims the agent again only a shard lease later,
+     * if the cluster still routes its messages here: by then a runner that lost its shards while cut off has
+     * noticed and let this entity go, so two runners never take the agent from each other in turn.
+     */
+    let fencedAt: number | undefined
     const fenced = (write: Write) =>
       journal(store.fenced(agentId, term.epoch, write)).pipe(
         Effect.tapDefect((defect) =>
           Effect.sync(() => {
-            if (defect instanceof Fenced) superseded = true
+            if (defect instanceof Fenced) {
+              superseded = true
+              fencedAt ??= Date.now()
+            }
           })
         )
       )
@@ -352,6 +362,7 @@ export const layer = Agent.toLayer(
             Effect.annotateLogs({ agentId, epoch: term.epoch }),
             Effect.zipRight(Effect.sync(() => {
               superseded = true
+              if (defect instanceof Fenced) fencedAt ??= Date.now()
             })),
             Effect.zipRight(
               makeClient(agentId).Wake().pipe(
@@ -385,6 +396,9 @@ export const layer = Agent.toLayer(
      * one reconnect), reloads it from the journal and runs its open work, a cut turn resumed.
      */
     const reclaim = Effect.gen(function*() {
+      if (fencedAt !== undefined) {
+        yield* Effect.sleep(Math.max(0, fencedAt + Duration.toMillis(shardingConfig.shardLockExpiration) - Date.now()))
+      }
       yield* Scope.close(term.scope, Exit.void)
       term = yield* claimTerm
       Object.assign(agent, yield* loadAgent)
@@ -393,6 +407,7 @@ export const layer = Agent.toLayer(
       steering = []
       taken = []
       superseded = false
+      fencedAt = undefined
       yield* Effect.logInfo("claimed the agent again").pipe(Effect.annotateLogs({ agentId, epoch: term.epoch }))
       yield* Effect.forkIn(runner, entityScope)
       yield* loadOpenWork

