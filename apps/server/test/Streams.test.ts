@@ -52,6 +52,18 @@ const agentOwnedBy = (world: World, owner: number) =>
     return yield* Effect.die(new Error(`no agent landed on member ${owner}`))
   })
 
+/**
+ * The member running the agent now. Shards still settle while nodes join (each new runner takes its share),
+ * so the agent may have moved since it was made: the fault goes to whichever node runs its turn.
+ */
+const ownerNow = (world: World, agentId: string) =>
+  Effect.gen(function*() {
+    const [row] = yield* TestDatabase.query(world.databaseUrl, `SELECT owner FROM agents WHERE id = '${agentId}'`)
+    const index = world.cluster.members.findIndex((member) => member.up && member.runnerAddress === row?.owner)
+    if (index === -1) return yield* Effect.die(new Error(`agent ${agentId} is owned by ${row?.owner}, no live member`))
+    return index
+  })
+
 /** A live SSE watcher pinned to each node (elsewhere while its node is down) and a poll watcher. */
 const watchEverywhere = (world: World, agentId: string) =>
   Effect.gen(function*() {
@@ -135,8 +147,9 @@ for (const fault of ["SIGTERM", "SIGKILL"] as const) {
         expect(accepted.state).toBe("running")
         // Mid-stream of the first step: a dozen words in.
         yield* awaitEvents(watchers, (data) => Watchers.typeOf(data) === "message_update", 12)
+        const owner = yield* ownerNow(world, agentId)
         const stoppedAt = Date.now()
-        const exit = yield* world.cluster.stop(0, fault).pipe(Effect.timeout(`${drainTimeoutSeconds + 5} seconds`))
+        const exit = yield* world.cluster.stop(owner, fault).pipe(Effect.timeout(`${drainTimeoutSeconds + 5} seconds`))
         const exitedMs = Date.now() - stoppedAt
         expect(fault === "SIGKILL" || exit.code === 0 || exit.signal === "SIGTERM").toBe(true)
         const done = yield* settle(world, agentId, accepted.id)
@@ -175,7 +188,7 @@ for (const fault of ["SIGTERM", "SIGKILL"] as const) {
                 .join("\n")
             )
           }
-          Fs.writeFileSync("/tmp/drained-node.log", world.cluster.members[0]!.node.output())
+          Fs.writeFileSync("/tmp/drained-node.log", world.cluster.members[owner]!.node.output())
         }
         expect(violations).toEqual({ wentBack: [], skipped: [], missedResumes: [], behind: [] })
         for (const watcher of watchers) expect(watcher.stalls, watcher.name).toBe(0)
@@ -209,8 +222,9 @@ it.scopedLive(
         json: { text: "two steps", requestId: "req_joined" }
       })).body
       yield* awaitEvents(watchers, (data) => Watchers.typeOf(data) === "message_update", 8)
+      const owner = yield* ownerNow(world, agentId)
       const stoppedAt = Date.now()
-      yield* world.cluster.stop(0, "SIGTERM")
+      yield* world.cluster.stop(owner, "SIGTERM")
       const exitedMs = Date.now() - stoppedAt
       const done = yield* settle(world, agentId, accepted.id)
       expect(done.outcome.result).toMatchObject({ reply: "done 2", resumed: true })
