@@ -175,8 +175,11 @@ const handover = (databaseUrl: string, upstream: FakeUpstream.FakeUpstream, sign
         .body
     while (!watcher.events.some((entry) => typeOf(entry) === "message_update")) yield* Effect.sleep("10 millis")
     yield* Effect.sleep("300 millis")
+    // Shards still settle while the runners join: cut the runner that owns the agent now.
+    const ownerNow = yield* ownerOf(databaseUrl, agentId)
+    const running = cluster.members.findIndex((member) => member.runnerAddress === ownerNow)
     const cut = now()
-    yield* cluster.members[victim]!.node.signal(signal)
+    yield* cluster.members[running === -1 ? victim : running]!.node.signal(signal)
     const done = (yield* Http.client(observer).get(`/v1/agents/${agentId}/requests/${accepted.id}?wait=25`, { token }))
       .body
     yield* Effect.sleep("500 millis")

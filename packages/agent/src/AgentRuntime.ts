@@ -34,486 +34,496 @@ import * as Turn from "./Turn.ts"
 /** How long a moving agent's turn may take to finish its step before it is cut (and resumed as after a crash). */
 const handOnTimeout = Duration.seconds(30)
 
-export const layer = Agent.toLayer(
-  Effect.gen(function*() {
-    const makeClient = yield* Agent.client
-    const address = yield* Entity.CurrentAddress
-    const agentId = address.entityId
-    const store = yield* AgentStore
-    const usage = yield* UsageLog.UsageLog
-    const drain = yield* Drain
-    const shardingConfig = yield* ShardingConfig.ShardingConfig
-    const runnerAddress = Option.match(shardingConfig.runnerAddress, {
-      onNone: () => "local",
-      onSome: RunnerReports.addressOf
-    })
-    /**
-     * A journal read or write, tried again while the database cannot be reached: a turn waits out an outage
-     * instead of failing, and a message handler never dies of one (the cluster would restart the entity).
-     * Every journal statement may run twice: each is idempotent or guarded by its state. The cluster stops
-     * the waiting when it moves the agent, and a stale owner's write then fails with Fenced.
-     */
-    const journal = <A, E>(effect: Effect.Effect<A, E>) =>
-      effect.pipe(
-        Effect.tapError((error) =>
-          error instanceof PersistenceError
-            ? Effect.logWarning("the journal cannot be reached; trying again", error.cause).pipe(
-              Effect.annotateLogs({ agentId })
-            )
-            : Effect.void
-        ),
-        Effect.retry({ schedule: Schedule.spaced("500 millis"), while: (error) => error instanceof PersistenceError }),
-        Effect.orDie
-      )
-    const entityScope = yield* Effect.scope
-    const localLogs = yield* EventLog.LocalLogs
-
-    /**
-     * Claims the agent for this node: a new epoch, which every journal write below carries, so if the
-     * cluster ever let another node claim it, our writes are refused instead of mixing two turns. The term
-     * has its own event log, in a fresh block of ids above any earlier owner's.
-     */
-    const claimTerm = Effect.gen(function*() {
-      const ownership = yield* journal(store.claim(agentId, runnerAddress))
-      const scope = yield* Scope.fork(entityScope, ExecutionStrategy.sequential)
-      const log = yield* EventLog.make({
-        agentId,
-        startCursor: yield* journal(store.reserveEvents(agentId)),
-        continuesFrom: ownership.continuesFrom ?? undefined,
-        inherited: ownership.inherited ?? undefined
-      }).pipe(Scope.extend(scope))
-      yield* localLogs.register(agentId, log).pipe(Scope.extend(scope))
-      return { ownership, epoch: ownership.epoch, log, scope }
-    })
-    let term = yield* claimTerm
-    /** Set when this instance's runner stopped: another runner claimed the agent (Fenced), or it failed. */
-    let superseded = false
-    /**
-     * When another runner's claim was found. This instance claims the agent again only a shard lease later,
-     * if the cluster still routes its messages here: by then a runner that lost its shards while cut off has
-     * noticed and let this entity go, so two runners never take the agent from each other in turn.
-     */
-    let fencedAt: number | undefined
-    const fenced = (write: Write) =>
-      journal(store.fenced(agentId, term.epoch, write)).pipe(
-        Effect.tapDefect((defect) =>
-          Effect.sync(() => {
-            if (defect instanceof Fenced) {
-              superseded = true
-              fencedAt ??= Date.now()
-            }
-          })
-        )
-      )
-    const loadAgent = Effect.map(
-      journal(store.findById(agentId)),
-      Option.getOrThrowWith(() => new Error(`agent ${agentId} does not exist`))
-    )
-    const loadHistory = Effect.map(
-      journal(store.messages(agentId)),
-      (rows) => rows.map((row) => row.message as Turn.StoredMessage)
-    )
-    const agent = { ...yield* loadAgent }
-    const history: Array<Turn.StoredMessage> = yield* loadHistory
-    // Stopped on purpose (drain, rebalance, idle): the next owner's log goes on from this one's, without a gap.
-    // Open work is announced so another node wakes it; a draining runner announces only once its shards are
-    // gone (layerReleaseAnnouncements), since a wake-up sent now would meet this runner on its way out.
-    yield* Effect.addFinalizer(() =>
-      Effect.gen(function*() {
-        const cursor = yield* term.log.cursor
-        yield* store.release(agentId, term.epoch, cursor, yield* term.log.buffered)
-        if (drain.isDraining()) drain.released(agentId)
-        else yield* store.announceReleased([agentId])
-      }).pipe(Effect.ignore)
-    )
-
-    /** The cluster is moving the agent (rebalance, drain): the running turn stops after its step. */
-    let releasing = false
-    /** Accepted requests not yet run, in arrival order. */
-    const pending: Array<RequestRow> = []
-    /** Steered prompts waiting for the running turn's next step, and those it took. */
-    let steering: Array<RequestRow> = []
-    let taken: Array<RequestRow> = []
-    let activeTurn: Fiber.RuntimeFiber<Turn.TurnOutcome> | undefined
-    let aborting = false
-    const wakeup = yield* Queue.sliding<void>(1)
-    let active: string | null = null
-    let activeBegan: number | undefined
-
-    const enqueue = (row: RequestRow) => {
-      const known = (open: RequestRow) => open.id === row.id
-      if (
-        row.state === "completed" || active === row.id || pending.some(known) || steering.some(known) ||
-        taken.some(known)
-      ) return false
-      pending.push(row)
-      pending.sort((a, b) => a.seq - b.seq)
-      return true
-    }
-
-    const loadOpenWork = Effect.gen(function*() {
-      let added = false
-      for (const row of yield* journal(store.openRequests(agentId))) added = enqueue(row) || added
-      if (added) yield* Queue.offer(wakeup, void 0)
-    })
-
-    /** The assistant message streaming now, rebuilt from its deltas, for snapshots. */
-    let partial: { role: "assistant"; content: Array<Record<string, unknown>> } | undefined
-    const track = (event: Record<string, any>) => {
-      if (event.type === "message_start" && event.message?.role === "assistant") {
-        partial = { role: "assistant", content: [] }
-      } else if (event.type === "message_end" || event.type === "message_retracted") partial = undefined
-      else if (event.type === "message_update" && partial !== undefined) {
-        const delta = event.assistantMessageEvent
-        const field = delta.type === "text_delta" ? "text" : delta.type === "thinking_delta" ? "thinking" : undefined
-        if (field !== undefined) {
-          const part = partial.content[delta.contentIndex] ??= { type: field, [field]: "" }
-          part[field] = String(part[field] ?? "") + delta.delta
-        }
-      }
-    }
-
-    const frame = (requestId: string) => (event: Record<string, unknown>) =>
-      Effect.suspend(() => {
-        track(event)
-        return Effect.asVoid(term.log.publish({ type: "event", requestId, event }))
+// One client for the runner, not one per entity: the runner's messages to itself (Wake) go through it.
+export const layer = Layer.unwrapEffect(Effect.map(Agent.client, (makeClient) =>
+  Agent.toLayer(
+    Effect.gen(function*() {
+      const address = yield* Entity.CurrentAddress
+      const agentId = address.entityId
+      const store = yield* AgentStore
+      const usage = yield* UsageLog.UsageLog
+      const drain = yield* Drain
+      const shardingConfig = yield* ShardingConfig.ShardingConfig
+      const runnerAddress = Option.match(shardingConfig.runnerAddress, {
+        onNone: () => "local",
+        onSome: RunnerReports.addressOf
       })
-
-    const runOne = (row: RequestRow) =>
-      Effect.gen(function*() {
-        active = row.id
-        const input = row.input as unknown as Pick<Turn.TurnInput, "text" | "metadata" | "from">
-        const resumed = row.state === "running"
-        const began = row.beganIndex ?? history.length
-        let unjournaled: Array<Turn.Steered> = []
-        if (resumed) {
-          // The turn's prompts (its own, and those steered into it) whose user message the lost node had not
-          // written yet: a turn cut right after it began, or right after it took a steered prompt.
-          const inHistory = new Set(
-            history.slice(began).flatMap((message) =>
-              message.role === "user" && message.requestId !== undefined ? [message.requestId] : []
-            )
-          )
-          const prompts = [
-            ...(row.method === "continue" ? [] : [row]),
-            ...yield* journal(store.steeredInto(agentId, row.id))
-          ]
-          unjournaled = prompts.flatMap((prompt) =>
-            inHistory.has(prompt.id) ? [] : [{ requestId: prompt.id, ...(prompt.input as any) }]
-          )
-          // Another node began this turn: continue from what it journaled.
-          yield* fenced(store.markResumed(agentId, row.id))
-          yield* Effect.logInfo("turn resumed here").pipe(Effect.annotateLogs({
-            agentId,
-            requestId: row.id,
-            from: term.ownership.previousOwner ?? "a runner that let it go",
-            why: row.handoff ?? "its runner was lost"
-          }))
-          yield* frame(row.id)({
-            type: "turn_resumed",
-            index: history.length,
-            ...(row.handoff === null ? {} : { handoff: row.handoff })
-          })
-        } else {
-          yield* fenced(store.markRunning(agentId, row.id, history.length))
-        }
-        activeBegan = began
-        aborting = false
-        const turn = yield* Effect.fork(Turn.run(
-          {
-            tenantId: agent.tenantId,
-            agentId,
-            config: agent.config,
-            requestId: row.id,
-            continue: row.method === "continue",
-            resume: resumed ? { began, unjournaled } : undefined,
-            text: input.text,
-            metadata: input.metadata,
-            from: input.from
-          },
-          {
-            takeSteered: Effect.suspend(() => {
-              const now = steering
-              steering = []
-              taken = taken.concat(now)
-              return now.length === 0
-                ? Effect.succeed([])
-                : Effect.as(
-                  fenced(store.markSteered(agentId, now.map((steered) => steered.id), row.id)),
-                  now.map((steered) => ({ requestId: steered.id, ...(steered.input as any) }))
-                )
-            }),
-            toolStarted: (toolCallId, tool) => fenced(store.startToolCall(agentId, row.id, toolCallId, tool)),
-            toolFinished: (toolCallId, result) => fenced(store.finishToolCall(agentId, toolCallId, result)),
-            sentToolCalls: journal(store.toolCalls(agentId, row.id)),
-            aborting: () => aborting,
-            handingOff: () => releasing || drain.isDraining(),
-            overBudget: Effect.gen(function*() {
-              const limit = agent.config.spendLimit
-              if (limit !== undefined && (yield* usage.spent(agentId, { since: limit.since })) >= limit.usd) return true
-              const runLimit = (row.input as { spendLimit?: { usd: number } }).spendLimit
-              return runLimit !== undefined && (yield* usage.spent(agentId, { requestId: row.id })) >= runLimit.usd
-            }),
-            emit: frame(row.id),
-            append: (index, message) =>
-              Effect.zipRight(
-                fenced(store.appendMessage(agentId, index, row.id, message)),
-                Effect.sync(() => {
-                  history[index] = message
-                })
-              ),
-            historySize: () => history.length,
-            history: () => history
-          }
-        ))
-        activeTurn = turn
-        const exit = yield* Fiber.await(turn)
-        if (Exit.isFailure(exit) && DatabaseHealth.isUnreachable(exit.cause)) {
-          // The database went away under the turn (a key lookup, a usage record): the turn is not failed for
-          // it. The runner stops, and the agent's work resumes from the journal once the database is back.
-          return yield* Effect.orDie(Effect.failCause(exit.cause))
-        }
-        if (Exit.isSuccess(exit) && exit.value.handoff === true) {
-          // Stopped between steps for the next owner, which continues it under the same request id.
-          yield* fenced(store.markHandoff(agentId, row.id, "drain"))
-          taken = []
-          yield* Effect.logInfo("turn handed on").pipe(Effect.annotateLogs({ agentId, requestId: row.id }))
-          return
-        }
-        const stored = Exit.match(exit, {
-          onSuccess: (outcome): Record<string, unknown> => ({
-            // A resumed turn says whether a tool call's effect is unknown; otherwise nothing was lost.
-            result: resumed ? { ...outcome.result, resumed: true } : outcome.result,
-            ...(resumed || outcome.uncertain === true ? { uncertain: outcome.uncertain === true } : {}),
-            ...(outcome.code === undefined ? {} : { code: outcome.code, error: outcome.result.error })
+      /**
+       * A journal read or write, tried again while the database cannot be reached: a turn waits out an outage
+       * instead of failing, and a message handler never dies of one (the cluster would restart the entity).
+       * Every journal statement may run twice: each is idempotent or guarded by its state. The cluster stops
+       * the waiting when it moves the agent, and a stale owner's write then fails with Fenced.
+       */
+      const journal = <A, E>(effect: Effect.Effect<A, E>) =>
+        effect.pipe(
+          Effect.tapError((error) =>
+            error instanceof PersistenceError
+              ? Effect.logWarning("the journal cannot be reached; trying again", error.cause).pipe(
+                Effect.annotateLogs({ agentId })
+              )
+              : Effect.void
+          ),
+          Effect.retry({
+            schedule: Schedule.spaced("500 millis"),
+            while: (error) => error instanceof PersistenceError
           }),
-          onFailure: (cause) =>
-            aborting && Cause.isInterruptedOnly(cause)
-              ? { result: { messages: history.length, error: "aborted" }, error: "aborted", code: "aborted" }
-              : { error: `the runtime could not run the turn: ${Cause.pretty(cause).split("\n")[0]}` }
-        })
-        yield* settle(row.id, stored)
-        // Steered prompts the turn took (here or on a node before) end with it; those it did not reach
-        // run as their own turns.
-        for (const steered of yield* journal(store.steeredInto(agentId, row.id))) {
-          yield* settle(steered.id, stored, row.id)
-        }
-        taken = []
-        pending.unshift(...steering)
-        pending.sort((a, b) => a.seq - b.seq)
-        steering = []
-      }).pipe(Effect.ensuring(Effect.sync(() => {
-        active = null
-        activeTurn = undefined
-      })))
+          Effect.orDie
+        )
+      const entityScope = yield* Effect.scope
+      const localLogs = yield* EventLog.LocalLogs
 
-    /** Ends a request with its outcome and tells watchers. */
-    const settle = (requestId: string, outcome: Record<string, unknown>, steeredInto?: string) =>
-      Effect.gen(function*() {
-        yield* fenced(store.complete(agentId, requestId, outcome, steeredInto))
-        const finished = Option.getOrThrow(yield* journal(store.getRequest(agentId, requestId)))
-        yield* term.log.publish({ type: "response", id: requestId, outcome: toRecord(finished).outcome })
-        return finished
-      })
-
-    /** Records a request that takes effect at once (abort, configure) and settles it. */
-    const immediate = (
-      payload: { readonly requestId: string; readonly fingerprint: string },
-      method: string,
-      input: Record<string, unknown>,
-      apply: Effect.Effect<Record<string, unknown>>
-    ) =>
-      Effect.gen(function*() {
-        const row = yield* journal(store.insertRequest({
+      /**
+       * Claims the agent for this node: a new epoch, which every journal write below carries, so if the
+       * cluster ever let another node claim it, our writes are refused instead of mixing two turns. The term
+       * has its own event log, in a fresh block of ids above any earlier owner's.
+       */
+      const claimTerm = Effect.gen(function*() {
+        const ownership = yield* journal(store.claim(agentId, runnerAddress))
+        const scope = yield* Scope.fork(entityScope, ExecutionStrategy.sequential)
+        const log = yield* EventLog.make({
           agentId,
-          id: payload.requestId,
-          method,
-          fingerprint: payload.fingerprint,
-          input
-        }))
-        if (row.state === "completed" || row.fingerprint !== payload.fingerprint) return toRecord(row)
-        return toRecord(yield* settle(row.id, { result: yield* apply }))
+          startCursor: yield* journal(store.reserveEvents(agentId)),
+          continuesFrom: ownership.continuesFrom ?? undefined,
+          inherited: ownership.inherited ?? undefined
+        }).pipe(Scope.extend(scope))
+        yield* localLogs.register(agentId, log).pipe(Scope.extend(scope))
+        return { ownership, epoch: ownership.epoch, log, scope }
+      })
+      let term = yield* claimTerm
+      /** Set when this instance's runner stopped: another runner claimed the agent (Fenced), or it failed. */
+      let superseded = false
+      /**
+       * When another runner's claim was found. This instance claims the agent again only a shard lease later,
+       * if the cluster still routes its messages here: by then a runner that lost its shards while cut off has
+       * noticed and let this entity go, so two runners never take the agent from each other in turn.
+       */
+      let fencedAt: number | undefined
+      const fenced = (write: Write) =>
+        journal(store.fenced(agentId, term.epoch, write)).pipe(
+          Effect.tapDefect((defect) =>
+            Effect.sync(() => {
+              if (defect instanceof Fenced) {
+                superseded = true
+                fencedAt ??= Date.now()
+              }
+            })
+          )
+        )
+      const loadAgent = Effect.map(
+        journal(store.findById(agentId)),
+        Option.getOrThrowWith(() => new Error(`agent ${agentId} does not exist`))
+      )
+      const loadHistory = Effect.map(
+        journal(store.messages(agentId)),
+        (rows) => rows.map((row) => row.message as Turn.StoredMessage)
+      )
+      const agent = { ...yield* loadAgent }
+      const history: Array<Turn.StoredMessage> = yield* loadHistory
+      // Stopped on purpose (drain, rebalance, idle): the next owner's log goes on from this one's, without a gap.
+      // Open work is announced so another node wakes it; a draining runner announces only once its shards are
+      // gone (layerReleaseAnnouncements), since a wake-up sent now would meet this runner on its way out.
+      yield* Effect.addFinalizer(() =>
+        Effect.gen(function*() {
+          const cursor = yield* term.log.cursor
+          yield* store.release(agentId, term.epoch, cursor, yield* term.log.buffered)
+          if (drain.isDraining()) drain.released(agentId)
+          else yield* store.announceReleased([agentId])
+        }).pipe(Effect.ignore)
+      )
+
+      /** The cluster is moving the agent (rebalance, drain): the running turn stops after its step. */
+      let releasing = false
+      /** Accepted requests not yet run, in arrival order. */
+      const pending: Array<RequestRow> = []
+      /** Steered prompts waiting for the running turn's next step, and those it took. */
+      let steering: Array<RequestRow> = []
+      let taken: Array<RequestRow> = []
+      let activeTurn: Fiber.RuntimeFiber<Turn.TurnOutcome> | undefined
+      let aborting = false
+      const wakeup = yield* Queue.sliding<void>(1)
+      let active: string | null = null
+      let activeBegan: number | undefined
+
+      const enqueue = (row: RequestRow) => {
+        const known = (open: RequestRow) => open.id === row.id
+        if (
+          row.state === "completed" || active === row.id || pending.some(known) || steering.some(known) ||
+          taken.some(known)
+        ) return false
+        pending.push(row)
+        pending.sort((a, b) => a.seq - b.seq)
+        return true
+      }
+
+      const loadOpenWork = Effect.gen(function*() {
+        let added = false
+        for (const row of yield* journal(store.openRequests(agentId))) added = enqueue(row) || added
+        if (added) yield* Queue.offer(wakeup, void 0)
       })
 
-    // The runner: one request at a time, in arrival order. The entity is kept alive while a turn runs; the
-    // cluster keeps that as a message, so when the node is lost, the next owner of the shard starts the agent
-    // at once and it picks the work up. A node letting the agent go on purpose ends the keep-alive (it would
-    // hold the shard until the termination timeout) and announces the release instead (see release).
-    const runnerBody = Effect.gen(function*() {
-      while (true) {
-        yield* Queue.take(wakeup)
-        // A draining node starts nothing new: open work stays journaled for the next owner.
-        while (pending.length > 0 && !drain.isDraining() && !releasing) {
-          yield* Entity.keepAlive(true)
-          yield* drain.track(runOne(pending.shift()!))
+      /** The assistant message streaming now, rebuilt from its deltas, for snapshots. */
+      let partial: { role: "assistant"; content: Array<Record<string, unknown>> } | undefined
+      const track = (event: Record<string, any>) => {
+        if (event.type === "message_start" && event.message?.role === "assistant") {
+          partial = { role: "assistant", content: [] }
+        } else if (event.type === "message_end" || event.type === "message_retracted") partial = undefined
+        else if (event.type === "message_update" && partial !== undefined) {
+          const delta = event.assistantMessageEvent
+          const field = delta.type === "text_delta" ? "text" : delta.type === "thinking_delta" ? "thinking" : undefined
+          if (field !== undefined) {
+            const part = partial.content[delta.contentIndex] ??= { type: field, [field]: "" }
+            part[field] = String(part[field] ?? "") + delta.delta
+          }
         }
-        yield* Entity.keepAlive(false)
       }
-    }).pipe(
-      // The runner never just stops: when another runner claimed the agent (Fenced), or a bug ended it, the
-      // next message routed here claims the agent again and runs its open work from the journal; a Wake makes
-      // sure there is one. Should the cluster place the agent elsewhere now, the Wake wakes it there instead.
-      Effect.catchAllDefect((defect) =>
-        (defect instanceof Fenced
-          ? Effect.logWarning("another runner claimed the agent; this one claims it again if it still owns it")
-          : DatabaseHealth.isUnreachable(defect)
-          ? Effect.logWarning("the database went away under a turn; it resumes from the journal once it is back")
-          : Effect.logError("the agent's runner failed; it starts again from the journal", Cause.die(defect))).pipe(
-            Effect.annotateLogs({ agentId, epoch: term.epoch }),
-            Effect.zipRight(Effect.sync(() => {
-              superseded = true
-              if (defect instanceof Fenced) fencedAt ??= Date.now()
-            })),
-            Effect.zipRight(
-              makeClient(agentId).Wake().pipe(
-                Effect.timeout("5 seconds"),
-                // Until one is answered: the journal may still be out of reach.
-                Effect.retry({ schedule: Schedule.spaced("1 second"), times: 120 }),
-                Effect.ignore,
-                Effect.forkDaemon
+
+      const frame = (requestId: string) => (event: Record<string, unknown>) =>
+        Effect.suspend(() => {
+          track(event)
+          return Effect.asVoid(term.log.publish({ type: "event", requestId, event }))
+        })
+
+      const runOne = (row: RequestRow) =>
+        Effect.gen(function*() {
+          active = row.id
+          const input = row.input as unknown as Pick<Turn.TurnInput, "text" | "metadata" | "from">
+          const resumed = row.state === "running"
+          const began = row.beganIndex ?? history.length
+          let unjournaled: Array<Turn.Steered> = []
+          if (resumed) {
+            // The turn's prompts (its own, and those steered into it) whose user message the lost node had not
+            // written yet: a turn cut right after it began, or right after it took a steered prompt.
+            const inHistory = new Set(
+              history.slice(began).flatMap((message) =>
+                message.role === "user" && message.requestId !== undefined ? [message.requestId] : []
               )
             )
-          )
-      )
-    )
-    // Kept to start the runner again after a reclaim, from a message handler.
-    const runner = Effect.provide(runnerBody, yield* Effect.context<Effect.Effect.Context<typeof runnerBody>>())
-    yield* Effect.forkScoped(runner)
-    // Runs before the runner is interrupted (finalizers run in reverse): a turn moved with its shard
-    // finishes its current step and hands on, rather than being cut and resumed as after a crash.
-    yield* Effect.addFinalizer(() =>
-      Effect.suspend(() => {
-        releasing = true
-        return Effect.repeat(Effect.sync(() => active), {
-          until: (running) => running === null,
-          schedule: Schedule.spaced("50 millis")
-        }).pipe(Effect.timeout(handOnTimeout), Effect.ignore)
-      })
-    )
-    /**
-     * A message reached this instance after another runner claimed the agent: the cluster places the agent
-     * here, so this node claims it again (a new term, its log in a fresh block of ids; watchers of the old
-     * one reconnect), reloads it from the journal and runs its open work, a cut turn resumed.
-     */
-    const reclaim = Effect.gen(function*() {
-      if (fencedAt !== undefined) {
-        yield* Effect.sleep(Math.max(0, fencedAt + Duration.toMillis(shardingConfig.shardLockExpiration) - Date.now()))
-      }
-      yield* Scope.close(term.scope, Exit.void)
-      term = yield* claimTerm
-      Object.assign(agent, yield* loadAgent)
-      history.splice(0, history.length, ...yield* loadHistory)
-      pending.length = 0
-      steering = []
-      taken = []
-      superseded = false
-      fencedAt = undefined
-      yield* Effect.logInfo("claimed the agent again").pipe(Effect.annotateLogs({ agentId, epoch: term.epoch }))
-      yield* Effect.forkIn(runner, entityScope)
-      yield* loadOpenWork
-    })
-    const reclaiming = yield* Effect.makeSemaphore(1)
-    const current = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
-      Effect.zipRight(reclaiming.withPermits(1)(Effect.suspend(() => superseded ? reclaim : Effect.void)), effect)
-    yield* loadOpenWork
+            const prompts = [
+              ...(row.method === "continue" ? [] : [row]),
+              ...yield* journal(store.steeredInto(agentId, row.id))
+            ]
+            unjournaled = prompts.flatMap((prompt) =>
+              inHistory.has(prompt.id) ? [] : [{ requestId: prompt.id, ...(prompt.input as any) }]
+            )
+            // Another node began this turn: continue from what it journaled.
+            yield* fenced(store.markResumed(agentId, row.id))
+            yield* Effect.logInfo("turn resumed here").pipe(Effect.annotateLogs({
+              agentId,
+              requestId: row.id,
+              from: term.ownership.previousOwner ?? "a runner that let it go",
+              why: row.handoff ?? "its runner was lost"
+            }))
+            yield* frame(row.id)({
+              type: "turn_resumed",
+              index: history.length,
+              ...(row.handoff === null ? {} : { handoff: row.handoff })
+            })
+          } else {
+            yield* fenced(store.markRunning(agentId, row.id, history.length))
+          }
+          activeBegan = began
+          aborting = false
+          const turn = yield* Effect.fork(Turn.run(
+            {
+              tenantId: agent.tenantId,
+              agentId,
+              config: agent.config,
+              requestId: row.id,
+              continue: row.method === "continue",
+              resume: resumed ? { began, unjournaled } : undefined,
+              text: input.text,
+              metadata: input.metadata,
+              from: input.from
+            },
+            {
+              takeSteered: Effect.suspend(() => {
+                const now = steering
+                steering = []
+                taken = taken.concat(now)
+                return now.length === 0
+                  ? Effect.succeed([])
+                  : Effect.as(
+                    fenced(store.markSteered(agentId, now.map((steered) => steered.id), row.id)),
+                    now.map((steered) => ({ requestId: steered.id, ...(steered.input as any) }))
+                  )
+              }),
+              toolStarted: (toolCallId, tool) => fenced(store.startToolCall(agentId, row.id, toolCallId, tool)),
+              toolFinished: (toolCallId, result) => fenced(store.finishToolCall(agentId, toolCallId, result)),
+              sentToolCalls: journal(store.toolCalls(agentId, row.id)),
+              aborting: () => aborting,
+              handingOff: () => releasing || drain.isDraining(),
+              overBudget: Effect.gen(function*() {
+                const limit = agent.config.spendLimit
+                if (
+                  limit !== undefined && (yield* usage.spent(agentId, { since: limit.since })) >= limit.usd
+                ) return true
+                const runLimit = (row.input as { spendLimit?: { usd: number } }).spendLimit
+                return runLimit !== undefined && (yield* usage.spent(agentId, { requestId: row.id })) >= runLimit.usd
+              }),
+              emit: frame(row.id),
+              append: (index, message) =>
+                Effect.zipRight(
+                  fenced(store.appendMessage(agentId, index, row.id, message)),
+                  Effect.sync(() => {
+                    history[index] = message
+                  })
+                ),
+              historySize: () => history.length,
+              history: () => history
+            }
+          ))
+          activeTurn = turn
+          const exit = yield* Fiber.await(turn)
+          if (Exit.isFailure(exit) && DatabaseHealth.isUnreachable(exit.cause)) {
+            // The database went away under the turn (a key lookup, a usage record): the turn is not failed for
+            // it. The runner stops, and the agent's work resumes from the journal once the database is back.
+            return yield* Effect.orDie(Effect.failCause(exit.cause))
+          }
+          if (Exit.isSuccess(exit) && exit.value.handoff === true) {
+            // Stopped between steps for the next owner, which continues it under the same request id.
+            yield* fenced(store.markHandoff(agentId, row.id, "drain"))
+            taken = []
+            yield* Effect.logInfo("turn handed on").pipe(Effect.annotateLogs({ agentId, requestId: row.id }))
+            return
+          }
+          const stored = Exit.match(exit, {
+            onSuccess: (outcome): Record<string, unknown> => ({
+              // A resumed turn says whether a tool call's effect is unknown; otherwise nothing was lost.
+              result: resumed ? { ...outcome.result, resumed: true } : outcome.result,
+              ...(resumed || outcome.uncertain === true ? { uncertain: outcome.uncertain === true } : {}),
+              ...(outcome.code === undefined ? {} : { code: outcome.code, error: outcome.result.error })
+            }),
+            onFailure: (cause) =>
+              aborting && Cause.isInterruptedOnly(cause)
+                ? { result: { messages: history.length, error: "aborted" }, error: "aborted", code: "aborted" }
+                : { error: `the runtime could not run the turn: ${Cause.pretty(cause).split("\n")[0]}` }
+          })
+          yield* settle(row.id, stored)
+          // Steered prompts the turn took (here or on a node before) end with it; those it did not reach
+          // run as their own turns.
+          for (const steered of yield* journal(store.steeredInto(agentId, row.id))) {
+            yield* settle(steered.id, stored, row.id)
+          }
+          taken = []
+          pending.unshift(...steering)
+          pending.sort((a, b) => a.seq - b.seq)
+          steering = []
+        }).pipe(Effect.ensuring(Effect.sync(() => {
+          active = null
+          activeTurn = undefined
+        })))
 
-    return {
-      Prompt: ({ payload }) =>
-        current(Effect.gen(function*() {
+      /** Ends a request with its outcome and tells watchers. */
+      const settle = (requestId: string, outcome: Record<string, unknown>, steeredInto?: string) =>
+        Effect.gen(function*() {
+          yield* fenced(store.complete(agentId, requestId, outcome, steeredInto))
+          const finished = Option.getOrThrow(yield* journal(store.getRequest(agentId, requestId)))
+          yield* term.log.publish({ type: "response", id: requestId, outcome: toRecord(finished).outcome })
+          return finished
+        })
+
+      /** Records a request that takes effect at once (abort, configure) and settles it. */
+      const immediate = (
+        payload: { readonly requestId: string; readonly fingerprint: string },
+        method: string,
+        input: Record<string, unknown>,
+        apply: Effect.Effect<Record<string, unknown>>
+      ) =>
+        Effect.gen(function*() {
           const row = yield* journal(store.insertRequest({
             agentId,
             id: payload.requestId,
-            method: payload.method ?? "prompt",
+            method,
             fingerprint: payload.fingerprint,
-            input: {
-              text: payload.text,
-              ...(payload.actor === undefined ? {} : { actor: payload.actor }),
-              ...(payload.from === undefined ? {} : { from: payload.from }),
-              ...(payload.metadata === undefined ? {} : { metadata: payload.metadata }),
-              ...(payload.spendLimit === undefined ? {} : { spendLimit: payload.spendLimit })
-            }
+            input
           }))
-          if (payload.whileRunning === "steer" && active !== null && row.state === "queued") {
-            if (!steering.some((open) => open.id === row.id) && !taken.some((open) => open.id === row.id)) {
-              steering.push(row)
-            }
-          } else if (enqueue(row)) {
-            yield* Queue.offer(wakeup, void 0)
+          if (row.state === "completed" || row.fingerprint !== payload.fingerprint) return toRecord(row)
+          return toRecord(yield* settle(row.id, { result: yield* apply }))
+        })
+
+      // The runner: one request at a time, in arrival order. The entity is kept alive while a turn runs; the
+      // cluster keeps that as a message, so when the node is lost, the next owner of the shard starts the agent
+      // at once and it picks the work up. A node letting the agent go on purpose ends the keep-alive (it would
+      // hold the shard until the termination timeout) and announces the release instead (see release).
+      const runnerBody = Effect.gen(function*() {
+        while (true) {
+          yield* Queue.take(wakeup)
+          // A draining node starts nothing new: open work stays journaled for the next owner.
+          while (pending.length > 0 && !drain.isDraining() && !releasing) {
+            yield* Entity.keepAlive(true)
+            yield* drain.track(runOne(pending.shift()!))
           }
-          return toRecord(row)
-        })),
-      Abort: ({ payload }) =>
-        current(immediate(
-          payload,
-          "abort",
-          {},
-          Effect.gen(function*() {
-            const cancelled = [...pending, ...steering]
-            pending.length = 0
-            steering = []
-            for (const row of cancelled) {
-              yield* settle(row.id, { error: "cancelled by an abort request", code: "cancelled" })
-            }
-            const stopped = active
-            if (activeTurn !== undefined) {
-              aborting = true
-              yield* Fiber.interrupt(activeTurn)
-            }
-            return { cancelled: cancelled.map((row) => row.id), aborted: stopped }
-          })
-        )),
-      Configure: ({ payload }) =>
-        current(immediate(
-          payload,
-          "configure",
-          { changes: payload.changes },
-          Effect.gen(function*() {
-            agent.config = applyChanges(agent.config, payload.changes)
-            yield* fenced(store.updateConfig(agentId, agent.config))
-            return { config: agent.config }
-          })
-        )),
-      Wake: () => current(loadOpenWork),
-      Status: () =>
-        current(Effect.map(term.log.cursor, (cursor) => ({
-          cursor,
-          running: active !== null,
-          activeRequest: active,
-          queued: pending.map((row) => row.id)
-        }))),
-      Snapshot: () =>
-        current(Effect.map(term.log.cursor, (cursor) => {
-          const began = active === null ? history.length : (activeBegan ?? history.length)
-          return {
-            cursor,
-            requestId: active,
-            turn: [...history.slice(began), ...(partial === undefined ? [] : [partial])]
-          }
-        })),
-      Watch: ({ payload }) =>
-        Stream.unwrapScoped(
-          Effect.map(
-            current(Effect.suspend(() => term.log.subscribe(Option.fromNullable(payload.cursor)))),
-            (entries) =>
-              entries.pipe(
-                Stream.map((entry) => ({ id: entry.id, data: entry.data })),
-                // A lagging watcher's stream just ends; the client reconnects from its cursor. So does
-                // every stream when the node closes its streams to hand the agent on.
-                Stream.catchAll(() => Stream.empty),
-                Stream.merge(Stream.as(Stream.tick(watchKeepAlive), { id: -1, data: null }), { haltStrategy: "left" }),
-                Stream.interruptWhen(drain.closed)
+          yield* Entity.keepAlive(false)
+        }
+      }).pipe(
+        // The runner never just stops: when another runner claimed the agent (Fenced), or a bug ended it, the
+        // next message routed here claims the agent again and runs its open work from the journal; a Wake makes
+        // sure there is one. Should the cluster place the agent elsewhere now, the Wake wakes it there instead.
+        Effect.catchAllDefect((defect) =>
+          (defect instanceof Fenced
+            ? Effect.logWarning("another runner claimed the agent; this one claims it again if it still owns it")
+            : DatabaseHealth.isUnreachable(defect)
+            ? Effect.logWarning("the database went away under a turn; it resumes from the journal once it is back")
+            : Effect.logError("the agent's runner failed; it starts again from the journal", Cause.die(defect))).pipe(
+              Effect.annotateLogs({ agentId, epoch: term.epoch }),
+              Effect.zipRight(Effect.sync(() => {
+                superseded = true
+                if (defect instanceof Fenced) fencedAt ??= Date.now()
+              })),
+              Effect.zipRight(
+                makeClient(agentId).Wake().pipe(
+                  Effect.timeout("5 seconds"),
+                  // Until one is answered: the journal may still be out of reach.
+                  Effect.retry({ schedule: Schedule.spaced("1 second"), times: 120 }),
+                  Effect.ignore,
+                  Effect.forkDaemon
+                )
               )
+            )
+        )
+      )
+      // Kept to start the runner again after a reclaim, from a message handler.
+      const runner = Effect.provide(runnerBody, yield* Effect.context<Effect.Effect.Context<typeof runnerBody>>())
+      yield* Effect.forkScoped(runner)
+      // Runs before the runner is interrupted (finalizers run in reverse): a turn moved with its shard
+      // finishes its current step and hands on, rather than being cut and resumed as after a crash.
+      yield* Effect.addFinalizer(() =>
+        Effect.suspend(() => {
+          releasing = true
+          return Effect.repeat(Effect.sync(() => active), {
+            until: (running) => running === null,
+            schedule: Schedule.spaced("50 millis")
+          }).pipe(Effect.timeout(handOnTimeout), Effect.ignore)
+        })
+      )
+      /**
+       * A message reached this instance after another runner claimed the agent: the cluster places the agent
+       * here, so this node claims it again (a new term, its log in a fresh block of ids; watchers of the old
+       * one reconnect), reloads it from the journal and runs its open work, a cut turn resumed.
+       */
+      const reclaim = Effect.gen(function*() {
+        if (fencedAt !== undefined) {
+          yield* Effect.sleep(
+            Math.max(0, fencedAt + Duration.toMillis(shardingConfig.shardLockExpiration) - Date.now())
           )
-        ),
-      Poll: ({ payload }) =>
-        current(Effect.raceFirst(
-          Effect.suspend(() => term.log.poll(payload.cursor, `${payload.waitMillis} millis`)),
-          Effect.zipRight(drain.closed, Effect.suspend(() => term.log.poll(payload.cursor, 0)))
-        ))
-    }
-  }),
-  { concurrency: "unbounded", maxIdleTime: "5 minutes" }
-)
+        }
+        yield* Scope.close(term.scope, Exit.void)
+        term = yield* claimTerm
+        Object.assign(agent, yield* loadAgent)
+        history.splice(0, history.length, ...yield* loadHistory)
+        pending.length = 0
+        steering = []
+        taken = []
+        superseded = false
+        fencedAt = undefined
+        yield* Effect.logInfo("claimed the agent again").pipe(Effect.annotateLogs({ agentId, epoch: term.epoch }))
+        yield* Effect.forkIn(runner, entityScope)
+        yield* loadOpenWork
+      })
+      const reclaiming = yield* Effect.makeSemaphore(1)
+      const current = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
+        Effect.zipRight(reclaiming.withPermits(1)(Effect.suspend(() => superseded ? reclaim : Effect.void)), effect)
+      yield* loadOpenWork
+
+      return {
+        Prompt: ({ payload }) =>
+          current(Effect.gen(function*() {
+            const row = yield* journal(store.insertRequest({
+              agentId,
+              id: payload.requestId,
+              method: payload.method ?? "prompt",
+              fingerprint: payload.fingerprint,
+              input: {
+                text: payload.text,
+                ...(payload.actor === undefined ? {} : { actor: payload.actor }),
+                ...(payload.from === undefined ? {} : { from: payload.from }),
+                ...(payload.metadata === undefined ? {} : { metadata: payload.metadata }),
+                ...(payload.spendLimit === undefined ? {} : { spendLimit: payload.spendLimit })
+              }
+            }))
+            if (payload.whileRunning === "steer" && active !== null && row.state === "queued") {
+              if (!steering.some((open) => open.id === row.id) && !taken.some((open) => open.id === row.id)) {
+                steering.push(row)
+              }
+            } else if (enqueue(row)) {
+              yield* Queue.offer(wakeup, void 0)
+            }
+            return toRecord(row)
+          })),
+        Abort: ({ payload }) =>
+          current(immediate(
+            payload,
+            "abort",
+            {},
+            Effect.gen(function*() {
+              const cancelled = [...pending, ...steering]
+              pending.length = 0
+              steering = []
+              for (const row of cancelled) {
+                yield* settle(row.id, { error: "cancelled by an abort request", code: "cancelled" })
+              }
+              const stopped = active
+              if (activeTurn !== undefined) {
+                aborting = true
+                yield* Fiber.interrupt(activeTurn)
+              }
+              return { cancelled: cancelled.map((row) => row.id), aborted: stopped }
+            })
+          )),
+        Configure: ({ payload }) =>
+          current(immediate(
+            payload,
+            "configure",
+            { changes: payload.changes },
+            Effect.gen(function*() {
+              agent.config = applyChanges(agent.config, payload.changes)
+              yield* fenced(store.updateConfig(agentId, agent.config))
+              return { config: agent.config }
+            })
+          )),
+        Wake: () => current(loadOpenWork),
+        Status: () =>
+          current(Effect.map(term.log.cursor, (cursor) => ({
+            cursor,
+            running: active !== null,
+            activeRequest: active,
+            queued: pending.map((row) => row.id)
+          }))),
+        Snapshot: () =>
+          current(Effect.map(term.log.cursor, (cursor) => {
+            const began = active === null ? history.length : (activeBegan ?? history.length)
+            return {
+              cursor,
+              requestId: active,
+              turn: [...history.slice(began), ...(partial === undefined ? [] : [partial])]
+            }
+          })),
+        Watch: ({ payload }) =>
+          Stream.unwrapScoped(
+            Effect.map(
+              current(Effect.suspend(() => term.log.subscribe(Option.fromNullable(payload.cursor)))),
+              (entries) =>
+                entries.pipe(
+                  Stream.map((entry) => ({ id: entry.id, data: entry.data })),
+                  // A lagging watcher's stream just ends; the client reconnects from its cursor. So does
+                  // every stream when the node closes its streams to hand the agent on.
+                  Stream.catchAll(() => Stream.empty),
+                  Stream.merge(Stream.as(Stream.tick(watchKeepAlive), { id: -1, data: null }), {
+                    haltStrategy: "left"
+                  }),
+                  Stream.interruptWhen(drain.closed)
+                )
+            )
+          ),
+        Poll: ({ payload }) =>
+          current(Effect.raceFirst(
+            Effect.suspend(() => term.log.poll(payload.cursor, `${payload.waitMillis} millis`)),
+            Effect.zipRight(drain.closed, Effect.suspend(() => term.log.poll(payload.cursor, 0)))
+          ))
+      }
+    }),
+    { concurrency: "unbounded", maxIdleTime: "5 minutes" }
+  )))
 
 /**
  * Announces the agents a draining runner let go with open work, when this
