@@ -107,8 +107,14 @@ export interface MessageRow {
 }
 
 export class AgentStore extends Context.Tag("@agent-runtime/agent/AgentStore")<AgentStore, {
-  /** Inserts an agent; None when a live agent of the tenant already has its key. */
-  readonly insertAgent: (agent: NewAgent) => Effect.Effect<Option.Option<AgentRow>, PersistenceError>
+  /**
+   * Inserts an agent with its starting history, in one transaction; None (and nothing written) when a live
+   * agent of the tenant already has its key.
+   */
+  readonly insertAgent: (
+    agent: NewAgent,
+    history: ReadonlyArray<MessageRow>
+  ) => Effect.Effect<Option.Option<AgentRow>, PersistenceError>
   /** A live agent of the tenant (not deleted; expiry is the caller's to judge). */
   readonly find: (tenantId: string, id: string) => Effect.Effect<Option.Option<AgentRow>, PersistenceError>
   readonly findById: (id: string) => Effect.Effect<Option.Option<AgentRow>, PersistenceError>
@@ -174,11 +180,6 @@ export class AgentStore extends Context.Tag("@agent-runtime/agent/AgentStore")<A
   readonly complete: (agentId: string, id: string, outcome: Record<string, unknown>, steeredInto?: string) => Write
   readonly updateConfig: (agentId: string, config: AgentConfig) => Write
   readonly appendMessage: (agentId: string, index: number, requestId: string | null, message: unknown) => Write
-  /** Writes a new agent's starting history (no owner yet, so not fenced). */
-  readonly appendMessages: (
-    agentId: string,
-    messages: ReadonlyArray<MessageRow>
-  ) => Effect.Effect<void, PersistenceError>
   /** The request's tool calls that were sent, with their results where they came back. */
   readonly toolCalls: (
     agentId: string,
@@ -213,7 +214,7 @@ export const make = Effect.gen(function*() {
   const agentFields = sql.unsafe(agentColumns)
   const requestFields = sql.unsafe(requestColumns)
 
-  const insertAgent = (agent: NewAgent) =>
+  const insertRow = (agent: NewAgent) =>
     sql`
       INSERT INTO agents (id, tenant_id, key, name, type, config, input_fingerprint, expires_at)
       VALUES (${agent.id}, ${agent.tenantId}, ${agent.key}, ${agent.name}, ${agent.type},
@@ -221,6 +222,24 @@ export const make = Effect.gen(function*() {
         ${agent.ttlSeconds === null ? null : sql`now() + make_interval(secs => ${agent.ttlSeconds})`})
       ON CONFLICT (tenant_id, key) WHERE key IS NOT NULL AND deleted_at IS NULL DO NOTHING
       RETURNING ${agentFields}`.pipe(Effect.map((rows) => Option.map(Option.fromNullable(rows[0]), toAgent)))
+
+  // No owner yet, so the history is not fenced; it is written with the row, or not at all.
+  const insertAgent = (agent: NewAgent, history: ReadonlyArray<MessageRow>) =>
+    insertRow(agent).pipe(
+      Effect.tap((inserted) =>
+        Option.isNone(inserted) || history.length === 0 ?
+          Effect.void :
+          sql`INSERT INTO agent_messages ${
+            sql.insert(history.map((row) => ({
+              agentId: agent.id,
+              index: row.index,
+              requestId: row.requestId,
+              message: JSON.stringify(row.message)
+            })))
+          }`
+      ),
+      sql.withTransaction
+    )
 
   /** A live agent of the tenant: not deleted and not expired. */
   const find = (tenantId: string, id: string) =>
@@ -444,16 +463,6 @@ export const make = Effect.gen(function*() {
       Effect.map((rows) => rows[0]?.count ?? 0)
     )
 
-  const appendMessages = (agentId: string, rows: ReadonlyArray<MessageRow>) =>
-    rows.length === 0 ? Effect.void : sql`INSERT INTO agent_messages ${
-      sql.insert(rows.map((row) => ({
-        agentId,
-        index: row.index,
-        requestId: row.requestId,
-        message: JSON.stringify(row.message)
-      })))
-    }`.pipe(Effect.asVoid)
-
   const messages = (agentId: string) =>
     sql<{ index: number; requestId: string | null; message: unknown }>`
       SELECT index, request_id, message FROM agent_messages WHERE agent_id = ${agentId} ORDER BY index`
@@ -491,8 +500,7 @@ export const make = Effect.gen(function*() {
     completedRequests: flow(completedRequests, PersistenceError.refail),
     messageCount: flow(messageCount, PersistenceError.refail),
     updateConfig,
-    messages: flow(messages, PersistenceError.refail),
-    appendMessages: flow(appendMessages, PersistenceError.refail)
+    messages: flow(messages, PersistenceError.refail)
   })
 })
 

@@ -276,16 +276,24 @@ export const make = Effect.gen(function*() {
           : key === null
           ? AgentSchemas.defaultTtlSeconds
           : null
-        const inserted = yield* store.insertAgent({
-          id,
-          tenantId,
-          key,
-          name: settings.name ?? id,
-          type: settings.type ?? null,
-          config,
-          inputFingerprint,
-          ttlSeconds
-        })
+        const inserted = yield* store.insertAgent(
+          {
+            id,
+            tenantId,
+            key,
+            name: settings.name ?? id,
+            type: settings.type ?? null,
+            config,
+            inputFingerprint,
+            ttlSeconds
+          },
+          // The starting history, journaled like any other; a compactionSummary stands in for all before it.
+          (settings.initialMessages ?? []).map((message, index) => ({
+            index,
+            requestId: null,
+            message: { timestamp: Date.now(), ...message }
+          }))
+        )
         // Another request with this key won the race: it is still creating the agent.
         if (Option.isNone(inserted)) {
           return yield* new ApiError.IdempotencyInProgress({
@@ -293,15 +301,6 @@ export const make = Effect.gen(function*() {
           })
         }
         agent = inserted.value
-        // The starting history, journaled like any other; a compactionSummary stands in for all before it.
-        yield* store.appendMessages(
-          agent.id,
-          (settings.initialMessages ?? []).map((message, index) => ({
-            index,
-            requestId: null,
-            message: { timestamp: Date.now(), ...message }
-          }))
-        )
       }
       const first = prompt === undefined
         ? undefined
@@ -404,32 +403,31 @@ export const make = Effect.gen(function*() {
         forkedFrom: { agentId: sourceId, atMessage: end }
       }
       const id = Ids.make("client")
-      const inserted = yield* store.insertAgent({
-        id,
-        tenantId,
-        key,
-        name: input.name ?? id,
-        type: source.type,
-        config,
-        inputFingerprint: fingerprint(input),
-        ttlSeconds: input.ttlSeconds !== undefined
-          ? input.ttlSeconds
-          : input.key === undefined
-          ? AgentSchemas.defaultTtlSeconds
-          : null
-      })
-      if (Option.isNone(inserted)) {
-        return yield* new ApiError.IdempotencyConflict({ error: `key ${key} was just taken by another agent` })
-      }
-      const agent = inserted.value
-      yield* store.appendMessages(
-        id,
+      const inserted = yield* store.insertAgent(
+        {
+          id,
+          tenantId,
+          key,
+          name: input.name ?? id,
+          type: source.type,
+          config,
+          inputFingerprint: fingerprint(input),
+          ttlSeconds: input.ttlSeconds !== undefined
+            ? input.ttlSeconds
+            : input.key === undefined
+            ? AgentSchemas.defaultTtlSeconds
+            : null
+        },
         messages.filter((row) => row.index <= end).map((row) => ({
           index: row.index,
           requestId: null,
           message: row.message
         }))
       )
+      if (Option.isNone(inserted)) {
+        return yield* new ApiError.IdempotencyConflict({ error: `key ${key} was just taken by another agent` })
+      }
+      const agent = inserted.value
       return new AgentSchemas.ForkCreated({
         id: agent.id,
         token: tokens.issue(agent.id),

@@ -67,7 +67,7 @@ const newAgent = (name: string, config: Partial<Turn.TurnInput["config"]> = {}) 
       config: { model: "fake/m1", ...config },
       inputFingerprint: "unused",
       ttlSeconds: null
-    })
+    }, [])
     const client = (yield* Agent.client)(agentId)
     return { agentId, tenantId: tenant.id, client }
   })
