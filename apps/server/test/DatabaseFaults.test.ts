@@ -15,6 +15,7 @@
 import { EmbeddedPostgres } from "@agent-runtime/store"
 import {
   FakeUpstream,
+  Histories,
   Http,
   type TcpProxy,
   TestCluster,
@@ -553,19 +554,11 @@ it.scopedLive(
             )
           }
         }
-        entries.forEach((entry, i) => {
-          if (entry.message.role !== "assistant") return
-          const calls = entry.message.content.filter((part: any) => part.type === "toolCall")
-          toolCallsInHistory += calls.length
-          const results = entries.slice(i + 1, i + 1 + calls.length).map((next) => next.message)
-          expect(results.map((result) => result.role), agentId).toEqual(calls.map(() => "toolResult"))
-          expect(results.map((result) => result.toolCallId)).toEqual(calls.map((part: any) => part.id))
-        })
+        toolCallsInHistory += Histories.expectToolCallsAnswered(entries, agentId)
       }
 
       // --- No tool call was sent twice.
-      const paths = new Set(pages.calls.map((page) => page.path))
-      const duplicated = [...paths].filter((path) => pages.count(path) > 1)
+      const duplicated = pages.requestedTwice()
       expect(duplicated).toEqual([])
 
       // --- Event ids only grew for every watcher, none skipped an event untold, every moved turn said so.

@@ -11,7 +11,16 @@
  * on every node and a long poll: each watcher got every event after its
  * cursor in order, or was told it could not (REPLAY_GAP, snapshot).
  */
-import { FakeUpstream, Http, TestCluster, TestDatabase, TestWorld, ToolServer, Watchers } from "@agent-runtime/testing"
+import {
+  FakeUpstream,
+  Histories,
+  Http,
+  TestCluster,
+  TestDatabase,
+  TestWorld,
+  ToolServer,
+  Watchers
+} from "@agent-runtime/testing"
 import { expect, it } from "@effect/vitest"
 import { Duration, Effect, Fiber, Schedule } from "effect"
 
@@ -241,19 +250,11 @@ it.scopedLive(
             expect(prompts, requestId).toContain(sent.get(requestId)!.text)
           }
         }
-        entries.forEach((entry, i) => {
-          if (entry.message.role !== "assistant") return
-          const calls = entry.message.content.filter((part: any) => part.type === "toolCall")
-          toolCallsInHistory += calls.length
-          const results = entries.slice(i + 1, i + 1 + calls.length).map((next) => next.message)
-          expect(results.map((result) => result.role), agentId).toEqual(calls.map(() => "toolResult"))
-          expect(results.map((result) => result.toolCallId)).toEqual(calls.map((part: any) => part.id))
-        })
+        toolCallsInHistory += Histories.expectToolCallsAnswered(entries, agentId)
       }
 
       // --- No tool call was sent twice.
-      const paths = new Set(pages.calls.map((page) => page.path))
-      const duplicated = [...paths].filter((path) => pages.count(path) > 1)
+      const duplicated = pages.requestedTwice()
       expect(duplicated).toEqual([])
 
       // --- Cursors only grew, and every moved turn said so.

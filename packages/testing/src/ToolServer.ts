@@ -21,6 +21,8 @@ export interface ToolServer {
   readonly calls: ReadonlyArray<Call>
   /** How many times `path` (without its query) was requested. */
   readonly count: (path: string) => number
+  /** The paths requested more than once: a tool call sent twice. */
+  readonly requestedTwice: () => ReadonlyArray<string>
 }
 
 const page = (path: string) =>
@@ -49,7 +51,13 @@ export const start: Effect.Effect<ToolServer, never, Scope.Scope> = Effect.acqui
         tool: {
           url: `http://127.0.0.1:${port}`,
           calls,
-          count: (path) => calls.filter((call) => call.path === path).length
+          count: (path) => calls.filter((call) => call.path === path).length,
+          requestedTwice: () => {
+            const seen = new Set<string>()
+            const twice = new Set<string>()
+            for (const call of calls) (seen.has(call.path) ? twice : seen).add(call.path)
+            return [...twice]
+          }
         }
       }))
     })
