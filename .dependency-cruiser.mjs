@@ -4,7 +4,10 @@
  *
  * Packages, bottom to top; a package imports only packages of lower layers:
  *
- *   domain  ->  store, egress  ->  accounts, models  ->  agent, gateway  ->  apps/server
+ *   domain  ->  store, egress  ->  accounts, models, identity  ->  agent, gateway  ->  apps/server
+ *
+ * `sdk` (the client SDK, published on its own) imports only `domain`, and no
+ * package's or app's src imports it; its tests may add testing.
  *
  * `testing` may import any package, and only tests and scripts import it. No
  * package imports an app, and no app another app. Nothing imports another
@@ -23,7 +26,7 @@ import * as Path from "node:path"
 const layers = [
   ["domain"],
   ["store", "egress"],
-  ["accounts", "models"],
+  ["accounts", "models", "identity"],
   ["agent", "gateway"]
 ]
 
@@ -126,6 +129,20 @@ export default {
       to: { path: "^packages/testing/" }
     },
     ...layerRules,
+    {
+      name: "layers",
+      comment: "the sdk imports only domain (it is published on its own); its tests may add testing",
+      severity: "error",
+      from: { path: "^packages/sdk/" },
+      to: { path: "^(packages|apps)/", pathNot: "^packages/(sdk|domain|testing)/" }
+    },
+    {
+      name: "not-to-sdk",
+      comment: "production code imports the client SDK; only tests may (the runtime never depends on its client)",
+      severity: "error",
+      from: { path: "^(packages|apps)/[^/]+/src/", pathNot: "^packages/sdk/" },
+      to: { path: "^packages/sdk/" }
+    },
     ...manifestRules,
     {
       name: "no-undeclared-dependency",

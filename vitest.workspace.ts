@@ -8,9 +8,20 @@ export default defineWorkspace([
   { test: { name: "accounts", root: "./packages/accounts" } },
   { test: { name: "testing", root: "./packages/testing" } },
   { test: { name: "egress", root: "./packages/egress" } },
+  { test: { name: "identity", root: "./packages/identity", testTimeout: 30_000 } },
   { test: { name: "models", root: "./packages/models", testTimeout: 30_000 } },
   { test: { name: "agent", root: "./packages/agent" } },
   { test: { name: "gateway", root: "./packages/gateway" } },
+  {
+    test: {
+      name: "sdk",
+      root: "./packages/sdk",
+      testTimeout: 60_000,
+      hookTimeout: 60_000,
+      // Rest.test.ts starts a real node with the testing package's TestNode.
+      provide: { serverMain: fileURLToPath(new URL("./apps/server/src/main.ts", import.meta.url)) }
+    }
+  },
   {
     test: {
       name: "server",

@@ -8,6 +8,7 @@
 import { AccountsMigrations } from "@agent-runtime/accounts"
 import { AgentMigrations } from "@agent-runtime/agent"
 import { GatewayMigrations } from "@agent-runtime/gateway"
+import { IdentityMigrations } from "@agent-runtime/identity"
 import { ModelsMigrations } from "@agent-runtime/models"
 import type { Migrations } from "@agent-runtime/store"
 
@@ -15,5 +16,6 @@ export const migrations: ReadonlyArray<Migrations.Migrations> = [
   AccountsMigrations.migrations,
   ModelsMigrations.migrations,
   AgentMigrations.migrations,
-  GatewayMigrations.migrations
+  GatewayMigrations.migrations,
+  IdentityMigrations.migrations
 ]

@@ -3,7 +3,7 @@
  * ready, then draining from the first shutdown signal on.
  */
 import { Drain } from "@agent-runtime/agent"
-import { Duration, Effect, Layer, Ref } from "effect"
+import { Duration, Effect, Layer, Ref, Runtime } from "effect"
 import { ServerConfig } from "./ServerConfig.ts"
 
 export type State = "starting" | "ready" | "draining"
@@ -48,6 +48,16 @@ export const layerServing = Layer.scopedDiscard(
             ? "drained: running turns stopped after their step and move to other runners"
             : "drain timed out: turns still running are cut and resumed by their next owners"
         ).pipe(Effect.annotateLogs({ turns, stillRunning: drain.running(), ms: Math.round(Duration.toMillis(took)) }))
+        // The servers and the runner stop next; should that take long, the log says what the process waits on.
+        // (An unref'd timer: it must not itself keep the process alive.)
+        const runtime = yield* Effect.runtime<never>()
+        const stopping = setInterval(() =>
+          Runtime.runSync(runtime)(
+            Effect.logWarning("still stopping").pipe(
+              Effect.annotateLogs("waitingOn", process.getActiveResourcesInfo().filter((kind) => kind !== "Timeout"))
+            )
+          ), 5_000)
+        stopping.unref()
       })
     )
   })

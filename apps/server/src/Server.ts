@@ -16,6 +16,7 @@ import {
 } from "@agent-runtime/agent"
 import { Api } from "@agent-runtime/domain"
 import { Egress, Resolver } from "@agent-runtime/egress"
+import { IdentityTokens } from "@agent-runtime/identity"
 import {
   Catalog,
   Credentials,
@@ -42,6 +43,7 @@ import * as Health from "./http/Health.ts"
 import * as Me from "./http/Me.ts"
 import * as Models from "./http/Models.ts"
 import * as Tokens_ from "./http/Tokens.ts"
+import * as WellKnown from "./http/WellKnown.ts"
 import { migrations } from "./Migrations.ts"
 import * as Readiness from "./Readiness.ts"
 import * as Runners from "./Runners.ts"
@@ -78,7 +80,8 @@ const layerApi = HttpApiBuilder.api(Api.Api).pipe(
     Models.layerKeyScopes,
     AgentsHttp.layer,
     Clients.layer,
-    Admin.layer
+    Admin.layer,
+    WellKnown.layer
   ]),
   Layer.provide([Authentication.layer, Authentication.layerOperator, Authentication.layerAgent])
 )
@@ -188,7 +191,13 @@ const layerAgentsOn = <ROut, E, RIn>(cluster: Layer.Layer<ROut, E, RIn>) =>
 export const layerServicesOn = <ROut, E, RIn>(cluster: Layer.Layer<ROut, E, RIn>) =>
   layerAgentsOn(cluster).pipe(
     Layer.provideMerge(
-      Layer.mergeAll(Tenants.Tenants.Default, Tokens.Tokens.Default, Operator.layerConfig, layerModels)
+      Layer.mergeAll(
+        Tenants.Tenants.Default,
+        Tokens.Tokens.Default,
+        Operator.layerConfig,
+        IdentityTokens.layerConfig.pipe(Layer.provide(SealedSecret.layerConfig)),
+        layerModels
+      )
     )
   )
 

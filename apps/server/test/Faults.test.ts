@@ -23,6 +23,7 @@ import {
 } from "@agent-runtime/testing"
 import { expect, it } from "@effect/vitest"
 import { Duration, Effect, Fiber, Schedule } from "effect"
+import * as Fs from "node:fs"
 
 const agentCount = 12
 const leaseSeconds = 4
@@ -54,6 +55,23 @@ it.scopedLive(
           DRAIN_TIMEOUT_SECONDS: String(drainTimeoutSeconds)
         }
       })
+      // FAULTS_DEBUG=dir: every node's log and each poll watcher's trace are written there when the run ends.
+      const debugDir = process.env.FAULTS_DEBUG
+      const traces = new Map<string, Array<string>>()
+      const trace = (agentId: string, line: string) => {
+        if (debugDir !== undefined) traces.set(agentId, [...(traces.get(agentId) ?? []), line])
+      }
+      if (debugDir !== undefined) {
+        yield* Effect.addFinalizer(() =>
+          Effect.sync(() => {
+            Fs.mkdirSync(debugDir, { recursive: true })
+            cluster.started.forEach(({ index, node }, n) =>
+              Fs.writeFileSync(`${debugDir}/node-${n}-member-${index}.log`, node.output())
+            )
+            for (const [agentId, lines] of traces) Fs.writeFileSync(`${debugDir}/${agentId}.trace`, lines.join("\n"))
+          })
+        )
+      }
       const { api, token } = yield* TestWorld.tenantWithModel({ node: cluster.members[0]!.node, upstream }, "faults")
       const agents = yield* Effect.forEach(Array.from({ length: agentCount }), () =>
         Effect.map(
@@ -101,6 +119,18 @@ it.scopedLive(
               continue
             }
             const response = polled.right
+            trace(
+              agentId,
+              `${new Date().toISOString()} ${base} after ${cursor}: ${response.status} ${
+                response.status === 200
+                  ? (response.body.events as Array<any>).map((event) =>
+                    `${event.id}:${event.data.type === "event" ? event.data.event.type : event.data.type}${
+                      event.data.requestId === undefined ? "" : `(${event.data.requestId})`
+                    }`
+                  ).join(" ")
+                  : JSON.stringify(response.body)
+              }`
+            )
             if (response.status === 409) {
               // The previous owner was lost: read on from the oldest event the new owner holds.
               gaps++

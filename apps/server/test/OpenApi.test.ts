@@ -25,6 +25,8 @@ const routes = [
   ["delete", "/v1/admin/platform-keys/{provider}"],
   ["get", "/v1/admin/runners"],
   ["post", "/v1/admin/runners/{address}/drain"],
+  ["post", "/v1/admin/identity-keys/rotate"],
+  ["get", "/.well-known/jwks.json"],
   ["get", "/v1/models"],
   ["get", "/v1/providers"],
   ["get", "/v1/providers/{name}"],

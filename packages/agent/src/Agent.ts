@@ -4,12 +4,20 @@
  * request id, so a redelivery after a move runs nothing twice; reads are
  * volatile.
  */
-import { Input, Run } from "@agent-runtime/domain"
+import { Application, Input, Run } from "@agent-runtime/domain"
 import { ClusterSchema, Entity } from "@effect/cluster"
 import { Rpc } from "@effect/rpc"
 import { Schema } from "effect"
-import { ReplayGap } from "./AgentError.ts"
+import {
+  ApplicationConnected,
+  CallEnded,
+  ConnectionReplaced,
+  ConnectionUnknown,
+  Draining,
+  ReplayGap
+} from "./AgentError.ts"
 import type { AgentConfig, RequestRow } from "./AgentStore.ts"
+import { Frame } from "./ApplicationConnection.ts"
 
 export const PromptPayload = Schema.Struct({
   requestId: Schema.String,
@@ -39,6 +47,8 @@ export const watchKeepAlive = "2 seconds"
 export const Status = Schema.Struct({
   cursor: Schema.Number,
   running: Schema.Boolean,
+  /** Whether an application connection serves the agent's tools. */
+  connected: Schema.Boolean,
   activeRequest: Schema.NullOr(Schema.String),
   queued: Schema.Array(Schema.String)
 })
@@ -106,6 +116,22 @@ export const Agent = Entity.make("Agent", [
     error: ReplayGap,
     stream: true
   }),
+  /** Attaches an application connection's stream (see ApplicationConnection). */
+  Rpc.make("Connect", {
+    payload: { connection: Schema.optional(Schema.String), takeover: Schema.Boolean },
+    success: Frame,
+    error: Schema.Union(ApplicationConnected, Draining),
+    stream: true
+  }),
+  /** A message from the application on its connection. */
+  Rpc.make("Mcp", {
+    payload: { connection: Schema.String, message: Application.JsonRpcMessage },
+    error: Schema.Union(ConnectionUnknown, ConnectionReplaced, CallEnded)
+  }),
+  /** The node serving a connection's stream still holds it. */
+  Rpc.make("Heartbeat", { payload: { connection: Schema.String }, error: ConnectionUnknown }),
+  /** Whether a connection serves the agent's tools, waiting up to `waitMillis` for one. */
+  Rpc.make("AwaitConnected", { payload: { waitMillis: Schema.Number }, success: Schema.Boolean }),
   Rpc.make("Poll", {
     payload: { cursor: Schema.Number, waitMillis: Schema.Number },
     success: Schema.Struct({ cursor: Schema.Number, events: Schema.Array(LoggedEvent) }),

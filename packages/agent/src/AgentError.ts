@@ -45,3 +45,47 @@ export class SubscriberLagged extends Schema.TaggedError<SubscriberLagged>()("Su
     return `subscriber fell behind after event ${this.lastId}`
   }
 }
+
+/** Another connection serves the agent's tools; the new one did not ask to take over. */
+export class ApplicationConnected extends Schema.TaggedError<ApplicationConnected>()("ApplicationConnected", {
+  holder: Schema.String
+}) {
+  override get message() {
+    return `connection ${this.holder} serves this agent's tools; connect with takeover=true to replace it`
+  }
+}
+
+/** A message named a connection the agent's owner does not hold (the agent moved, or it was dropped). */
+export class ConnectionUnknown extends Schema.TaggedError<ConnectionUnknown>()("ConnectionUnknown", {
+  connection: Schema.String
+}) {
+  override get message() {
+    return `no connection ${this.connection} serves this agent here; reconnect`
+  }
+}
+
+/** A replaced connection sent something other than an answer to a call it holds. */
+export class ConnectionReplaced extends Schema.TaggedError<ConnectionReplaced>()("ConnectionReplaced", {
+  connection: Schema.String
+}) {
+  override get message() {
+    return `connection ${this.connection} was taken over and holds no such call`
+  }
+}
+
+/** An answer came for a call that had already ended without it (its deadline, or its connection, went first). */
+export class CallEnded extends Schema.TaggedError<CallEnded>()("CallEnded", {
+  callId: Schema.String,
+  reason: Schema.String
+}) {
+  override get message() {
+    return `call ${this.callId} already ended (${this.reason}); the model was told its outcome is unknown`
+  }
+}
+
+/** The agent's owner is draining: a connection made now would end at once; connect again shortly. */
+export class Draining extends Schema.TaggedError<Draining>()("Draining", {}) {
+  override get message() {
+    return "the agent's runner is draining; the agent moves to another runner: connect again shortly"
+  }
+}

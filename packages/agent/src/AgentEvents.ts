@@ -8,9 +8,10 @@
 import { ApiError } from "@agent-runtime/domain"
 import { DatabaseHealth } from "@agent-runtime/store"
 import type { Scope } from "effect"
-import { Context, Duration, Effect, Layer, Option, Stream } from "effect"
+import { Context, Duration, Effect, Layer, Option, Sink, Stream } from "effect"
 import { Agent, type Status } from "./Agent.ts"
 import type { ReplayGap } from "./AgentError.ts"
+import * as ApplicationConnection from "./ApplicationConnection.ts"
 import { Drain } from "./Drain.ts"
 import * as EventLog from "./EventLog.ts"
 import * as Sse from "./Sse.ts"
@@ -69,6 +70,27 @@ export class AgentEvents extends Context.Tag("@agent-runtime/agent/AgentEvents")
     cursor: Option.Option<number>,
     options: { readonly snapshot: boolean; readonly ready: unknown }
   ) => Effect.Effect<EventBody, ApiError.ReplayGap, Scope.Scope>
+  /**
+   * The body of an application connection's SSE response: the agent's events
+   * as `eventBody` gives them, and the runtime's MCP messages to the
+   * application from the agent's owner, wherever it is. Refused with
+   * ApplicationConnected while another connection serves the agent's tools,
+   * unless `takeover`.
+   */
+  readonly connectionBody: (
+    agentId: string,
+    cursor: Option.Option<number>,
+    options: {
+      readonly snapshot: boolean
+      readonly connection: Option.Option<string>
+      readonly takeover: boolean
+      readonly version: number
+    }
+  ) => Effect.Effect<
+    Stream.Stream<Uint8Array>,
+    ApiError.ReplayGap | ApiError.ApplicationConnected | ApiError.Unavailable,
+    Scope.Scope
+  >
   /**
    * Waits until `requestId` settles (its response event), the deadline
    * passes, or the node closes its streams; `read` tells whether it has.
@@ -215,6 +237,66 @@ export const make = Effect.gen(function*() {
       return { _tag: "Stream", body: Sse.toStream({ ready: options.ready, entries }) } as const
     })
 
+  const connectionBody = (
+    agentId: string,
+    cursor: Option.Option<number>,
+    options: {
+      readonly snapshot: boolean
+      readonly connection: Option.Option<string>
+      readonly takeover: boolean
+      readonly version: number
+    }
+  ) =>
+    Effect.gen(function*() {
+      const client = makeClient(agentId)
+      const [first, frames] = yield* Stream.peel(
+        client.Connect({
+          ...(Option.isSome(options.connection) ? { connection: options.connection.value } : {}),
+          takeover: options.takeover
+        }),
+        Sink.head()
+      ).pipe(
+        fromOwner,
+        Effect.catchTags({
+          ApplicationConnected: (refused) => Effect.fail(new ApiError.ApplicationConnected({ error: refused.message })),
+          Draining: (refused) => Effect.fail(new ApiError.Unavailable({ error: refused.message, retryAfter: 1 })),
+          MailboxFull: (error) => Effect.die(error),
+          AlreadyProcessingMessage: (error) => Effect.die(error),
+          PersistenceError: (error) => Effect.die(error)
+        })
+      )
+      if (Option.isNone(first) || first.value._tag !== "Ready") return yield* Effect.fail(ownerUnavailable())
+      const { connection, toolsHash } = first.value
+      const entries = yield* watch(agentId, cursor, options.snapshot)
+      let replaced = false
+      const owner = frames.pipe(
+        // The owner sends a keep-alive every few seconds: silence means it was lost, and the application
+        // reconnects to the next one.
+        Stream.timeoutFail(ownerUnavailable, followIdleLimit),
+        Stream.filterMap((frame) => {
+          if (frame._tag === "Mcp") return Option.some(Sse.mcp(frame.message))
+          if (frame._tag !== "Closed") return Option.none()
+          replaced = true
+          return Option.some(Sse.closed)
+        })
+      )
+      // The owner counts the connection gone when this node stops saying it holds it.
+      const heartbeats = Stream.drain(Stream.fromEffect(
+        Effect.forever(Effect.delay(client.Heartbeat({ connection }), ApplicationConnection.keepAliveInterval))
+      ))
+      const body = Stream.map(entries, Sse.encode).pipe(
+        Stream.merge(owner, { haltStrategy: "either" }),
+        Stream.merge(heartbeats, { haltStrategy: "either" }),
+        Stream.catchAllCause(() => Stream.empty),
+        Stream.concat(Stream.suspend(() => replaced ? Stream.empty : Stream.make(Sse.reconnect)))
+      )
+      return Sse.withHeartbeat(
+        Stream.make(Sse.ready({ version: options.version, agentId, connection, toolsHash })).pipe(
+          Stream.concat(body)
+        )
+      )
+    })
+
   const awaitSettled = <A, E>(
     agentId: string,
     requestId: string,
@@ -260,7 +342,7 @@ export const make = Effect.gen(function*() {
     )
   }
 
-  return AgentEvents.of({ status, watch, poll, eventBody, awaitSettled })
+  return AgentEvents.of({ status, watch, poll, eventBody, connectionBody, awaitSettled })
 })
 
 export const layer = Layer.effect(AgentEvents, make)

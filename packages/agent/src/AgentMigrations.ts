@@ -98,9 +98,17 @@ const runnerReports = Effect.gen(function*() {
     )`
 })
 
+/** The tools an agent's application listed, and the connection serving them (see `ApplicationConnection`). */
+const application = Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
+  yield* sql`ALTER TABLE agents ADD COLUMN application_tools jsonb, ADD COLUMN tools_hash text,
+    ADD COLUMN connection text`
+})
+
 export const migrations = Migrations.make("agent_migrations", {
   "1_agents": Migrations.legacy(3, agents),
   "2_journal": Migrations.legacy(4, journal),
   // Written by the same step of the single list as the journal.
-  "3_runner_reports": Migrations.legacy(4, runnerReports)
+  "3_runner_reports": Migrations.legacy(4, runnerReports),
+  "4_application": application
 })

@@ -6,6 +6,7 @@
  * a turn cut short by a crash or a move is run again from its start, and
  * says so with turn_resumed.
  */
+import { IdentityTokens } from "@agent-runtime/identity"
 import { UsageLog } from "@agent-runtime/models"
 import { DatabaseHealth } from "@agent-runtime/store"
 import { Entity, ShardingConfig } from "@effect/cluster"
@@ -24,8 +25,9 @@ import {
   Stream
 } from "effect"
 import { Agent, applyChanges, toRecord, watchKeepAlive } from "./Agent.ts"
-import { Fenced, PersistenceError } from "./AgentError.ts"
+import { type ApplicationConnected, Draining, Fenced, PersistenceError } from "./AgentError.ts"
 import { AgentStore, type RequestRow, type Write } from "./AgentStore.ts"
+import * as ApplicationConnection from "./ApplicationConnection.ts"
 import { Drain } from "./Drain.ts"
 import * as EventLog from "./EventLog.ts"
 import * as RunnerReports from "./RunnerReports.ts"
@@ -42,6 +44,7 @@ export const layer = Layer.unwrapEffect(Effect.map(Agent.client, (makeClient) =>
       const agentId = address.entityId
       const store = yield* AgentStore
       const usage = yield* UsageLog.UsageLog
+      const identity = yield* IdentityTokens.IdentityTokens
       const drain = yield* Drain
       const shardingConfig = yield* ShardingConfig.ShardingConfig
       const runnerAddress = Option.match(shardingConfig.runnerAddress, {
@@ -119,6 +122,43 @@ export const layer = Layer.unwrapEffect(Effect.map(Agent.client, (makeClient) =>
       )
       const agent = { ...yield* loadAgent }
       const history: Array<Turn.StoredMessage> = yield* loadHistory
+      /** Bookkeeping of the connection (which serves, the tools it listed): worth a warning, never a failure. */
+      const noted = (what: string) => <E, R>(effect: Effect.Effect<void, E, R>) =>
+        Effect.catchAllCause(effect, (cause) =>
+          Effect.logWarning(`could not record the application's ${what}`, cause).pipe(Effect.annotateLogs({ agentId })))
+      const application = yield* ApplicationConnection.make({
+        agentId,
+        toolsHash: () =>
+          agent.toolsHash,
+        saveTools: (tools, hash) =>
+          fenced(store.setApplicationTools(agentId, tools, hash)).pipe(
+            Effect.zipRight(Effect.sync(() =>
+              Object.assign(agent, { applicationTools: tools, toolsHash: hash })
+            )),
+            noted("tools")
+          ),
+        saveConnection: (connection) => noted("connection")(fenced(store.setConnection(agentId, connection))),
+        identity: ({ actor, origin }) =>
+          identity.sign({
+            audience: ApplicationConnection.audience(agentId),
+            subject: agent.config.subject,
+            actor,
+            context: agent.config.context,
+            tenantId: agent.tenantId,
+            agentId,
+            origin
+          }).pipe(
+            Effect.asSome,
+            Effect.catchAll((error) =>
+              Effect.as(
+                Effect.logWarning("could not sign an identity token; the call goes without one", error),
+                Option.none()
+              )
+            )
+          )
+      })
+      // A draining node tells the application: no new calls come on its connection.
+      yield* Effect.forkScoped(Effect.zipRight(drain.begun, application.drain))
       // Stopped on purpose (drain, rebalance, idle): the next owner's log goes on from this one's, without a gap.
       // Open work is announced so another node wakes it; a draining runner announces only once its shards are
       // gone (layerReleaseAnnouncements), since a wake-up sent now would meet this runner on its way out.
@@ -223,6 +263,7 @@ export const layer = Layer.unwrapEffect(Effect.map(Agent.client, (makeClient) =>
           }
           activeBegan = began
           aborting = false
+          const declared = agent.applicationTools ?? []
           const turn = yield* Effect.fork(Turn.run(
             {
               tenantId: agent.tenantId,
@@ -233,7 +274,15 @@ export const layer = Layer.unwrapEffect(Effect.map(Agent.client, (makeClient) =>
               resume: resumed ? { began, unjournaled } : undefined,
               text: input.text,
               metadata: input.metadata,
-              from: input.from
+              from: input.from,
+              application: declared.length === 0 ? undefined : {
+                tools: application.tools(declared, {
+                  requestId: row.id,
+                  actor: (row.input as { actor?: string }).actor ?? input.from?.id,
+                  origin: row.method
+                }),
+                connected: application.connected()
+              }
             },
             {
               takeSteered: Effect.suspend(() => {
@@ -486,6 +535,7 @@ export const layer = Layer.unwrapEffect(Effect.map(Agent.client, (makeClient) =>
           current(Effect.map(term.log.cursor, (cursor) => ({
             cursor,
             running: active !== null,
+            connected: application.connected(),
             activeRequest: active,
             queued: pending.map((row) => row.id)
           }))),
@@ -515,6 +565,20 @@ export const layer = Layer.unwrapEffect(Effect.map(Agent.client, (makeClient) =>
                 )
             )
           ),
+        Connect: ({ payload }) =>
+          Stream.unwrap(
+            Effect.suspend(() =>
+              drain.isDraining()
+                ? Effect.fail<ApplicationConnected | Draining>(new Draining())
+                : current(application.connect(payload))
+            )
+          ).pipe(
+            // A draining node ends its streams; the application reconnects to the agent's next owner.
+            Stream.interruptWhen(drain.closed)
+          ),
+        Mcp: ({ payload }) => current(application.receive(payload.connection, payload.message)),
+        Heartbeat: ({ payload }) => application.heartbeat(payload.connection),
+        AwaitConnected: ({ payload }) => application.awaitConnected(Duration.millis(payload.waitMillis)),
         Poll: ({ payload }) =>
           current(Effect.raceFirst(
             Effect.suspend(() => term.log.poll(payload.cursor, `${payload.waitMillis} millis`)),

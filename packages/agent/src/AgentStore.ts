@@ -16,6 +16,8 @@ export const AgentConfig = Schema.Struct({
   keyScope: Schema.optional(Schema.String),
   modelHeaders: Schema.optional(Schema.Record({ key: Schema.String, value: Schema.String })),
   subject: Schema.optional(Schema.String),
+  /** Claims for tool servers, carried as `ctx` in identity tokens; set only at creation. */
+  context: Schema.optional(Schema.Record({ key: Schema.String, value: Schema.Unknown })),
   maxTurns: Schema.optional(Schema.Number),
   /** The agent this one was forked from, and the history index the copy ended at. */
   forkedFrom: Schema.optional(Schema.Struct({ agentId: Schema.String, atMessage: Schema.Number })),
@@ -38,7 +40,23 @@ export interface AgentRow {
   /** Failed attempts to wake its unfinished work, and when the next may happen. */
   readonly resumeFailures: number
   readonly resumeAfter: number | null
+  /** The tools its application last listed, and their hash (see `ApplicationConnection.toolsHash`). */
+  readonly applicationTools: ReadonlyArray<ApplicationTool> | null
+  readonly toolsHash: string | null
+  /** The connection serving its tools now, as its owner last wrote it. */
+  readonly connection: string | null
 }
+
+/** A tool the application listed, with the runtime's settings from its `_meta`. */
+export const ApplicationTool = Schema.Struct({
+  name: Schema.String,
+  description: Schema.String,
+  parameters: Schema.Record({ key: Schema.String, value: Schema.Unknown }),
+  exposure: Schema.optional(Schema.Literal("direct", "codemode", "both")),
+  executionMode: Schema.optional(Schema.Literal("sequential", "parallel")),
+  deadlineMs: Schema.optional(Schema.Number)
+})
+export type ApplicationTool = typeof ApplicationTool.Type
 
 export interface RequestRow {
   readonly agentId: string
@@ -64,7 +82,7 @@ const epoch = (column: string) => `floor(extract(epoch from ${column}))::float8`
 
 const agentColumns = `id, tenant_id, key, name, type, config, input_fingerprint,
   ${epoch("expires_at")} AS expires_at, ${epoch("created_at")} AS created_at,
-  resume_failures, ${epoch("resume_after")} AS resume_after`
+  resume_failures, ${epoch("resume_after")} AS resume_after, application_tools, tools_hash, connection`
 
 const requestColumns = `agent_id, id, seq::float8 AS seq, method, state, fingerprint, input, began_index, outcome,
   steered_into, handoff, resumes, ${epoch("started_at")} AS started_at, ${epoch("began_at")} AS began_at,
@@ -72,7 +90,13 @@ const requestColumns = `agent_id, id, seq::float8 AS seq, method, state, fingerp
 
 const decodeConfig = Schema.decodeUnknownSync(AgentConfig)
 
-const toAgent = (row: any): AgentRow => ({ ...row, config: decodeConfig(row.config) })
+const decodeTools = Schema.decodeUnknownSync(Schema.Array(ApplicationTool))
+
+const toAgent = (row: any): AgentRow => ({
+  ...row,
+  config: decodeConfig(row.config),
+  applicationTools: row.applicationTools === null ? null : decodeTools(row.applicationTools)
+})
 
 /** The PostgreSQL channel on which a released agent with unfinished work is announced (payload: its id). */
 export const releasedChannel = "agent_runtime_released"
@@ -87,7 +111,12 @@ export const eventBlockSize = 100_000
 export type Write = (guard: Statement.Fragment) => Statement.Statement<unknown>
 
 /** A new agent's row; the store sets its times. */
-export interface NewAgent extends Omit<AgentRow, "expiresAt" | "createdAt" | "resumeFailures" | "resumeAfter"> {
+export interface NewAgent extends
+  Omit<
+    AgentRow,
+    "expiresAt" | "createdAt" | "resumeFailures" | "resumeAfter" | "applicationTools" | "toolsHash" | "connection"
+  >
+{
   readonly ttlSeconds: number | null
 }
 
@@ -179,6 +208,10 @@ export class AgentStore extends Context.Tag("@agent-runtime/agent/AgentStore")<A
   readonly finishToolCall: (agentId: string, toolCallId: string, result: unknown) => Write
   readonly complete: (agentId: string, id: string, outcome: Record<string, unknown>, steeredInto?: string) => Write
   readonly updateConfig: (agentId: string, config: AgentConfig) => Write
+  /** The tools the application listed, and their hash. */
+  readonly setApplicationTools: (agentId: string, tools: ReadonlyArray<ApplicationTool>, hash: string) => Write
+  /** The connection serving the agent's tools, or null when none does. */
+  readonly setConnection: (agentId: string, connection: string | null) => Write
   readonly appendMessage: (agentId: string, index: number, requestId: string | null, message: unknown) => Write
   /** The request's tool calls that were sent, with their results where they came back. */
   readonly toolCalls: (
@@ -325,7 +358,7 @@ export const make = Effect.gen(function*() {
       inherited: Array<{ id: number; data: unknown }> | null
     }>`
       UPDATE agents a SET owner_epoch = a.owner_epoch + 1, owner = ${owner}, released_cursor = NULL,
-        released_events = NULL
+        released_events = NULL, connection = NULL
       FROM (SELECT id, owner, released_cursor, released_events FROM agents WHERE id = ${agentId} FOR UPDATE) previous
       WHERE a.id = previous.id
       RETURNING a.owner_epoch::float8 AS epoch, previous.owner AS previous_owner,
@@ -439,6 +472,14 @@ export const make = Effect.gen(function*() {
   const updateConfig = (agentId: string, config: AgentConfig): Write => (guard) =>
     sql`UPDATE agents SET config = ${JSON.stringify(config)}::jsonb WHERE id = ${agentId} AND ${guard}`
 
+  const setApplicationTools =
+    (agentId: string, tools: ReadonlyArray<ApplicationTool>, hash: string): Write => (guard) =>
+      sql`UPDATE agents SET application_tools = ${JSON.stringify(tools)}::jsonb, tools_hash = ${hash}
+      WHERE id = ${agentId} AND ${guard}`
+
+  const setConnection = (agentId: string, connection: string | null): Write => (guard) =>
+    sql`UPDATE agents SET connection = ${connection} WHERE id = ${agentId} AND ${guard}`
+
   const appendMessage =
     (agentId: string, index: number, requestId: string | null, message: unknown): Write => (guard) =>
       sql`INSERT INTO agent_messages (agent_id, index, request_id, message)
@@ -500,6 +541,8 @@ export const make = Effect.gen(function*() {
     completedRequests: flow(completedRequests, PersistenceError.refail),
     messageCount: flow(messageCount, PersistenceError.refail),
     updateConfig,
+    setApplicationTools,
+    setConnection,
     messages: flow(messages, PersistenceError.refail)
   })
 })

@@ -3,16 +3,25 @@
  * delete, prompt, request records, events, state and history. Work goes to
  * the agent's entity; reads of settled data come from the journal.
  */
-import { Agent as AgentSchemas, ApiError, CanonicalJson, Common, Run, Session } from "@agent-runtime/domain"
+import {
+  Agent as AgentSchemas,
+  ApiError,
+  type Application,
+  CanonicalJson,
+  Common,
+  Run,
+  Session
+} from "@agent-runtime/domain"
 import { Listing, UsageLog } from "@agent-runtime/models"
 import { Ids } from "@agent-runtime/store"
-import { Context, Duration, Effect, Layer, Option, type Scope } from "effect"
+import { Context, Duration, Effect, Layer, Option, type Scope, type Stream } from "effect"
 import * as Crypto from "node:crypto"
 import { Agent, applyChanges, type PromptPayload, toRecord } from "./Agent.ts"
 import { PersistenceError } from "./AgentError.ts"
 import * as AgentEvents from "./AgentEvents.ts"
 import { type AgentConfig, type AgentRow, AgentStore } from "./AgentStore.ts"
 import * as AgentTokens from "./AgentTokens.ts"
+import * as ApplicationConnection from "./ApplicationConnection.ts"
 import type * as EventLog from "./EventLog.ts"
 import * as HistoryPage from "./HistoryPage.ts"
 import { Tools } from "./Tools.ts"
@@ -61,16 +70,25 @@ export class Agents extends Context.Tag("@agent-runtime/agent/Agents")<Agents, {
     input: Run.PromptInput
   ) => Effect.Effect<
     Run.RequestRecord,
-    ApiError.NotFound | ApiError.Gone | ApiError.SpendLimit | ApiError.IdempotencyConflict
+    | ApiError.NotFound
+    | ApiError.Gone
+    | ApiError.SpendLimit
+    | ApiError.IdempotencyConflict
+    | ApiError.ApplicationNotConnected
   >
   /** A turn on the history as it is, without a new user message. */
   readonly continueRun: (
     tenantId: string,
     agentId: string,
-    requestId: Option.Option<string>
+    requestId: Option.Option<string>,
+    allowDisconnected?: boolean
   ) => Effect.Effect<
     Run.RequestRecord,
-    ApiError.NotFound | ApiError.Gone | ApiError.SpendLimit | ApiError.IdempotencyConflict
+    | ApiError.NotFound
+    | ApiError.Gone
+    | ApiError.SpendLimit
+    | ApiError.IdempotencyConflict
+    | ApiError.ApplicationNotConnected
   >
   readonly abort: (
     tenantId: string,
@@ -127,6 +145,35 @@ export class Agents extends Context.Tag("@agent-runtime/agent/Agents")<Agents, {
     cursor: Option.Option<number>,
     options: { readonly snapshot: boolean; readonly ready: unknown }
   ) => Effect.Effect<AgentEvents.EventBody, ApiError.NotFound | ApiError.Gone | ApiError.ReplayGap, Scope.Scope>
+  /** The SSE body of an application connection (see AgentEvents.connectionBody). */
+  readonly connectionBody: (
+    tenantId: string,
+    agentId: string,
+    cursor: Option.Option<number>,
+    options: Parameters<Context.Tag.Service<AgentEvents.AgentEvents>["connectionBody"]>[2]
+  ) => Effect.Effect<
+    Stream.Stream<Uint8Array>,
+    | ApiError.NotFound
+    | ApiError.Gone
+    | ApiError.ReplayGap
+    | ApiError.ApplicationConnected
+    | ApiError.Unavailable,
+    Scope.Scope
+  >
+  /** A message from the application on its connection, handed to the agent's owner. */
+  readonly mcp: (
+    tenantId: string,
+    agentId: string,
+    connection: string,
+    message: Application.JsonRpcMessage
+  ) => Effect.Effect<
+    void,
+    | ApiError.NotFound
+    | ApiError.Gone
+    | ApiError.Conflict
+    | ApiError.ApplicationReplaced
+    | ApiError.Unavailable
+  >
 }>() {}
 
 /**
@@ -140,6 +187,9 @@ const method =
       Effect.catchIf((error): error is Extract<E, PersistenceError> => error instanceof PersistenceError, Effect.die),
       Effect.withSpan(`Agents.${name}`)
     ) as Effect.Effect<A, Exclude<E, PersistenceError>, R>
+
+/** How long a run needing the application waits for it to connect before it is refused. */
+const connectWait = 2_000
 
 export const make = Effect.gen(function*() {
   const store = yield* AgentStore
@@ -172,7 +222,7 @@ export const make = Effect.gen(function*() {
       name: agent.name,
       type: agent.type ?? "agent",
       model: agent.config.model,
-      connected: false,
+      connected: agent.connection !== null,
       running,
       expiresAt: agent.expiresAt,
       resume: resumeOf(agent)
@@ -209,7 +259,8 @@ export const make = Effect.gen(function*() {
     const payload: PromptPayload = {
       requestId,
       method,
-      fingerprint: fingerprint({ ...input, requestId }),
+      // Whether it may run without the application is no part of what the request asks.
+      fingerprint: fingerprint({ ...input, allowDisconnected: undefined, requestId }),
       text: input.text,
       ...(input.actor === undefined ? {} : { actor: input.actor }),
       ...(input.from === undefined ? {} : { from: input.from }),
@@ -219,6 +270,7 @@ export const make = Effect.gen(function*() {
     }
     return Effect.gen(function*() {
       yield* checkBudget(agent)
+      if (input.allowDisconnected !== true) yield* checkConnected(agent)
       const accepted = yield* Effect.orDie(makeClient(agent.id).Prompt(payload))
       if (accepted.fingerprint !== payload.fingerprint) {
         return yield* new ApiError.IdempotencyConflict({
@@ -231,15 +283,42 @@ export const make = Effect.gen(function*() {
     })
   }
 
+  /**
+   * A run of an agent whose tools need its application waits a moment for a connection (one may be
+   * reconnecting), then is refused; a retry once connected runs, since nothing was recorded.
+   */
+  const checkConnected = (agent: AgentRow) =>
+    Effect.gen(function*() {
+      if ((agent.applicationTools ?? []).length === 0) return
+      const connected = yield* makeClient(agent.id).AwaitConnected({ waitMillis: connectWait }).pipe(
+        Effect.timeout(AgentEvents.ownerAnswerLimit),
+        Effect.orDie
+      )
+      if (!connected) {
+        return yield* new ApiError.ApplicationNotConnected({
+          error: "the agent's tools need its application and none is connected; connect it or send " +
+            "allowDisconnected: true"
+        })
+      }
+    })
+
   /** The prompt sent with a create or upsert: a refusal is reported in the answer, the agent is made regardless. */
   const firstPrompt = (agent: AgentRow, input: Run.PromptInput, defaultRequestId: string) =>
     sendPrompt(agent, input, defaultRequestId).pipe(
-      Effect.catchTag("SpendLimit", (refusal) =>
-        Effect.succeed(
-          new AgentSchemas.PromptRefused({
-            error: new Run.RunError({ code: "SPEND_LIMIT", message: refusal.error, status: 402 })
-          })
-        ))
+      Effect.catchTags({
+        SpendLimit: (refusal) =>
+          Effect.succeed(
+            new AgentSchemas.PromptRefused({
+              error: new Run.RunError({ code: "SPEND_LIMIT", message: refusal.error, status: 402 })
+            })
+          ),
+        ApplicationNotConnected: (refusal) =>
+          Effect.succeed(
+            new AgentSchemas.PromptRefused({
+              error: new Run.RunError({ code: "APPLICATION_NOT_CONNECTED", message: refusal.error, status: 409 })
+            })
+          )
+      })
     )
 
   const create = (tenantId: string, input: AgentSchemas.AgentInput, idempotencyKey: Option.Option<string>) =>
@@ -265,6 +344,7 @@ export const make = Effect.gen(function*() {
           ...(settings.keyScope === undefined ? {} : { keyScope: settings.keyScope }),
           ...(settings.modelHeaders === undefined ? {} : { modelHeaders: settings.modelHeaders }),
           ...(settings.subject === undefined ? {} : { subject: settings.subject }),
+          ...(settings.context === undefined ? {} : { context: settings.context }),
           ...(settings.builtins === undefined ? {} : { builtins: settings.builtins }),
           ...(settings.spendLimit === undefined
             ? {}
@@ -400,6 +480,7 @@ export const make = Effect.gen(function*() {
         ...(input.systemPromptAppend === undefined ? {} : { systemPromptAppend: input.systemPromptAppend }),
         ...(input.modelHeaders === undefined ? {} : { modelHeaders: input.modelHeaders }),
         ...(input.subject === undefined ? {} : { subject: input.subject }),
+        ...(input.context === undefined ? {} : { context: input.context }),
         forkedFrom: { agentId: sourceId, atMessage: end }
       }
       const id = Ids.make("client")
@@ -465,11 +546,20 @@ export const make = Effect.gen(function*() {
     Effect.flatMap(live(tenantId, agentId), (agent) => sendPrompt(agent, input, Ids.make("req")))
 
   /** A turn on the history as it is, without a new user message. */
-  const continueRun = (tenantId: string, agentId: string, requestId: Option.Option<string>) =>
+  const continueRun = (
+    tenantId: string,
+    agentId: string,
+    requestId: Option.Option<string>,
+    allowDisconnected?: boolean
+  ) =>
     Effect.flatMap(live(tenantId, agentId), (agent) =>
       sendPrompt(
         agent,
-        new Run.PromptInput({ text: "", ...(Option.isSome(requestId) ? { requestId: requestId.value } : {}) }),
+        new Run.PromptInput({
+          text: "",
+          ...(Option.isSome(requestId) ? { requestId: requestId.value } : {}),
+          ...(allowDisconnected === undefined ? {} : { allowDisconnected })
+        }),
         Ids.make("req"),
         "continue"
       ))
@@ -509,10 +599,29 @@ export const make = Effect.gen(function*() {
       const agent = yield* live(tenantId, agentId)
       const state = yield* status(agentId)
       const requests = yield* store.recentRequests(agentId, 20)
+      const declared = agent.applicationTools ?? []
       return new AgentSchemas.AgentDetail({
         ...summary(agent, state.running),
-        tools: [],
-        toolSources: tools.forAgent(agent.config).sources,
+        connected: state.connected,
+        tools: declared.map((tool) =>
+          new AgentSchemas.ToolDefinition({
+            name: tool.name,
+            description: tool.description,
+            parameters: tool.parameters,
+            ...(tool.exposure === undefined ? {} : { exposure: tool.exposure }),
+            ...(tool.executionMode === undefined ? {} : { executionMode: tool.executionMode })
+          })
+        ),
+        toolSources: tools.forAgent(
+          agent.config,
+          agent.applicationTools === null
+            ? undefined
+            : {
+              // Described here, called only by the agent's owner.
+              tools: ApplicationConnection.asTools(declared, () => Effect.succeed(ApplicationConnection.notConnected)),
+              connected: state.connected
+            }
+        ).sources,
         mounts: [],
         systemPrompt: agent.config.systemPrompt ?? "",
         ...(agent.config.systemPromptAppend === undefined
@@ -622,6 +731,33 @@ export const make = Effect.gen(function*() {
     options: { readonly snapshot: boolean; readonly ready: unknown }
   ) => Effect.zipRight(live(tenantId, agentId), events.eventBody(agentId, cursor, options))
 
+  const connectionBody = (
+    tenantId: string,
+    agentId: string,
+    cursor: Option.Option<number>,
+    options: Parameters<Context.Tag.Service<AgentEvents.AgentEvents>["connectionBody"]>[2]
+  ) => Effect.zipRight(live(tenantId, agentId), events.connectionBody(agentId, cursor, options))
+
+  const mcp = (tenantId: string, agentId: string, connection: string, message: Application.JsonRpcMessage) =>
+    Effect.zipRight(
+      live(tenantId, agentId),
+      makeClient(agentId).Mcp({ connection, message }).pipe(
+        Effect.timeoutFail({
+          duration: AgentEvents.ownerAnswerLimit,
+          onTimeout: () =>
+            new ApiError.Unavailable({ error: "the agent's runner did not answer in time; retry", retryAfter: 1 })
+        }),
+        Effect.catchTags({
+          ConnectionUnknown: (error) => Effect.fail(new ApiError.NotFound({ error: error.message })),
+          ConnectionReplaced: (error) => Effect.fail(new ApiError.ApplicationReplaced({ error: error.message })),
+          CallEnded: (error) => Effect.fail(new ApiError.Conflict({ error: error.message })),
+          MailboxFull: (error) => Effect.die(error),
+          AlreadyProcessingMessage: (error) => Effect.die(error),
+          PersistenceError: (error) => Effect.die(error)
+        })
+      )
+    )
+
   return Agents.of({
     create: method("create", create),
     upsert: method("upsert", upsert),
@@ -640,6 +776,8 @@ export const make = Effect.gen(function*() {
     state: method("state", state),
     history: method("history", history),
     eventBody: method("eventBody", eventBody),
+    connectionBody: method("connectionBody", connectionBody),
+    mcp: method("mcp", mcp),
     poll: method("poll", poll)
   })
 })

@@ -13,14 +13,18 @@ export class Drain extends Effect.Service<Drain>()("@agent-runtime/agent/Drain",
     let running = 0
     let isClosed = false
     const closed = yield* Deferred.make<void>()
+    const begun = yield* Deferred.make<void>()
     const onClose = new Set<() => void>()
     const onIdle = new Set<() => void>()
     const released = new Set<string>()
     return {
       isDraining: () => draining,
-      begin: Effect.sync(() => {
+      begin: Effect.suspend(() => {
         draining = true
+        return Deferred.succeed(begun, void 0)
       }),
+      /** Completes when the drain begins. */
+      begun: Deferred.await(begun),
       /** Counts a turn running on this node for as long as `effect` runs. */
       track: <A, E, R>(effect: Effect.Effect<A, E, R>) =>
         Effect.acquireUseRelease(

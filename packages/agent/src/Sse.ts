@@ -34,6 +34,14 @@ export const heartbeat: Uint8Array = encoder.encode(": heartbeat\n\n")
 /** The runtime closes the stream on purpose; the client reconnects at once with Last-Event-ID. */
 export const reconnect: Uint8Array = encoder.encode("event: reconnect\ndata: {}\n\n")
 
+/** A message of the runtime's MCP session with the application: no id, never replayed, never moves the cursor. */
+export const mcp = (message: unknown): Uint8Array => encoder.encode(`event: mcp\ndata: ${JSON.stringify(message)}\n\n`)
+
+/** The connection was taken over and its calls are done; the stream ends without a reconnect. */
+export const closed: Uint8Array = encoder.encode(
+  `event: closed\ndata: ${JSON.stringify({ reason: "replaced", code: "APPLICATION_REPLACED" })}\n\n`
+)
+
 export const defaultHeartbeat = Duration.seconds(5)
 
 export interface Options<E> {
@@ -48,22 +56,30 @@ export interface Options<E> {
  * the node drains) ends the stream with `event: reconnect`, so the client
  * reconnects at once from its last id rather than waiting out a dead stream.
  */
-export const toStream = <E>(options: Options<E>): Stream.Stream<Uint8Array> => {
-  const frames = Stream.make(ready(options.ready)).pipe(
-    Stream.concat(Stream.map(options.entries, encode)),
-    // However the entries end (a gap, the owner lost, a defect), the client is told to reconnect.
-    Stream.catchAllCause(() => Stream.empty),
-    Stream.concat(Stream.make(reconnect))
+export const toStream = <E>(options: Options<E>): Stream.Stream<Uint8Array> =>
+  withHeartbeat(
+    Stream.make(ready(options.ready)).pipe(
+      Stream.concat(Stream.map(options.entries, encode)),
+      // However the entries end (a gap, the owner lost, a defect), the client is told to reconnect.
+      Stream.catchAllCause(() => Stream.empty),
+      Stream.concat(Stream.make(reconnect))
+    ),
+    options.heartbeat
   )
-  // One emitter fed by the frames and by a heartbeat fiber: cheaper per frame than merging two streams,
-  // which matters with many watchers of a busy agent. Ends when the frames end.
-  return Stream.asyncScoped<Uint8Array>((emit) =>
+
+/**
+ * The bytes of `frames` with a heartbeat comment every few seconds. One emitter fed by the frames and by a
+ * heartbeat fiber: cheaper per frame than merging two streams, which matters with many watchers of a busy
+ * agent. Ends when the frames end.
+ */
+export const withHeartbeat = (
+  frames: Stream.Stream<Uint8Array>,
+  every: Duration.DurationInput = defaultHeartbeat
+): Stream.Stream<Uint8Array> =>
+  Stream.asyncScoped<Uint8Array>((emit) =>
     Effect.gen(function*() {
       yield* Effect.forkScoped(
-        Effect.repeat(
-          Effect.promise(() => emit.single(heartbeat)),
-          Schedule.spaced(options.heartbeat ?? defaultHeartbeat)
-        ).pipe(Effect.delay(options.heartbeat ?? defaultHeartbeat))
+        Effect.repeat(Effect.promise(() => emit.single(heartbeat)), Schedule.spaced(every)).pipe(Effect.delay(every))
       )
       yield* Effect.forkScoped(
         frames.pipe(
@@ -72,7 +88,6 @@ export const toStream = <E>(options: Options<E>): Stream.Stream<Uint8Array> => {
         )
       )
     }), 64)
-}
 
 export interface WriterOptions {
   readonly ready: unknown

@@ -40,6 +40,12 @@ export interface ToolSet {
   readonly sources: ReadonlyArray<AgentSchemas.ToolSource>
 }
 
+/** The tools an agent's application declared (their calls go to its connection), and whether it is connected. */
+export interface Application {
+  readonly tools: ReadonlyArray<Omit<Tool, "exposure"> & { readonly exposure?: Tool["exposure"] | undefined }>
+  readonly connected: boolean
+}
+
 /** Both for an agent with up to 10 tools, code mode above that. */
 export const defaultExposure = (toolCount: number): AgentSchemas.ToolExposure => toolCount <= 10 ? "both" : "codemode"
 
@@ -176,36 +182,65 @@ export class Tools extends Effect.Service<Tools>()("@agent-runtime/agent/Tools",
     const egress = yield* Egress.Egress
     const builtins: Record<string, Omit<Tool, "exposure">> = { web_fetch: makeWebFetch(egress) }
 
-    const forAgent = (config: { readonly builtins?: ReadonlyArray<string> | undefined }): ToolSet => {
+    const forAgent = (
+      config: { readonly builtins?: ReadonlyArray<string> | undefined },
+      application?: Application
+    ): ToolSet => {
       const names = config.builtins ?? []
-      const exposure = defaultExposure(names.length)
+      const applicationTools = application?.tools ?? []
+      const exposure = defaultExposure(names.length + applicationTools.length)
       const direct = new Map<string, Tool>()
-      const described: Array<AgentSchemas.ToolSourceTool> = []
+      const describe = (tool: Tool, excluded?: string) =>
+        new AgentSchemas.ToolSourceTool({
+          name: tool.name,
+          description: tool.description,
+          exposure: tool.exposure,
+          executionMode: tool.executionMode,
+          parameters: tool.parameters,
+          ...(excluded !== undefined
+            ? { excluded }
+            : isDirect(tool.exposure)
+            ? {}
+            : { excluded: "code mode is not available on this runtime yet" })
+        })
+      /** Offers `tool` to the model, unless code mode alone reaches it; why not, when it is not. */
+      const offer = (tool: Tool) => {
+        // Code mode arrives with code execution; until then a codemode-only tool is not offered.
+        if (isDirect(tool.exposure)) direct.set(tool.name, tool)
+        return describe(tool)
+      }
+      const builtinTools: Array<AgentSchemas.ToolSourceTool> = []
       for (const name of names) {
         const builtin = builtins[name]
         if (builtin === undefined) {
-          described.push(
+          builtinTools.push(
             new AgentSchemas.ToolSourceTool({ name, description: name, excluded: notYetAvailable[name] ?? "unknown" })
           )
           continue
         }
-        const tool: Tool = { ...builtin, exposure }
-        // Code mode arrives with code execution; until then a codemode-only tool is not offered.
-        if (isDirect(exposure)) direct.set(name, tool)
-        described.push(
-          new AgentSchemas.ToolSourceTool({
-            name,
-            description: tool.description,
-            exposure,
-            executionMode: tool.executionMode,
-            parameters: tool.parameters,
-            ...(isDirect(exposure) ? {} : { excluded: "code mode is not available on this runtime yet" })
+        builtinTools.push(offer({ ...builtin, exposure }))
+      }
+      const sources: Array<AgentSchemas.ToolSource> = names.length === 0 ? [] : [
+        new AgentSchemas.ToolSource({ kind: "builtin", name: "builtins", status: "listed", tools: builtinTools })
+      ]
+      if (application !== undefined) {
+        const described = applicationTools.map((declared) => {
+          const tool: Tool = { ...declared, exposure: declared.exposure ?? exposure }
+          // The runtime's own tools come first: an application tool of the same name is not offered.
+          return direct.has(tool.name) || builtins[tool.name] !== undefined
+            ? describe(tool, "a builtin of the same name takes precedence")
+            : offer(tool)
+        })
+        sources.push(
+          new AgentSchemas.ToolSource({
+            kind: "application",
+            name: "application",
+            status: "listed",
+            tools: described,
+            connected: application.connected
           })
         )
       }
-      const sources = names.length === 0 ? [] : [
-        new AgentSchemas.ToolSource({ kind: "builtin", name: "builtins", status: "listed", tools: described })
-      ]
       return { direct, sources }
     }
 

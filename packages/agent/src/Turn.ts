@@ -46,6 +46,8 @@ export interface TurnInput extends Steered {
    * (its own, or steered into it) whose user message the lost node never wrote.
    */
   readonly resume?: { readonly began: number; readonly unjournaled: ReadonlyArray<Steered> } | undefined
+  /** The tools the agent's application serves, when it declared any. */
+  readonly application?: Tools.Application | undefined
 }
 
 export interface ToolCallRecord {
@@ -163,7 +165,7 @@ const updateInterval = 250
 export const run = (input: TurnInput, hooks: TurnHooks) =>
   Effect.gen(function*() {
     const models = yield* ModelClient.ModelClient
-    const toolSet = (yield* Tools.Tools).forAgent(input.config)
+    const toolSet = (yield* Tools.Tools).forAgent(input.config, input.application)
     const modelTools: Array<ModelClient.Tool> = [...toolSet.direct.values()].map((tool) => ({
       name: tool.name,
       description: tool.description,

@@ -12,12 +12,14 @@
  */
 import { AccountsMigrations, Tenants } from "@agent-runtime/accounts"
 import { Egress, Resolver } from "@agent-runtime/egress"
+import { IdentityMigrations, IdentityTokens } from "@agent-runtime/identity"
 import { ModelsMigrations, UsageLog } from "@agent-runtime/models"
-import { Database } from "@agent-runtime/store"
+import { Database, SealedSecret } from "@agent-runtime/store"
 import { AgentFixtures, TestDatabase, ToolServer } from "@agent-runtime/testing"
 import { ShardingConfig, TestRunner } from "@effect/cluster"
 import { expect, layer } from "@effect/vitest"
 import { Effect, Fiber, Layer, Option, Redacted, Schedule, Stream } from "effect"
+import * as Crypto from "node:crypto"
 import { Agent } from "../src/Agent.ts"
 import * as AgentMigrations from "../src/AgentMigrations.ts"
 import * as AgentRuntime from "../src/AgentRuntime.ts"
@@ -32,7 +34,12 @@ const { ScriptedModel } = AgentFixtures
 const DatabaseLive = Layer.unwrapEffect(
   Effect.map(TestDatabase.make, (url) =>
     Database.layerClient(Redacted.make(url), {
-      migrations: [AccountsMigrations.migrations, ModelsMigrations.migrations, AgentMigrations.migrations]
+      migrations: [
+        AccountsMigrations.migrations,
+        ModelsMigrations.migrations,
+        AgentMigrations.migrations,
+        IdentityMigrations.migrations
+      ]
     }))
 )
 
@@ -46,7 +53,10 @@ const EntityLive = AgentRuntime.layer.pipe(
     Tools.Tools.Default,
     Tenants.Tenants.Default,
     AgentFixtures.layer(),
-    ShardingConfig.layer()
+    ShardingConfig.layer(),
+    IdentityTokens.layer().pipe(
+      Layer.provide(SealedSecret.layer(SealedSecret.parseKey(Crypto.randomBytes(32).toString("base64"))))
+    )
   )),
   Layer.provide(Egress.layer({ allowPrivate: true }).pipe(Layer.provide(Resolver.layer))),
   Layer.provideMerge(DatabaseLive)

@@ -16,8 +16,10 @@ import {
   ForkInput
 } from "./Agent.ts"
 import * as ApiError from "./ApiError.ts"
+import { connectionHeader, JsonRpcMessage, McpAccepted } from "./Application.ts"
 import { AgentAuthentication, Authentication, OperatorAuthentication } from "./Auth.ts"
 import { created, Deleted, Page, PageParams } from "./Common.ts"
+import { Jwks, KeyRotated } from "./Identity.ts"
 import { Me } from "./Me.ts"
 import { Model } from "./Model.ts"
 import {
@@ -287,6 +289,7 @@ export class AgentsGroup extends HttpApiGroup.make("agents")
       .setPayload(PromptInput)
       .addSuccess(RequestRecord, { status: 202 })
       .addError(ApiError.SpendLimit.Wire)
+      .addError(ApiError.ApplicationNotConnected.Wire)
       .addError(ApiError.NotFound.Wire)
       .addError(ApiError.Gone.Wire)
       .addError(ApiError.IdempotencyConflict.Wire)
@@ -311,8 +314,12 @@ export class AgentsGroup extends HttpApiGroup.make("agents")
   )
   .add(
     HttpApiEndpoint.post("continue")`/v1/agents/${agentParam}/continue`
-      .setPayload(Schema.Struct({ requestId: Schema.optional(Schema.String.pipe(Schema.minLength(1))) }))
+      .setPayload(Schema.Struct({
+        requestId: Schema.optional(Schema.String.pipe(Schema.minLength(1))),
+        allowDisconnected: Schema.optional(Schema.Boolean)
+      }))
       .addSuccess(RequestRecord, { status: 202 })
+      .addError(ApiError.ApplicationNotConnected.Wire)
       .addError(ApiError.SpendLimit.Wire)
       .addError(ApiError.NotFound.Wire)
       .addError(ApiError.Gone.Wire)
@@ -398,7 +405,8 @@ export const ClientRequest = Schema.Union(
   Schema.Struct({ method: Schema.Literal("status") }),
   Schema.Struct({
     method: Schema.Literal("continue"),
-    requestId: Schema.optional(Schema.String.pipe(Schema.minLength(1)))
+    requestId: Schema.optional(Schema.String.pipe(Schema.minLength(1))),
+    allowDisconnected: Schema.optional(Schema.Boolean)
   }),
   Schema.extend(
     Schema.Struct({ method: Schema.Literal("configure") }),
@@ -423,6 +431,7 @@ export class ClientsGroup extends HttpApiGroup.make("clients")
     HttpApiEndpoint.post("request")`/clients/${clientParam}/requests`
       .setPayload(ClientRequest)
       .addSuccess(RequestRecord)
+      .addError(ApiError.ApplicationNotConnected.Wire)
       .addError(ApiError.SpendLimit.Wire)
       .addError(ApiError.NotFound.Wire)
       .addError(ApiError.Gone.Wire)
@@ -441,13 +450,40 @@ export class ClientsGroup extends HttpApiGroup.make("clients")
         poll: Schema.optional(Schema.Literal("1", "true")),
         wait: Schema.optional(waitSeconds),
         watch: Schema.optional(Schema.Literal("1", "true")),
-        snapshot: Schema.optional(Schema.Literal("1", "true"))
+        snapshot: Schema.optional(Schema.Literal("1", "true")),
+        takeover: Schema.optional(Schema.Literal("1", "true")).annotations({
+          description: "replace the connection serving the agent's tools now"
+        }),
+        connection: Schema.optional(Schema.String.pipe(Schema.pattern(/^conn_[A-Za-z0-9_-]{1,64}$/))).annotations({
+          description: "reconnect as this connection (the `connection` of an earlier ready frame)"
+        })
       }))
       .setHeaders(Schema.Struct({ "last-event-id": Schema.optional(Schema.NumberFromString) }))
       .addSuccess(EventPoll)
       .addError(ApiError.NotFound.Wire)
       .addError(ApiError.Gone.Wire)
       .addError(ApiError.ReplayGap.Wire)
+      .addError(ApiError.ApplicationConnected.Wire)
+      .annotate(
+        OpenApi.Description,
+        "The agent's event stream; unless watch=1 also the connection serving the agent's tools: `event: mcp` " +
+          "frames carry the runtime's MCP messages (see docs/application-tools.md). poll=1 answers JSON."
+      )
+  )
+  .add(
+    HttpApiEndpoint.post("mcp")`/clients/${clientParam}/mcp`
+      .setPayload(JsonRpcMessage)
+      .setHeaders(Schema.Struct({ [connectionHeader]: Schema.String }))
+      .addSuccess(McpAccepted, { status: 202 })
+      .addError(ApiError.InvalidRequest.Wire)
+      .addError(ApiError.NotFound.Wire)
+      .addError(ApiError.Gone.Wire)
+      .addError(ApiError.Conflict.Wire)
+      .addError(ApiError.ApplicationReplaced.Wire)
+      .annotate(
+        OpenApi.Description,
+        "The application's MCP messages (answers to tools/call, progress, draining), naming its connection"
+      )
   )
   .add(
     HttpApiEndpoint.get("history")`/clients/${clientParam}/history`
@@ -512,9 +548,32 @@ export class AdminGroup extends HttpApiGroup.make("admin")
           "the process exits. Idempotent while it drains."
       )
   )
+  .add(
+    HttpApiEndpoint.post("rotateIdentityKey", "/v1/admin/identity-keys/rotate")
+      .addSuccess(KeyRotated)
+      .annotate(
+        OpenApi.Description,
+        "Adds an identity-token signing key: published in /.well-known/jwks.json at once, signing from " +
+          "`activatesAt`; earlier keys stay published for the overlap after it (see docs/identity.md)."
+      )
+  )
   .middleware(OperatorAuthentication)
   .annotate(OpenApi.Title, "Operator")
   .annotate(OpenApi.Description, "Tenant and cluster administration with the operator token.")
+{}
+
+/** Public documents at fixed paths, without authentication. */
+export class WellKnownGroup extends HttpApiGroup.make("wellKnown")
+  .add(
+    HttpApiEndpoint.get("jwks", "/.well-known/jwks.json")
+      .addSuccess(Jwks)
+      .annotate(
+        OpenApi.Description,
+        "The public keys that verify identity tokens (EdDSA JWTs the runtime sends tool servers in " +
+          "x-agent-runtime-identity). Cacheable for 5 minutes; see docs/identity.md."
+      )
+  )
+  .annotate(OpenApi.Title, "Well-known")
 {}
 
 /**
@@ -566,6 +625,7 @@ export class Api extends HttpApi.make("agent-runtime")
   .add(AgentsGroup)
   .add(ClientsGroup)
   .add(AdminGroup)
+  .add(WellKnownGroup)
   // Any route can meet these: unreadable or invalid input, unknown routes, oversized bodies, defects, and a
   // node that cannot serve now (its database unreachable, an agent's runner not answering in time).
   .addError(ApiError.InvalidRequest.Wire)

@@ -98,6 +98,13 @@ export class ApplicationNotConnected
   static readonly Wire = wire(this, "APPLICATION_NOT_CONNECTED", 409)
 }
 
+/** The connection was taken over (takeover=true) and holds no call this message could answer. */
+export class ApplicationReplaced
+  extends Schema.TaggedError<ApplicationReplaced>()("ApplicationReplaced", { error: Schema.String })
+{
+  static readonly Wire = wire(this, "APPLICATION_REPLACED", 409)
+}
+
 export class ReplayGap extends Schema.TaggedError<ReplayGap>()("ReplayGap", { error: Schema.String }) {
   static readonly Wire = wire(this, "REPLAY_GAP", 409)
 }

@@ -21,6 +21,8 @@ export interface Member {
 export interface TestCluster {
   readonly operatorToken: string
   readonly members: ReadonlyArray<Member>
+  /** Every process started so far, stopped ones included, with its member's index: for logs after a failure. */
+  readonly started: ReadonlyArray<{ readonly index: number; readonly node: TestNode.TestNode }>
   /** REST base URLs of the members that are up. */
   readonly live: () => ReadonlyArray<string>
   readonly stop: (index: number, signal?: NodeJS.Signals) => Effect.Effect<TestNode.Exit>
@@ -62,9 +64,11 @@ export const start = (options: Options): Effect.Effect<TestCluster, Error, Scope
     const members: Array<
       { runnerAddress: string; node: TestNode.TestNode; up: boolean; proxy: TcpProxy.TcpProxy | undefined }
     > = nodes.map((node, i) => ({ runnerAddress: addresses[i]!, node, up: true, proxy: proxies[i] }))
+    const started = nodes.map((node, index) => ({ index, node }))
     return {
       operatorToken,
       members,
+      started,
       live: () =>
         members.filter((member) => member.up).map((member) => member.node.rest),
       stop: (index, signal = "SIGTERM") =>
@@ -76,6 +80,7 @@ export const start = (options: Options): Effect.Effect<TestCluster, Error, Scope
         Effect.map(launch(members[index]!.runnerAddress), (node) => {
           members[index]!.node = node
           members[index]!.up = true
+          started.push({ index, node })
           return node
         }),
       pause: (index) =>

@@ -1,4 +1,5 @@
 export * as AgentFixtures from "./AgentFixtures.ts"
+export * as BareApplication from "./BareApplication.ts"
 export * as FakeUpstream from "./FakeUpstream.ts"
 export * as Fuzz from "./Fuzz.ts"
 export * as FuzzWorld from "./FuzzWorld.ts"

@@ -1,6 +1,7 @@
 import { Tenants } from "@agent-runtime/accounts"
 import { RunnerReports } from "@agent-runtime/agent"
 import { Api } from "@agent-runtime/domain"
+import { IdentityTokens } from "@agent-runtime/identity"
 import { Keys } from "@agent-runtime/models"
 import { HttpApiBuilder } from "@effect/platform"
 import { Effect } from "effect"
@@ -10,6 +11,7 @@ export const layer = HttpApiBuilder.group(Api.Api, "admin", (handlers) =>
     const tenants = yield* Tenants.Tenants
     const keys = yield* Keys.Keys
     const runners = yield* RunnerReports.RunnerReports
+    const identity = yield* IdentityTokens.IdentityTokens
     return handlers
       .handle("createTenant", ({ payload }) => tenants.create(payload))
       .handle("listTenants", ({ urlParams }) => tenants.list(urlParams))
@@ -18,4 +20,5 @@ export const layer = HttpApiBuilder.group(Api.Api, "admin", (handlers) =>
       .handle("deletePlatformKey", ({ path }) => keys.deletePlatformKey(path.provider))
       .handle("listRunners", () => runners.list)
       .handle("drainRunner", ({ path }) => runners.requestDrain(path.address))
+      .handle("rotateIdentityKey", () => identity.rotate)
   }))

@@ -4,7 +4,7 @@ import { HttpApiBuilder, HttpServerResponse } from "@effect/platform"
 import { type Context, Duration, Effect, Option } from "effect"
 
 /** Version of the event stream's frames, sent in the ready frame. */
-const streamVersion = 1
+export const streamVersion = 1
 
 export const layer = HttpApiBuilder.group(Api.Api, "agents", (handlers) =>
   Effect.gen(function*() {
@@ -27,7 +27,7 @@ export const layer = HttpApiBuilder.group(Api.Api, "agents", (handlers) =>
           agents.fork(tenantId, path.id, payload)))
       .handle("continue", ({ path, payload }) =>
         Effect.flatMap(tenant, (tenantId) =>
-          agents.continueRun(tenantId, path.id, Option.fromNullable(payload.requestId))))
+          agents.continueRun(tenantId, path.id, Option.fromNullable(payload.requestId), payload.allowDisconnected)))
       .handle("abort", ({ path, payload }) =>
         Effect.flatMap(tenant, (tenantId) =>
           agents.abort(tenantId, path.id, Option.fromNullable(payload.requestId))))
@@ -58,6 +58,11 @@ export const layer = HttpApiBuilder.group(Api.Api, "agents", (handlers) =>
   }))
 
 /** The event stream of an agent: one JSON poll, or server-sent events from the cursor on. */
+export const sseInit = {
+  contentType: "text/event-stream",
+  headers: { "cache-control": "no-cache", "x-accel-buffering": "no" }
+}
+
 export const events = (
   agents: Context.Tag.Service<Agents.Agents>,
   tenantId: string,
@@ -83,9 +88,7 @@ export const events = (
       snapshot: options.snapshot ?? false,
       ready: { version: streamVersion, agentId, connection: null }
     })
-    const init = {
-      contentType: "text/event-stream",
-      headers: { "cache-control": "no-cache", "x-accel-buffering": "no" }
-    }
-    return sse._tag === "Node" ? HttpServerResponse.raw(sse.body, init) : HttpServerResponse.stream(sse.body, init)
+    return sse._tag === "Node"
+      ? HttpServerResponse.raw(sse.body, sseInit)
+      : HttpServerResponse.stream(sse.body, sseInit)
   })

@@ -1,8 +1,8 @@
 import { Agents } from "@agent-runtime/agent"
-import { Agent, Api, Auth, Run } from "@agent-runtime/domain"
-import { HttpApiBuilder } from "@effect/platform"
+import { Agent, Api, Application, Auth, Run } from "@agent-runtime/domain"
+import { HttpApiBuilder, HttpServerResponse } from "@effect/platform"
 import { Duration, Effect, Option } from "effect"
-import { events } from "./Agents.ts"
+import { events, sseInit, streamVersion } from "./Agents.ts"
 
 export const layer = HttpApiBuilder.group(Api.Api, "clients", (handlers) =>
   Effect.gen(function*() {
@@ -32,19 +32,43 @@ export const layer = HttpApiBuilder.group(Api.Api, "clients", (handlers) =>
             case "status":
               return agents.statusRequest(tenantId, agentId)
             case "continue":
-              return agents.continueRun(tenantId, agentId, Option.fromNullable(payload.requestId))
+              return agents.continueRun(
+                tenantId,
+                agentId,
+                Option.fromNullable(payload.requestId),
+                payload.allowDisconnected
+              )
           }
         }))
       .handle("getRequest", ({ path, urlParams }) =>
         Effect.flatMap(Auth.CurrentAgent, ({ agentId, tenantId }) =>
           agents.request(tenantId, agentId, path.requestId, Duration.seconds(urlParams.wait ?? 0))))
       .handle("events", ({ headers, urlParams }) =>
-        Effect.flatMap(Auth.CurrentAgent, ({ agentId, tenantId }) =>
+        Effect.flatMap(Auth.CurrentAgent, ({ agentId, tenantId }) => {
+          const cursor = Option.fromNullable(headers["last-event-id"])
           // Watchers (watch=1) get a snapshot by default when they fell behind.
-          events(agents, tenantId, agentId, Option.fromNullable(headers["last-event-id"]), {
-            ...urlParams,
-            snapshot: urlParams.watch !== undefined || urlParams.snapshot !== undefined
-          })))
+          const snapshot = urlParams.watch !== undefined || urlParams.snapshot !== undefined
+          if (urlParams.watch !== undefined || urlParams.poll !== undefined) {
+            return events(agents, tenantId, agentId, cursor, { ...urlParams, snapshot })
+          }
+          // Otherwise this stream is the application's connection, serving the agent's tools.
+          return Effect.map(
+            agents.connectionBody(tenantId, agentId, cursor, {
+              snapshot: urlParams.snapshot !== undefined,
+              connection: Option.fromNullable(urlParams.connection),
+              takeover: urlParams.takeover !== undefined,
+              version: streamVersion
+            }),
+            (body) =>
+              HttpServerResponse.stream(body, sseInit)
+          )
+        }))
+      .handle("mcp", ({ headers, payload }) =>
+        Effect.flatMap(Auth.CurrentAgent, ({ agentId, tenantId }) =>
+          Effect.as(
+            agents.mcp(tenantId, agentId, headers[Application.connectionHeader], payload),
+            new Application.McpAccepted({ accepted: true })
+          )))
       .handle("history", ({ urlParams }) =>
         Effect.flatMap(Auth.CurrentAgent, ({ agentId, tenantId }) =>
           agents.history(tenantId, agentId, urlParams)))

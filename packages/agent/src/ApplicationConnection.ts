@@ -1,0 +1,572 @@
+/**
+ * The agent's application connection, as its owner holds it: the MCP session
+ * in which the runtime is the client and the application serves the agent's
+ * tools (docs/application-tools.md). The connection's stream may be served by
+ * any node; what the owner sends it travels as `Frame`s, and the node serving
+ * it passes on the application's messages and a heartbeat.
+ *
+ * One connection serves the tools at a time. A call goes to it once, with a
+ * deadline; when no answer comes (deadline, connection lost) the model is told
+ * the outcome is unknown, and the call is never sent again.
+ */
+import { Application } from "@agent-runtime/domain"
+import type { Scope } from "effect"
+import { Deferred, Duration, Effect, Either, Option, Queue, Schedule, Schema, Stream } from "effect"
+import * as Crypto from "node:crypto"
+import { ApplicationConnected, CallEnded, ConnectionReplaced, ConnectionUnknown } from "./AgentError.ts"
+import type { ApplicationTool } from "./AgentStore.ts"
+import * as Tools from "./Tools.ts"
+
+/** What the owner sends down a connection's stream. */
+export const Frame = Schema.Union(
+  Schema.TaggedStruct("Ready", { connection: Schema.String, toolsHash: Schema.NullOr(Schema.String) }),
+  Schema.TaggedStruct("Mcp", { message: Schema.Unknown }),
+  /** The connection was taken over and its calls are done: the stream ends, with no reconnect. */
+  Schema.TaggedStruct("Closed", { reason: Schema.Literal("replaced") }),
+  /** Sent while nothing else is, so the serving node can tell a quiet owner from a lost one. */
+  Schema.TaggedStruct("KeepAlive", {})
+)
+export type Frame = typeof Frame.Type
+
+export const protocolVersion = "2025-06-18"
+
+/** How long the application has to answer initialize and tools/list. */
+const sessionRequestTimeout = Duration.seconds(10)
+/** How often the owner sends a keep-alive frame, and the node serving the stream a heartbeat. */
+export const keepAliveInterval = Duration.seconds(2)
+/** A connection not heard from (heartbeat, answer) for this long is gone: its node or socket was lost. */
+const silenceLimit = Duration.seconds(8)
+/** A connection whose stream dropped may come back (naming itself) within this long and keep its calls. */
+const reattachGrace = Duration.seconds(5)
+/** How long a replaced connection may answer the calls it holds. */
+const replacedGrace = Duration.seconds(30)
+/** How long a call waits for a connection to serve it before it fails as not connected (it was not sent). */
+const reconnectWait = Duration.seconds(3)
+export const defaultDeadlineMs = 15_000
+const minDeadlineMs = 1_000
+/** Progress restarts a call's deadline, up to this long in all. */
+const maxCallMs = 20 * 60_000
+/** Answers for calls that ended are recognised (retries, late answers) for this many calls. */
+const endedMemory = 1_000
+
+type State = "initializing" | "ready" | "draining" | "replaced"
+
+type Answer =
+  | { readonly _tag: "Result"; readonly result: unknown }
+  | { readonly _tag: "Error"; readonly code: number; readonly message: string }
+
+/** Why a request to the application got no answer. */
+type Lost = "connection_lost" | "timeout"
+
+interface Call {
+  readonly answer: Deferred.Deferred<Answer, Lost>
+  readonly started: number
+  readonly deadlineMs: number
+  deadline: number
+  readonly onProgress: (progress: unknown) => Effect.Effect<void>
+}
+
+interface Connection {
+  readonly id: string
+  state: State
+  /** The stream attached now; frames sent while none is wait in `backlog`. `null` ends a stream. */
+  sink: Queue.Queue<Frame | null> | undefined
+  backlog: Array<Frame | null>
+  detachedAt: number
+  lastHeard: number
+  /** The runtime's requests (initialize, tools/list, tools/call) waiting for an answer, by JSON-RPC id. */
+  readonly waiting: Map<string, Call>
+}
+
+export interface CallContext {
+  readonly toolCallId: string
+  readonly requestId: string
+  readonly actor: string | undefined
+  readonly update: Tools.ToolContext["update"]
+  /** What started the turn (its request's method: prompt, continue), for the identity token's `origin`. */
+  readonly origin: string
+}
+
+export interface ApplicationConnection {
+  /**
+   * Attaches a stream: the serving connection named by `connection`, else a
+   * new one, which serves the tools unless another does (ApplicationConnected,
+   * unless `takeover`). The stream starts with `Ready` and ends when the
+   * connection does.
+   */
+  readonly connect: (options: {
+    readonly connection?: string | undefined
+    readonly takeover: boolean
+  }) => Effect.Effect<Stream.Stream<Frame>, ApplicationConnected>
+  /** A message from the application on `connection`. */
+  readonly receive: (
+    connection: string,
+    message: Application.JsonRpcMessage
+  ) => Effect.Effect<void, ConnectionUnknown | ConnectionReplaced | CallEnded>
+  /** The node serving `connection`'s stream still holds it. */
+  readonly heartbeat: (connection: string) => Effect.Effect<void, ConnectionUnknown>
+  /** Whether a connection serves the agent's tools now. */
+  readonly connected: () => boolean
+  /** Waits up to `wait` for a connection to serve the tools; whether one does. */
+  readonly awaitConnected: (wait: Duration.DurationInput) => Effect.Effect<boolean>
+  /** The agent's application tools as the model's tools, their calls sent on the serving connection. */
+  readonly tools: (
+    listed: ReadonlyArray<ApplicationTool>,
+    context: Omit<CallContext, "toolCallId" | "update">
+  ) => Tools.Application["tools"]
+  /** The node drains: the serving connection is told, and gets no new calls. */
+  readonly drain: Effect.Effect<void>
+}
+
+export interface Options {
+  readonly agentId: string
+  /** The hash of the tools the agent has now (null when its application never listed any). */
+  readonly toolsHash: () => string | null
+  /** Keeps tools a connection listed: the agent's own, wherever it runs next. */
+  readonly saveTools: (tools: ReadonlyArray<ApplicationTool>, hash: string) => Effect.Effect<void>
+  /** Records which connection serves the tools (null: none), so `connected` reads the same on every node. */
+  readonly saveConnection: (connection: string | null) => Effect.Effect<void>
+  /** The identity token sent with a call (see docs/identity.md); none when it cannot be signed. */
+  readonly identity: (call: { readonly actor: string | undefined; readonly origin: string }) => Effect.Effect<
+    Option.Option<string>
+  >
+}
+
+const newId = (prefix: string) => `${prefix}_${Crypto.randomBytes(12).toString("base64url")}`
+
+/** The `aud` of identity tokens sent with calls to the agent's application. */
+export const audience = (agentId: string) => `urn:agent-runtime:application:${agentId}`
+
+/** A stable key for one model call, the same on every node and attempt: the application keys its writes by it. */
+export const idempotencyKey = (agentId: string, toolCallId: string) =>
+  Crypto.createHash("sha256").update(`${agentId}\n${toolCallId}`).digest("base64url")
+
+const toolName = /^[A-Za-z0-9_-]{1,64}$/
+
+/** The tools of a tools/list answer the runtime can offer, with their settings from `_meta`. */
+export const parseTools = (listed: ReadonlyArray<unknown>): Array<ApplicationTool> =>
+  listed.flatMap((raw) => {
+    const tool = raw as {
+      name?: unknown
+      description?: unknown
+      inputSchema?: unknown
+      _meta?: Record<string, unknown>
+    }
+    if (typeof tool.name !== "string" || !toolName.test(tool.name)) return []
+    const meta = tool._meta ?? {}
+    const exposure = meta["agent-runtime/exposure"]
+    const executionMode = meta["agent-runtime/executionMode"]
+    const deadlineMs = meta["agent-runtime/deadlineMs"]
+    const parameters = typeof tool.inputSchema === "object" && tool.inputSchema !== null
+      ? tool.inputSchema as Record<string, unknown>
+      : { type: "object" }
+    return [{
+      name: tool.name,
+      description: typeof tool.description === "string" ? tool.description : "",
+      parameters,
+      ...(exposure === "direct" || exposure === "codemode" || exposure === "both" ? { exposure } : {}),
+      ...(executionMode === "sequential" || executionMode === "parallel" ? { executionMode } : {}),
+      ...(typeof deadlineMs === "number" && Number.isFinite(deadlineMs)
+        ? { deadlineMs: Math.min(maxCallMs, Math.max(minDeadlineMs, Math.round(deadlineMs))) }
+        : {})
+    }]
+  })
+
+/** A tools/call answer as the model reads it. */
+export const toToolResult = (answer: Answer): Tools.ToolResult => {
+  if (answer._tag === "Error") return Tools.text(`the tool failed: ${answer.message}`, true, "failed")
+  const result = answer.result as { content?: unknown; isError?: unknown; structuredContent?: unknown } | null
+  const content = Array.isArray(result?.content) ? result.content : []
+  const texts = content.map((part: any) =>
+    part?.type === "text" && typeof part.text === "string" ? part.text : JSON.stringify(part)
+  )
+  if (texts.length === 0 && result?.structuredContent !== undefined) {
+    texts.push(JSON.stringify(result.structuredContent))
+  }
+  const isError = result?.isError === true
+  return {
+    content: texts.map((text) => ({ type: "text" as const, text })),
+    isError,
+    ...(isError ? { code: "failed" } : {})
+  }
+}
+
+const unanswered = (lost: Lost, deadlineMs: number) =>
+  lost === "timeout"
+    ? Tools.text(
+      `The application did not answer within ${deadlineMs} ms; whether the call took effect is unknown. ` +
+        "It was not sent again.",
+      true,
+      "timeout"
+    )
+    : Tools.text(
+      "The application's connection went away while this call was out; whether it took effect is unknown. " +
+        "It was not sent again.",
+      true,
+      "connection_lost"
+    )
+
+/** The application's tools as the model's tools, each call carried out by `execute`. */
+export const asTools = (
+  listed: ReadonlyArray<ApplicationTool>,
+  execute: (tool: ApplicationTool, args: Record<string, unknown>, context: Tools.ToolContext) => Effect.Effect<
+    Tools.ToolResult
+  >
+): Tools.Application["tools"] =>
+  listed.map((tool) => ({
+    name: tool.name,
+    description: tool.description,
+    parameters: tool.parameters,
+    executionMode: tool.executionMode ?? "parallel",
+    exposure: tool.exposure,
+    execute: (args, context) => execute(tool, args, context)
+  }))
+
+export const notConnected = Tools.text(
+  "The application that serves this tool is not connected, so the call was not made.",
+  true,
+  "not_connected"
+)
+
+export const make = (options: Options): Effect.Effect<ApplicationConnection, never, Scope.Scope> =>
+  Effect.gen(function*() {
+    const connections = new Map<string, Connection>()
+    let serving: Connection | undefined
+    /** How calls that ended without an answer ended, to tell a late answer from a retry. */
+    const ended = new Map<string, "answered" | "cancelled" | Lost>()
+    const end = (callId: string, how: "answered" | "cancelled" | Lost) => {
+      ended.set(callId, how)
+      if (ended.size > endedMemory) ended.delete(ended.keys().next().value!)
+    }
+
+    const send = (connection: Connection, frame: Frame | null) =>
+      Effect.suspend(() => {
+        if (connection.sink === undefined) {
+          connection.backlog.push(frame)
+          return Effect.void
+        }
+        return Queue.offer(connection.sink, frame)
+      })
+    const message = (connection: Connection, body: Record<string, unknown>) =>
+      send(connection, { _tag: "Mcp", message: { jsonrpc: "2.0", ...body } })
+
+    /** Ends a connection: what it was still asked gets no answer, and its stream ends. */
+    const drop = (connection: Connection, why: Lost | "closed") =>
+      Effect.gen(function*() {
+        if (!connections.delete(connection.id)) return
+        for (const [id, call] of connection.waiting) {
+          yield* Deferred.fail(call.answer, "connection_lost")
+          end(id, "connection_lost")
+        }
+        connection.waiting.clear()
+        if (why === "closed") yield* send(connection, { _tag: "Closed", reason: "replaced" })
+        yield* send(connection, null)
+        if (serving === connection) {
+          serving = undefined
+          yield* options.saveConnection(null)
+        }
+        yield* Effect.logInfo("application connection ended").pipe(
+          Effect.annotateLogs({ agentId: options.agentId, connection: connection.id, why })
+        )
+      })
+
+    /** Asks the application something and waits for the answer (up to `deadlineMs`, extended by progress). */
+    const ask = (
+      connection: Connection,
+      method: string,
+      params: Record<string, unknown>,
+      call: { readonly id: string; readonly deadlineMs: number; readonly onProgress: Call["onProgress"] }
+    ) =>
+      Effect.gen(function*() {
+        const now = Date.now()
+        const waiting: Call = {
+          answer: yield* Deferred.make<Answer, Lost>(),
+          started: now,
+          deadlineMs: call.deadlineMs,
+          deadline: now + call.deadlineMs,
+          onProgress: call.onProgress
+        }
+        connection.waiting.set(call.id, waiting)
+        yield* message(connection, { id: call.id, method, params })
+        while (true) {
+          const left = waiting.deadline - Date.now()
+          const answer = yield* Deferred.await(waiting.answer).pipe(
+            Effect.timeoutTo({ duration: Math.max(0, left), onTimeout: Option.none, onSuccess: Option.some }),
+            Effect.either
+          )
+          if (Either.isLeft(answer)) return Either.left(answer.left)
+          if (Option.isSome(answer.right)) {
+            end(call.id, "answered")
+            return Either.right(answer.right.value)
+          }
+          // Progress may have moved the deadline while we waited.
+          if (waiting.deadline <= Date.now()) {
+            connection.waiting.delete(call.id)
+            end(call.id, "timeout")
+            return Either.left<Lost>("timeout")
+          }
+        }
+      }).pipe(
+        Effect.onInterrupt(() =>
+          Effect.suspend(() => {
+            if (!connection.waiting.delete(call.id)) return Effect.void
+            end(call.id, "cancelled")
+            return message(connection, {
+              method: "notifications/cancelled",
+              params: { requestId: call.id, reason: "the turn was aborted" }
+            })
+          })
+        ),
+        Effect.ensuring(Effect.sync(() => connection.waiting.delete(call.id))),
+        Effect.ensuring(Effect.suspend(() => retireWhenDone(connection)))
+      )
+
+    const noProgress = () => Effect.void
+
+    const listTools = (connection: Connection) =>
+      Effect.gen(function*() {
+        const answer = yield* ask(connection, "tools/list", {}, {
+          id: newId("list"),
+          deadlineMs: Duration.toMillis(sessionRequestTimeout),
+          onProgress: noProgress
+        })
+        if (Either.isLeft(answer) || answer.right._tag === "Error") return false
+        const listed = (answer.right.result as { tools?: unknown } | null)?.tools
+        const raw = Array.isArray(listed) ? listed : []
+        yield* options.saveTools(parseTools(raw), Application.toolsHash(raw))
+        return true
+      })
+
+    /** The session's start: initialize, then the tools unless the application says they are the ones we have. */
+    const initialize = (connection: Connection) =>
+      Effect.gen(function*() {
+        const answer = yield* ask(connection, "initialize", {
+          protocolVersion,
+          capabilities: {},
+          clientInfo: { name: "agent-runtime", version: "1.0.0" }
+        }, { id: newId("init"), deadlineMs: Duration.toMillis(sessionRequestTimeout), onProgress: noProgress })
+        if (Either.isLeft(answer) || answer.right._tag === "Error") {
+          return yield* drop(connection, Either.isLeft(answer) ? answer.left : "connection_lost")
+        }
+        yield* message(connection, { method: "notifications/initialized" })
+        const meta = (answer.right.result as { _meta?: Record<string, unknown> } | null)?._meta
+        const hash = meta?.["agent-runtime/toolsHash"]
+        if (hash === undefined || hash !== options.toolsHash()) {
+          if (!(yield* listTools(connection))) return yield* drop(connection, "timeout")
+        }
+        if (connection.state !== "initializing") return
+        connection.state = "ready"
+        if (serving === connection) yield* options.saveConnection(connection.id)
+      })
+
+    /** A replaced connection ends once its calls are answered (or after its grace). */
+    const retireWhenDone = (connection: Connection) =>
+      connection.state === "replaced" && connection.waiting.size === 0 && connections.has(connection.id)
+        ? drop(connection, "closed")
+        : Effect.void
+
+    const scope = yield* Effect.scope
+    const fork = <A, E>(effect: Effect.Effect<A, E>) => Effect.asVoid(Effect.forkIn(effect, scope))
+
+    const replace = (connection: Connection) =>
+      Effect.gen(function*() {
+        connection.state = "replaced"
+        yield* retireWhenDone(connection)
+        yield* fork(Effect.delay(Effect.suspend(() => drop(connection, "closed")), replacedGrace))
+      })
+
+    const connect = (request: { readonly connection?: string | undefined; readonly takeover: boolean }) =>
+      Effect.gen(function*() {
+        let connection = request.connection === undefined ? undefined : connections.get(request.connection)
+        if (connection?.state === "replaced") connection = undefined
+        if (connection === undefined) {
+          const holder = serving
+          if (holder !== undefined && holder.state === "ready" && !request.takeover) {
+            return yield* new ApplicationConnected({ holder: holder.id })
+          }
+          connection = {
+            id: newId("conn"),
+            state: "initializing",
+            sink: undefined,
+            backlog: [],
+            detachedAt: Date.now(),
+            lastHeard: Date.now(),
+            waiting: new Map()
+          }
+          connections.set(connection.id, connection)
+          serving = connection
+          if (holder !== undefined) {
+            if (holder.state === "initializing") yield* drop(holder, "connection_lost")
+            else yield* replace(holder)
+          }
+          yield* fork(initialize(connection))
+          yield* Effect.logInfo("application connected").pipe(
+            Effect.annotateLogs({ agentId: options.agentId, connection: connection.id, takeover: request.takeover })
+          )
+        }
+        const attached = connection
+        const sink = yield* Queue.unbounded<Frame | null>()
+        // A stream attached before (a reconnect naming the connection) ends: one stream per connection.
+        if (attached.sink !== undefined) yield* Queue.offer(attached.sink, null)
+        attached.sink = sink
+        attached.lastHeard = Date.now()
+        yield* Queue.offerAll(sink, attached.backlog.splice(0))
+        const ready: Frame = { _tag: "Ready", connection: attached.id, toolsHash: options.toolsHash() }
+        return Stream.make(ready).pipe(
+          Stream.concat(Stream.fromQueue(sink).pipe(Stream.takeWhile((frame): frame is Frame => frame !== null))),
+          Stream.merge(Stream.as(Stream.tick(keepAliveInterval), { _tag: "KeepAlive" } as Frame), {
+            haltStrategy: "left"
+          }),
+          Stream.ensuring(Effect.sync(() => {
+            if (attached.sink === sink) {
+              attached.sink = undefined
+              attached.detachedAt = Date.now()
+            }
+          }))
+        )
+      })
+
+    const known = (id: string) =>
+      Effect.suspend(() => {
+        const connection = connections.get(id)
+        if (connection === undefined) return Effect.fail(new ConnectionUnknown({ connection: id }))
+        connection.lastHeard = Date.now()
+        return Effect.succeed(connection)
+      })
+
+    const onNotification = (connection: Connection, method: string, params: Record<string, unknown>) =>
+      Effect.gen(function*() {
+        switch (method) {
+          case "notifications/progress": {
+            const call = connection.waiting.get(String(params.progressToken))
+            if (call === undefined) return
+            call.deadline = Math.min(call.started + maxCallMs, Date.now() + call.deadlineMs)
+            const { progressToken: _token, ...progress } = params
+            return yield* call.onProgress(progress)
+          }
+          case "notifications/agent-runtime/draining": {
+            if (connection.state === "ready" || connection.state === "initializing") connection.state = "draining"
+            if (serving === connection) {
+              serving = undefined
+              yield* options.saveConnection(null)
+            }
+            return
+          }
+          case "notifications/tools/list_changed":
+            if (connection.state === "ready") yield* fork(listTools(connection))
+            return
+        }
+      })
+
+    const receive = (id: string, received: Application.JsonRpcMessage) =>
+      Effect.gen(function*() {
+        const connection = yield* known(id)
+        if ("result" in received || "error" in received) {
+          const callId = String(received.id)
+          const call = connection.waiting.get(callId)
+          if (call !== undefined) {
+            connection.waiting.delete(callId)
+            const answer: Answer = "result" in received
+              ? { _tag: "Result", result: received.result }
+              : { _tag: "Error", code: received.error.code, message: received.error.message }
+            yield* Deferred.succeed(call.answer, answer)
+            return
+          }
+          const how = ended.get(callId)
+          // The same answer again (a retry of a post whose answer was lost), or one after an abort: taken, no effect.
+          if (how === "answered" || how === "cancelled") return
+          if (how !== undefined) return yield* new CallEnded({ callId, reason: how })
+          if (connection.state === "replaced") return yield* new ConnectionReplaced({ connection: id })
+          return yield* new CallEnded({ callId, reason: "no such call is waiting" })
+        }
+        if ("id" in received) {
+          // A request from the application: the runtime answers ping, and nothing else.
+          yield* message(
+            connection,
+            received.method === "ping"
+              ? { id: received.id, result: {} }
+              : { id: received.id, error: { code: -32601, message: `method not found: ${received.method}` } }
+          )
+          return
+        }
+        yield* onNotification(connection, received.method, received.params ?? {})
+      })
+
+    const heartbeat = (id: string) => Effect.asVoid(known(id))
+
+    const connected = () => serving?.state === "ready"
+
+    const awaitConnected = (wait: Duration.DurationInput) =>
+      Effect.repeat(Effect.sync(connected), {
+        until: (isConnected) => isConnected,
+        schedule: Schedule.spaced("100 millis")
+      }).pipe(Effect.timeoutTo({ duration: wait, onTimeout: connected, onSuccess: () => true }))
+
+    /** A call to `tool` on the serving connection: once, with its deadline. */
+    const call = (tool: ApplicationTool, args: Record<string, unknown>, context: CallContext) =>
+      Effect.gen(function*() {
+        // An application reconnecting (after a move, a drain, a blip) or still in its handshake gets a moment.
+        if (!connected()) yield* awaitConnected(reconnectWait)
+        const connection = serving
+        if (connection === undefined || connection.state !== "ready") return notConnected
+        const callId = newId("call")
+        const deadlineMs = tool.deadlineMs ?? defaultDeadlineMs
+        const identity = yield* options.identity({ actor: context.actor, origin: context.origin })
+        const answer = yield* ask(connection, "tools/call", {
+          name: tool.name,
+          arguments: args,
+          _meta: {
+            progressToken: callId,
+            "agent-runtime/callId": callId,
+            "agent-runtime/toolCallId": context.toolCallId,
+            "agent-runtime/requestId": context.requestId,
+            "agent-runtime/idempotencyKey": idempotencyKey(options.agentId, context.toolCallId),
+            "agent-runtime/deadline": Date.now() + deadlineMs,
+            ...(context.actor === undefined ? {} : { "agent-runtime/actor": context.actor }),
+            ...(Option.isSome(identity) ? { "agent-runtime/identity": identity.value } : {})
+          }
+        }, { id: callId, deadlineMs, onProgress: context.update })
+        return Either.match(answer, {
+          onLeft: (lost) => unanswered(lost, deadlineMs),
+          onRight: toToolResult
+        })
+      })
+
+    const tools = (listed: ReadonlyArray<ApplicationTool>, context: Omit<CallContext, "toolCallId" | "update">) =>
+      asTools(
+        listed,
+        (tool, args, toolContext) =>
+          call(tool, args, { ...context, toolCallId: toolContext.toolCallId, update: toolContext.update })
+      )
+
+    const drain = Effect.suspend(() => {
+      const connection = serving
+      if (connection === undefined) return Effect.void
+      connection.state = connection.state === "replaced" ? "replaced" : "draining"
+      serving = undefined
+      return message(connection, { method: "notifications/agent-runtime/draining", params: {} })
+    })
+
+    // Connections whose stream went away and did not come back, or whose node went silent, are gone.
+    yield* fork(
+      Effect.repeat(
+        Effect.suspend(() =>
+          Effect.forEach([...connections.values()], (connection) => {
+            const now = Date.now()
+            const detached = connection.sink === undefined &&
+              now - connection.detachedAt > Duration.toMillis(reattachGrace)
+            const silent = now - connection.lastHeard > Duration.toMillis(silenceLimit)
+            return detached || silent ? drop(connection, "connection_lost") : Effect.void
+          }, { discard: true })
+        ),
+        Schedule.spaced("1 second")
+      )
+    )
+    yield* Effect.addFinalizer(() =>
+      Effect.forEach([...connections.values()], (connection) => drop(connection, "connection_lost"), {
+        discard: true
+      })
+    )
+
+    return { connect, receive, heartbeat, connected, awaitConnected, tools, drain }
+  })

@@ -1,0 +1,65 @@
+/**
+ * The application connection's wire: the JSON-RPC 2.0 messages an
+ * application posts to `POST /clients/{id}/mcp`, and what the runtime
+ * answers. The session itself is described in docs/application-tools.md.
+ */
+import { Schema } from "effect"
+import * as Crypto from "node:crypto"
+import * as CanonicalJson from "./CanonicalJson.ts"
+
+/** The header naming the connection a message belongs to (the `connection` of its ready frame). */
+export const connectionHeader = "agent-runtime-connection"
+
+const JsonRpcId = Schema.Union(Schema.String, Schema.Number)
+
+const Params = Schema.optional(Schema.Record({ key: Schema.String, value: Schema.Unknown }))
+
+export const JsonRpcRequest = Schema.Struct({
+  jsonrpc: Schema.Literal("2.0"),
+  id: JsonRpcId,
+  method: Schema.String,
+  params: Params
+}).annotations({ identifier: "JsonRpcRequest" })
+
+export const JsonRpcNotification = Schema.Struct({
+  jsonrpc: Schema.Literal("2.0"),
+  method: Schema.String,
+  params: Params
+}).annotations({ identifier: "JsonRpcNotification" })
+
+export const JsonRpcResult = Schema.Struct({
+  jsonrpc: Schema.Literal("2.0"),
+  id: JsonRpcId,
+  result: Schema.Unknown
+}).annotations({ identifier: "JsonRpcResult" })
+
+export const JsonRpcError = Schema.Struct({
+  jsonrpc: Schema.Literal("2.0"),
+  id: Schema.NullOr(JsonRpcId),
+  error: Schema.Struct({ code: Schema.Number, message: Schema.String, data: Schema.optional(Schema.Unknown) })
+}).annotations({ identifier: "JsonRpcError" })
+
+/** One message from the application: a response to the runtime's request, a notification, or a request (ping). */
+export const JsonRpcMessage = Schema.Union(JsonRpcResult, JsonRpcError, JsonRpcRequest, JsonRpcNotification)
+  .annotations({ identifier: "JsonRpcMessage", description: "one JSON-RPC 2.0 message" })
+export type JsonRpcMessage = typeof JsonRpcMessage.Type
+
+export class McpAccepted extends Schema.Class<McpAccepted>("McpAccepted")({
+  accepted: Schema.Literal(true)
+}) {}
+
+/** The `event: ready` frame of a /clients stream. */
+export class Ready extends Schema.Class<Ready>("Ready")({
+  version: Schema.Number,
+  agentId: Schema.String,
+  connection: Schema.NullOr(Schema.String).annotations({ description: "null for watch=1" }),
+  toolsHash: Schema.NullOr(Schema.String).annotations({ description: "hash of the tools last listed" })
+}) {}
+
+/**
+ * The hash of a tools/list answer's `tools`, as the ready frame's `toolsHash` names it:
+ * `sha256:` and the base64url SHA-256 of their canonical JSON (keys sorted), so an application
+ * computes the same from the tools it would list, whatever order it writes their keys in.
+ */
+export const toolsHash = (tools: ReadonlyArray<unknown>): string =>
+  `sha256:${Crypto.createHash("sha256").update(CanonicalJson.encode(tools)).digest("base64url")}`

@@ -1,0 +1,122 @@
+/**
+ * An application that speaks the connection's wire itself, without our SDK
+ * (docs/application-tools.md): it opens `GET /clients/{id}/events`, answers
+ * initialize, tools/list and tools/call as their `mcp` frames arrive by
+ * POST /clients/{id}/mcp, and keeps every call it got with when it came.
+ * For the wire tests and the tool-call benchmark.
+ */
+import type { Scope } from "effect"
+import { Deferred, Effect, Runtime } from "effect"
+import * as Http from "./Http.ts"
+
+export interface Call {
+  readonly message: any
+  /** When its frame was read, and when its answer was posted (epoch ms, sub-millisecond). */
+  readonly receivedAt: number
+  answeredAt: number
+}
+
+export interface Options {
+  readonly base: string
+  readonly agentId: string
+  readonly token: string
+  /** Query of the events request, e.g. `?takeover=true`. */
+  readonly query?: string
+  readonly tools: ReadonlyArray<Record<string, unknown>>
+  /** A call's result; by default one text naming the tool. */
+  readonly answer?: (message: any) => unknown
+}
+
+const now = () => performance.timeOrigin + performance.now()
+
+export const connect = (options: Options) =>
+  Effect.gen(function*() {
+    const controller = new AbortController()
+    yield* Effect.addFinalizer(() => Effect.sync(() => controller.abort()))
+    const response = yield* Effect.promise(() =>
+      fetch(`${options.base}/clients/${options.agentId}/events${options.query ?? ""}`, {
+        headers: { accept: "text/event-stream", authorization: `Bearer ${options.token}` },
+        signal: controller.signal
+      })
+    )
+    if (response.status !== 200) return { _tag: "Refused", status: response.status } as const
+    const frames: Array<Http.SseFrame> = []
+    const calls: Array<Call> = []
+    let connection = ""
+    const post = (message: unknown) =>
+      Http.request(options.base, "POST", `/clients/${options.agentId}/mcp`, {
+        token: options.token,
+        headers: { "agent-runtime-connection": connection },
+        json: message
+      })
+    const answer = options.answer ??
+      ((message: any) => ({ content: [{ type: "text", text: `${message.params.name} done` }] }))
+    const reply = (message: any): unknown => {
+      switch (message.method) {
+        case "initialize":
+          return {
+            protocolVersion: message.params.protocolVersion,
+            capabilities: { tools: {} },
+            serverInfo: { name: "bare", version: "1" }
+          }
+        case "tools/list":
+          return { tools: options.tools }
+        case "tools/call":
+          return answer(message)
+        default:
+          return {}
+      }
+    }
+    const runtime = yield* Effect.runtime<never>()
+    const ready = yield* Deferred.make<void>()
+    // Frames are handled as they are parsed, so a call's frame is answered the moment it is read.
+    const onFrame = (frame: Http.SseFrame) => {
+      frames.push(frame)
+      if (frame.event === "ready") {
+        connection = JSON.parse(frame.data!).connection
+        Deferred.unsafeDone(ready, Effect.void)
+      }
+      if (frame.event !== "mcp") return
+      const message = JSON.parse(frame.data!)
+      if (message.id === undefined || message.method === undefined) return
+      const receivedAt = now()
+      const call: Call | undefined = message.method === "tools/call"
+        ? { message, receivedAt, answeredAt: 0 }
+        : undefined
+      if (call !== undefined) calls.push(call)
+      const result = reply(message)
+      if (call !== undefined) call.answeredAt = now()
+      Runtime.runFork(runtime)(post({ jsonrpc: "2.0", id: message.id, result }))
+    }
+    const pump = async () => {
+      const reader = response.body!.getReader()
+      const decoder = new TextDecoder()
+      let text = ""
+      try {
+        while (true) {
+          const { done, value } = await reader.read()
+          if (done) break
+          text += decoder.decode(value, { stream: true })
+          let end: number
+          while ((end = text.indexOf("\n\n")) !== -1) {
+            onFrame(Http.parseFrame(text.slice(0, end)))
+            text = text.slice(end + 2)
+          }
+        }
+      } catch {
+        // closed by the test
+      }
+    }
+    void pump()
+    yield* Deferred.await(ready)
+    return { _tag: "Connected", connection, calls, frames, post, close: Effect.sync(() => controller.abort()) } as const
+  })
+
+export type BareApplication = Extract<Effect.Effect.Success<ReturnType<typeof connect>>, { _tag: "Connected" }>
+
+/** Connects, or dies naming the status it was refused with. */
+export const connected = (options: Options): Effect.Effect<BareApplication, never, Scope.Scope> =>
+  Effect.flatMap(connect(options), (app) =>
+    app._tag === "Connected"
+      ? Effect.succeed(app)
+      : Effect.die(new Error(`the connection was refused with ${app.status}`)))
