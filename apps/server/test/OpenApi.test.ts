@@ -60,6 +60,7 @@ const routes = [
   ["post", "/clients/{id}/requests"],
   ["get", "/clients/{id}/requests/{requestId}"],
   ["get", "/clients/{id}/events"],
+  ["post", "/clients/{id}/mcp"],
   ["get", "/clients/{id}/history"]
 ] as const
 

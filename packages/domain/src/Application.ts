@@ -48,14 +48,6 @@ export class McpAccepted extends Schema.Class<McpAccepted>("McpAccepted")({
   accepted: Schema.Literal(true)
 }) {}
 
-/** The `event: ready` frame of a /clients stream. */
-export class Ready extends Schema.Class<Ready>("Ready")({
-  version: Schema.Number,
-  agentId: Schema.String,
-  connection: Schema.NullOr(Schema.String).annotations({ description: "null for watch=1" }),
-  toolsHash: Schema.NullOr(Schema.String).annotations({ description: "hash of the tools last listed" })
-}) {}
-
 /**
  * The hash of a tools/list answer's `tools`, as the ready frame's `toolsHash` names it:
  * `sha256:` and the base64url SHA-256 of their canonical JSON (keys sorted), so an application

@@ -63,8 +63,10 @@ export class EventEntry extends Schema.Class<EventEntry>("EventEntry")({
 export class ReadyFrame extends Schema.Class<ReadyFrame>("ReadyFrame")({
   version: Schema.Union(Schema.String, Schema.Number),
   agentId: Schema.String,
-  connection: Schema.String,
-  toolsHash: Schema.optional(Schema.String)
+  /** The application connection this stream is (null on a watcher's stream, watch=1, and on /v1 streams). */
+  connection: Schema.NullOr(Schema.String),
+  /** On a /clients stream: the hash of the tools the application last listed (null when none were). */
+  toolsHash: Schema.optional(Schema.NullOr(Schema.String))
 }) {}
 
 /**

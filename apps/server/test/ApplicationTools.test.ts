@@ -1,0 +1,240 @@
+/**
+ * Tools served by the application, with the SDK as the application, over
+ * real HTTP: parallel and sequential calls; a takeover while a call is out
+ * (the old connection answers it, the new one gets the next); a connection
+ * dropped mid-call and a deadline passing (outcome unknown, never resent,
+ * counted at the application); and a drain of the node running the turn
+ * while a call is out (its answer is taken, the turn finishes on the next
+ * owner, the application reconnects by itself).
+ */
+import { Serve } from "@agent-runtime/sdk"
+import { FakeUpstream, Http, TestCluster, TestDatabase, TestWorld } from "@agent-runtime/testing"
+import { expect, it, layer } from "@effect/vitest"
+import { Effect } from "effect"
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
+
+/** What each call did, in the application's own words. */
+interface Ran {
+  readonly tool: string
+  readonly started: number
+  ended: number
+}
+
+const recorder = () => {
+  const ran: Array<Ran> = []
+  const timed = (
+    name: string,
+    ms: number,
+    executionMode: "parallel" | "sequential" = "parallel",
+    deadlineMs?: number
+  ) =>
+    Serve.tool({
+      name,
+      description: `${name}: answers after ${ms} ms`,
+      parameters: { type: "object", properties: { n: { type: "number" } } },
+      executionMode,
+      ...(deadlineMs === undefined ? {} : { deadlineMs }),
+      execute: async (args) => {
+        const entry: Ran = { tool: name, started: Date.now(), ended: 0 }
+        ran.push(entry)
+        await sleep(ms)
+        entry.ended = Date.now()
+        return `${name} done with ${JSON.stringify(args)}`
+      }
+    })
+  return { ran, timed }
+}
+
+const waitFor = (check: () => Effect.Effect<boolean, any>, what: string, timeoutMs = 15_000) =>
+  Effect.gen(function*() {
+    const started = Date.now()
+    while (Date.now() - started < timeoutMs) {
+      if (yield* check()) return
+      yield* Effect.sleep("100 millis")
+    }
+    return yield* Effect.die(new Error(`${what}: not within ${timeoutMs} ms`))
+  })
+
+const serving = (api: ReturnType<typeof Http.client>, token: string, agentId: string, tools: number) =>
+  waitFor(
+    () =>
+      Effect.map(api.get(`/v1/agents/${agentId}`, { token }), (response) =>
+        response.body.connected === true && response.body.tools.length === tools),
+    "the application serves the agent's tools"
+  )
+
+/** Opens the SDK's server in the test's scope: closed (at once) when the test ends. */
+const serveScoped = (agent: Serve.Agent, tools: ReadonlyArray<Serve.Tool<any>>, options: Serve.Options = {}) =>
+  Effect.acquireRelease(
+    Effect.promise(() => Serve.serve(agent, tools, options)),
+    (server) => Effect.promise(() => server.close({ timeoutMs: 0 }))
+  )
+
+layer(TestWorld.layer(), { excludeTestServices: true, timeout: 120_000 })("application tools, with the SDK", (it) => {
+  it.scoped("two parallel calls run together and one sequential runs alone; results in call order", () =>
+    Effect.gen(function*() {
+      const world = yield* TestWorld.TestWorld
+      const { api, token } = yield* TestWorld.tenantWithModel(world, "apptools1")
+      const created = (yield* api.post("/v1/agents", { token, json: { model: "fake/m1" } })).body
+      const { ran, timed } = recorder()
+      const agent = { baseUrl: world.node.rest, agentId: created.id, token: created.token }
+      const server = yield* serveScoped(agent, [timed("a", 600), timed("b", 600), timed("s", 300, "sequential")])
+      yield* serving(api, token, created.id, 3)
+
+      world.upstream.script({
+        toolCalls: [
+          { id: "call_a", name: "a", arguments: { n: 1 } },
+          { id: "call_b", name: "b", arguments: { n: 2 } },
+          { id: "call_s", name: "s", arguments: { n: 3 } }
+        ]
+      })
+      world.upstream.script({ text: "all three done" })
+      const accepted = (yield* api.post(`/v1/agents/${created.id}/prompt`, { token, json: { text: "go" } })).body
+      const done = (yield* api.get(`/v1/agents/${created.id}/requests/${accepted.id}?wait=25`, { token })).body
+      expect(done.outcome.result).toMatchObject({
+        reply: "all three done",
+        toolErrors: 0,
+        toolCalls: [
+          { tool: "a", toolCallId: "call_a", ok: true },
+          { tool: "b", toolCallId: "call_b", ok: true },
+          { tool: "s", toolCallId: "call_s", ok: true }
+        ]
+      })
+      const [a, b, s] = ["a", "b", "s"].map((name) => ran.find((entry) => entry.tool === name)!)
+      expect(a!.started).toBeLessThan(b!.ended)
+      expect(b!.started).toBeLessThan(a!.ended)
+      expect(s!.started).toBeGreaterThanOrEqual(Math.max(a!.ended, b!.ended))
+      expect(server.calls).toEqual({ a: 1, b: 1, s: 1 })
+      // The model got the results in call order.
+      const second = world.upstream.requests().filter((request) => request.protocol === "openai-chat").at(-1) as any
+      const results = second.body.messages.filter((message: any) => message.role === "tool")
+      expect(results.map((message: any) => message.tool_call_id)).toEqual(["call_a", "call_b", "call_s"])
+      expect(JSON.stringify(results[0].content)).toContain("a done with")
+    }))
+
+  it.scoped("a takeover mid-call: the old connection answers its call, the new one gets the next", () =>
+    Effect.gen(function*() {
+      const world = yield* TestWorld.TestWorld
+      const { api, token } = yield* TestWorld.tenantWithModel(world, "apptools2")
+      const created = (yield* api.post("/v1/agents", { token, json: { model: "fake/m1" } })).body
+      const agent = { baseUrl: world.node.rest, agentId: created.id, token: created.token }
+      const old = recorder()
+      const first = yield* serveScoped(agent, [old.timed("slow", 1_500)])
+      yield* serving(api, token, created.id, 1)
+
+      world.upstream.script({ toolCalls: [{ id: "call_1", name: "slow", arguments: { n: 1 } }] })
+      world.upstream.script({ toolCalls: [{ id: "call_2", name: "slow", arguments: { n: 2 } }] })
+      world.upstream.script({ text: "both answered" })
+      const accepted = (yield* api.post(`/v1/agents/${created.id}/prompt`, { token, json: { text: "go" } })).body
+      yield* waitFor(() => Effect.succeed(old.ran.length === 1), "the first call reaches the application")
+      const fresh = recorder()
+      const second = yield* serveScoped(agent, [fresh.timed("slow", 100)], { takeover: true })
+      const done = (yield* api.get(`/v1/agents/${created.id}/requests/${accepted.id}?wait=25`, { token })).body
+      expect(done.outcome.result).toMatchObject({
+        reply: "both answered",
+        toolCalls: [{ toolCallId: "call_1", ok: true }, { toolCallId: "call_2", ok: true }]
+      })
+      expect(first.calls).toEqual({ slow: 1 })
+      expect(second.calls).toEqual({ slow: 1 })
+      const replaced = yield* Effect.promise(() => first.replaced)
+      expect(replaced._tag).toBe("ApplicationReplaced")
+    }))
+
+  it.scoped("a connection dropped mid-call, and a deadline passing: outcome unknown, never sent again", () =>
+    Effect.gen(function*() {
+      const world = yield* TestWorld.TestWorld
+      const { api, token } = yield* TestWorld.tenantWithModel(world, "apptools3")
+      const created = (yield* api.post("/v1/agents", { token, json: { model: "fake/m1" } })).body
+      const agent = { baseUrl: world.node.rest, agentId: created.id, token: created.token }
+      const { ran, timed } = recorder()
+      // Deadline: 1 s for a call that takes 3 s.
+      const server = yield* serveScoped(agent, [timed("late", 3_000, "parallel", 1_000), timed("hang", 60_000)])
+      yield* serving(api, token, created.id, 2)
+      world.upstream.script({ toolCalls: [{ id: "call_late", name: "late", arguments: {} }] })
+      world.upstream.script({ text: "no answer in time" })
+      const timedOut = (yield* api.post(`/v1/agents/${created.id}/prompt`, { token, json: { text: "late" } })).body
+      const first = (yield* api.get(`/v1/agents/${created.id}/requests/${timedOut.id}?wait=25`, { token })).body
+      expect(first.outcome.result.toolCalls).toEqual([
+        { tool: "late", toolCallId: "call_late", ok: false, code: "timeout" }
+      ])
+      const history = (yield* api.get(`/v1/agents/${created.id}/history`, { token })).body
+      const result = history.entries.find((entry: any) => entry.message.role === "toolResult").message
+      expect(JSON.stringify(result.content)).toContain("whether the call took effect is unknown")
+
+      // Dropped: the application goes away while its call runs (close without waiting).
+      world.upstream.script({ toolCalls: [{ id: "call_hang", name: "hang", arguments: {} }] })
+      world.upstream.script({ text: "the connection went away" })
+      const dropped = (yield* api.post(`/v1/agents/${created.id}/prompt`, { token, json: { text: "hang" } })).body
+      yield* waitFor(() => Effect.succeed(ran.some((entry) => entry.tool === "hang")), "the call reaches the app")
+      yield* Effect.promise(() => server.close({ timeoutMs: 0 }))
+      const second = (yield* api.get(`/v1/agents/${created.id}/requests/${dropped.id}?wait=25`, { token })).body
+      expect(second.outcome.result.toolCalls).toEqual([
+        { tool: "hang", toolCallId: "call_hang", ok: false, code: "connection_lost" }
+      ])
+      // Each call reached the application once.
+      expect(server.calls).toEqual({ late: 1, hang: 1 })
+    }))
+})
+
+it.scopedLive(
+  "a drain mid-call: the call's answer is taken, the turn finishes on the next owner, the application reconnects",
+  () =>
+    Effect.gen(function*() {
+      const upstream = yield* FakeUpstream.start()
+      const databaseUrl = yield* TestDatabase.make
+      const cluster = yield* TestCluster.start({
+        size: 2,
+        databaseUrl,
+        env: { ALLOW_PRIVATE_URLS: "true", RUNNER_LEASE_SECONDS: "4" }
+      })
+      const { api, token } = yield* TestWorld.tenantWithModel({ node: cluster.members[0]!.node, upstream }, "drain")
+      const created = (yield* api.post("/v1/agents", { token, json: { model: "fake/m1" } })).body
+      // The agent runs on one node; the application connects through the other, and the owner is drained.
+      yield* api.get(`/v1/agents/${created.id}`, { token })
+      const [row] = yield* TestDatabase.query(databaseUrl, `SELECT owner FROM agents WHERE id = '${created.id}'`)
+      const owner = cluster.members.findIndex((member) => member.runnerAddress === row?.owner)
+      expect(owner).not.toBe(-1)
+      const { ran, timed } = recorder()
+      const other = cluster.members[1 - owner]!.node.rest
+      const server = yield* serveScoped({ baseUrl: other, agentId: created.id, token: created.token }, [
+        timed("slow", 2_000)
+      ])
+      yield* serving(Http.client(other), token, created.id, 1)
+      const firstConnection = server.connection
+
+      upstream.script({ toolCalls: [{ id: "call_d1", name: "slow", arguments: { n: 1 } }] })
+      upstream.script({ toolCalls: [{ id: "call_d2", name: "slow", arguments: { n: 2 } }] })
+      upstream.script({ text: "done after the move" })
+      const accepted = (yield* Http.client(other).post(`/v1/agents/${created.id}/prompt`, {
+        token,
+        json: { text: "go" }
+      })).body
+      yield* waitFor(() => Effect.succeed(ran.length === 1), "the first call reaches the application")
+      yield* cluster.stop(owner, "SIGTERM")
+      const done = (yield* Http.client(other).get(`/v1/agents/${created.id}/requests/${accepted.id}?wait=25`, {
+        token
+      })).body
+      expect(done.state).toBe("completed")
+      // The outcome lists the calls made on the node that ended the turn; the history holds them all.
+      expect(done.outcome.result).toMatchObject({
+        reply: "done after the move",
+        toolCalls: [{ toolCallId: "call_d2", ok: true }]
+      })
+      const history = (yield* Http.client(other).get(`/v1/agents/${created.id}/history`, { token })).body
+      const results = history.entries.flatMap((entry: any) =>
+        entry.message.role === "toolResult" ? [entry.message] : []
+      )
+      expect(results.map((result: any) => [result.toolCallId, result.isError])).toEqual([
+        ["call_d1", false],
+        ["call_d2", false]
+      ])
+      expect(JSON.stringify(results[0].content)).toContain("slow done")
+      expect(server.calls).toEqual({ slow: 2 })
+      // It moved: the application was told, reconnected by itself, and serves the agent on its next owner.
+      expect(server.connection).not.toBe(firstConnection)
+      const detail = (yield* Http.client(other).get(`/v1/agents/${created.id}`, { token })).body
+      expect(detail.connected).toBe(true)
+    }),
+  { timeout: 120_000 }
+)
