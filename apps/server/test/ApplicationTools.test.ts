@@ -175,6 +175,90 @@ layer(TestWorld.layer(), { excludeTestServices: true, timeout: 120_000 })("appli
       // Each call reached the application once.
       expect(server.calls).toEqual({ late: 1, hang: 1 })
     }))
+
+  it.scoped("progress extends a call's deadline and shows as tool_execution_update; an abort cancels the call", () =>
+    Effect.gen(function*() {
+      const world = yield* TestWorld.TestWorld
+      const { api, token } = yield* TestWorld.tenantWithModel(world, "apptools4")
+      const created = (yield* api.post("/v1/agents", { token, json: { model: "fake/m1" } })).body
+      const agent = { baseUrl: world.node.rest, agentId: created.id, token: created.token }
+      const cancelled: Array<string> = []
+      const patient = Serve.tool({
+        name: "patient",
+        description: "works for 2.5 s, telling its progress",
+        deadlineMs: 1_000,
+        execute: async (_args, ctx) => {
+          for (let step = 1; step <= 5; step++) {
+            await sleep(500)
+            ctx.progress(step, 5, `step ${step}`)
+          }
+          return "finished"
+        }
+      })
+      const endless = Serve.tool({
+        name: "endless",
+        description: "runs until cancelled",
+        execute: (_args, ctx) =>
+          new Promise((resolve) =>
+            ctx.signal.addEventListener("abort", () => {
+              cancelled.push(ctx.callId)
+              resolve("stopped")
+            })
+          )
+      })
+      const server = yield* serveScoped(agent, [patient, endless])
+      yield* serving(api, token, created.id, 2)
+      const events = yield* Http.sse(world.node.rest, `/v1/agents/${created.id}/events`, { token })
+
+      world.upstream.script({ toolCalls: [{ id: "call_p", name: "patient", arguments: {} }] })
+      world.upstream.script({ text: "it finished" })
+      const accepted = (yield* api.post(`/v1/agents/${created.id}/prompt`, { token, json: { text: "go" } })).body
+      const done = (yield* api.get(`/v1/agents/${created.id}/requests/${accepted.id}?wait=25`, { token })).body
+      expect(done.outcome.result.toolCalls).toEqual([{ tool: "patient", toolCallId: "call_p", ok: true }])
+      const updates = (yield* events.take((frame) => frame.data?.includes('"type":"response"') ?? false))
+        .flatMap((frame) => frame.data === undefined ? [] : [JSON.parse(frame.data)])
+        .filter((data) => data.type === "event" && data.event.type === "tool_execution_update")
+      expect(updates.length).toBeGreaterThanOrEqual(3)
+      expect(updates[0].event).toMatchObject({ toolCallId: "call_p", partialResult: { progress: 1, total: 5 } })
+
+      world.upstream.script({ toolCalls: [{ id: "call_e", name: "endless", arguments: {} }] })
+      const running = (yield* api.post(`/v1/agents/${created.id}/prompt`, { token, json: { text: "forever" } }))
+        .body
+      yield* waitFor(() => Effect.succeed(server.inFlight === 1), "the endless call reaches the application")
+      yield* api.post(`/v1/agents/${created.id}/abort`, { token, json: {} })
+      yield* waitFor(() => Effect.succeed(cancelled.length === 1), "the application is told the call is cancelled")
+      const aborted = (yield* api.get(`/v1/agents/${created.id}/requests/${running.id}?wait=25`, { token })).body
+      expect(aborted.state).toBe("completed")
+      expect(server.calls).toEqual({ patient: 1, endless: 1 })
+    }))
+
+  it.scoped("tenant isolation: another tenant's credentials reach none of the agent's /clients routes", () =>
+    Effect.gen(function*() {
+      const world = yield* TestWorld.TestWorld
+      const mine = yield* TestWorld.tenantWithModel(world, "apptools5")
+      const theirs = yield* TestWorld.tenantWithModel(world, "apptools6")
+      const created = (yield* mine.api.post("/v1/agents", { token: mine.token, json: { model: "fake/m1" } })).body
+      const foreign = (yield* theirs.api.post("/v1/agents", { token: theirs.token, json: { model: "fake/m1" } }))
+        .body
+      for (const credential of [theirs.token, foreign.token, mine.token]) {
+        const events = yield* Http.request(world.node.rest, "GET", `/clients/${created.id}/events?poll=1`, {
+          token: credential
+        })
+        expect(events.status).toBe(401)
+        const mcp = yield* Http.request(world.node.rest, "POST", `/clients/${created.id}/mcp`, {
+          token: credential,
+          headers: { "agent-runtime-connection": "conn_x" },
+          json: { jsonrpc: "2.0", method: "notifications/agent-runtime/draining" }
+        })
+        expect(mcp.status).toBe(401)
+        expect(mcp.body.code).toBe("UNAUTHORIZED")
+      }
+      // And the agent's own token reaches nothing of its tenant's API.
+      const detail = yield* Http.request(world.node.rest, "GET", `/v1/agents/${created.id}`, {
+        token: created.token
+      })
+      expect(detail.status).toBe(401)
+    }))
 })
 
 it.scopedLive(
@@ -190,16 +274,27 @@ it.scopedLive(
       })
       const { api, token } = yield* TestWorld.tenantWithModel({ node: cluster.members[0]!.node, upstream }, "drain")
       const created = (yield* api.post("/v1/agents", { token, json: { model: "fake/m1" } })).body
-      // The agent runs on one node; the application connects through the other, and the owner is drained.
+      /** The node running the agent now (shards settle while nodes join, so it is read when needed). */
+      const ownerNow = Effect.gen(function*() {
+        const [row] = yield* TestDatabase.query(databaseUrl, `SELECT owner FROM agents WHERE id = '${created.id}'`)
+        const index = cluster.members.findIndex((member) => member.up && member.runnerAddress === row?.owner)
+        if (index === -1) return yield* Effect.die(new Error(`agent ${created.id} is owned by ${row?.owner}`))
+        return index
+      })
       yield* api.get(`/v1/agents/${created.id}`, { token })
-      const [row] = yield* TestDatabase.query(databaseUrl, `SELECT owner FROM agents WHERE id = '${created.id}'`)
-      const owner = cluster.members.findIndex((member) => member.runnerAddress === row?.owner)
-      expect(owner).not.toBe(-1)
+      // The application connects through the node not running the agent, and reaches whichever node is up
+      // when it reconnects (as through a load balancer).
+      const first = yield* ownerNow
+      const throughLiveNode: typeof globalThis.fetch = (input, init) => {
+        const url = new URL(input instanceof Request ? input.url : String(input))
+        url.host = new URL(cluster.live()[0]!).host
+        return globalThis.fetch(url, init)
+      }
       const { ran, timed } = recorder()
-      const other = cluster.members[1 - owner]!.node.rest
+      const other = cluster.members[1 - first]!.node.rest
       const server = yield* serveScoped({ baseUrl: other, agentId: created.id, token: created.token }, [
         timed("slow", 2_000)
-      ])
+      ], { fetch: throughLiveNode })
       yield* serving(Http.client(other), token, created.id, 1)
       const firstConnection = server.connection
 
@@ -211,17 +306,21 @@ it.scopedLive(
         json: { text: "go" }
       })).body
       yield* waitFor(() => Effect.succeed(ran.length === 1), "the first call reaches the application")
+      // Drain the node running the turn, mid-call.
+      const owner = yield* ownerNow
+      const survivor = cluster.members[1 - owner]!.node.rest
       yield* cluster.stop(owner, "SIGTERM")
-      const done = (yield* Http.client(other).get(`/v1/agents/${created.id}/requests/${accepted.id}?wait=25`, {
+      const done = (yield* Http.client(survivor).get(`/v1/agents/${created.id}/requests/${accepted.id}?wait=25`, {
         token
       })).body
       expect(done.state).toBe("completed")
       // The outcome lists the calls made on the node that ended the turn; the history holds them all.
       expect(done.outcome.result).toMatchObject({
         reply: "done after the move",
+        resumed: true,
         toolCalls: [{ toolCallId: "call_d2", ok: true }]
       })
-      const history = (yield* Http.client(other).get(`/v1/agents/${created.id}/history`, { token })).body
+      const history = (yield* Http.client(survivor).get(`/v1/agents/${created.id}/history`, { token })).body
       const results = history.entries.flatMap((entry: any) =>
         entry.message.role === "toolResult" ? [entry.message] : []
       )
@@ -233,7 +332,7 @@ it.scopedLive(
       expect(server.calls).toEqual({ slow: 2 })
       // It moved: the application was told, reconnected by itself, and serves the agent on its next owner.
       expect(server.connection).not.toBe(firstConnection)
-      const detail = (yield* Http.client(other).get(`/v1/agents/${created.id}`, { token })).body
+      const detail = (yield* Http.client(survivor).get(`/v1/agents/${created.id}`, { token })).body
       expect(detail.connected).toBe(true)
     }),
   { timeout: 120_000 }

@@ -9,8 +9,13 @@
  * moved turn said turn_resumed, and every drained runner exited in time. A
  * few agents are also watched as clients watch them, with a live SSE stream
  * on every node and a long poll: each watcher got every event after its
- * cursor in order, or was told it could not (REPLAY_GAP, snapshot).
+ * cursor in order, or was told it could not (REPLAY_GAP, snapshot). A few
+ * agents' tools are served by their application (the SDK, reaching whichever
+ * node is up, as through a load balancer): no call reached it twice, and a
+ * call without its answer told the model its outcome is unknown (or that it
+ * was not sent).
  */
+import { Serve } from "@agent-runtime/sdk"
 import {
   FakeUpstream,
   Histories,
@@ -31,6 +36,8 @@ const drainTimeoutSeconds = 20
 const promptEveryMs = 150
 /** Agents also watched by an SSE stream on every node and a poll. */
 const closelyWatched = 3
+/** Agents whose tools their application serves (the last ones). */
+const served = 3
 
 interface Sent {
   readonly agentId: string
@@ -73,10 +80,14 @@ it.scopedLive(
         )
       }
       const { api, token } = yield* TestWorld.tenantWithModel({ node: cluster.members[0]!.node, upstream }, "faults")
+      const agentTokens = new Map<string, string>()
       const agents = yield* Effect.forEach(Array.from({ length: agentCount }), () =>
         Effect.map(
           api.post("/v1/agents", { token, json: { model: "fake/m1", builtins: ["web_fetch"], ttlSeconds: 3600 } }),
-          (response) => response.body.id as string
+          (response) => {
+            agentTokens.set(response.body.id, response.body.token)
+            return response.body.id as string
+          }
         ))
 
       const pick = () => {
@@ -95,8 +106,17 @@ it.scopedLive(
       // --- Watchers: one long-polling reader per agent, through any node, for the whole run.
       const lastSeen = new Map<string, number>()
       const resumedSeen = new Set<string>()
-      /** When each agent's poll watcher was told it missed events (409 REPLAY_GAP). */
-      const toldAt = new Map<string, Array<number>>()
+      /**
+       * What each agent's poll watcher read, in order: the requests its events belonged to, and where it was
+       * told it missed events (409 REPLAY_GAP), with when.
+       */
+      type Read = { readonly requestId: string; readonly id: number } | { readonly gapAt: number }
+      const readLog = new Map<string, Array<Read>>()
+      const logRead = (agentId: string, entry: Read) => {
+        const log = readLog.get(agentId) ?? []
+        log.push(entry)
+        readLog.set(agentId, log)
+      }
       let cursorsWentBack = 0
       let gaps = 0
       const watch = (agentId: string) =>
@@ -134,7 +154,7 @@ it.scopedLive(
             if (response.status === 409) {
               // The previous owner was lost: read on from the oldest event the new owner holds.
               gaps++
-              toldAt.set(agentId, [...(toldAt.get(agentId) ?? []), Date.now()])
+              logRead(agentId, { gapAt: Date.now() })
               const oldest = Number(/oldest (\d+)/.exec(response.body.error)?.[1])
               if (oldest - 1 < cursor) cursorsWentBack++
               cursor = oldest - 1
@@ -143,6 +163,7 @@ it.scopedLive(
             for (const event of response.body.events as Array<{ id: number; data: any }>) {
               if (event.id <= cursor) cursorsWentBack++
               cursor = event.id
+              if (event.data.type === "event") logRead(agentId, { requestId: event.data.requestId, id: event.id })
               if (event.data.type === "event" && event.data.event.type === "turn_resumed") {
                 resumedSeen.add(event.data.requestId)
               }
@@ -163,6 +184,46 @@ it.scopedLive(
         const polled = yield* Watchers.poll(`${agentId} poll`, { agentId, token, cursor, base: anyLive })
         watched.set(agentId, [...live, polled])
       }
+      // --- Applications serving tools for the last agents, through whichever node is up (a load balancer).
+      /** Every tool call the applications received, by the model's tool call id. */
+      const appCalls = new Map<string, number>()
+      const throughLiveNode: typeof globalThis.fetch = (input, init) => {
+        const url = new URL(input instanceof Request ? input.url : String(input))
+        const live = pick()
+        if (live !== undefined) {
+          const target = new URL(live)
+          url.host = target.host
+        }
+        return globalThis.fetch(url, init)
+      }
+      const echo = Serve.tool({
+        name: "app_echo",
+        description: "Echoes its argument after a moment",
+        execute: async (args, ctx) => {
+          appCalls.set(ctx.toolCallId!, (appCalls.get(ctx.toolCallId!) ?? 0) + 1)
+          await new Promise((resolve) =>
+            setTimeout(resolve, 400)
+          )
+          return `echo ${JSON.stringify(args)}`
+        }
+      })
+      const appAgents = agents.slice(-served)
+      const servers = yield* Effect.forEach(appAgents, (agentId) =>
+        Effect.acquireRelease(
+          Effect.promise(() =>
+            Serve.serve(
+              { baseUrl: cluster.members[0]!.node.rest, agentId, token: agentTokens.get(agentId)! },
+              [echo],
+              { fetch: throughLiveNode }
+            )
+          ),
+          (server) => Effect.promise(() => server.close({ timeoutMs: 0 }))
+        ))
+      yield* Effect.forEach(appAgents, (agentId) =>
+        Effect.gen(function*() {
+          while (!(yield* call("GET", `/v1/agents/${agentId}`)).body.connected) yield* Effect.sleep("100 millis")
+        }))
+
       /** How long each SIGTERM took to end its runner: at most the drain timeout and a few seconds. */
       const drainTimes: Array<number> = []
       const drainStop = (index: number) =>
@@ -184,6 +245,9 @@ it.scopedLive(
           upstream.script({
             toolCalls: [{ id: `call_${n}`, name: "web_fetch", arguments: { url: `${pages.url}/t/${n}?delay=600` } }]
           })
+        } else if (n % 3 === 1) {
+          // Whichever agent takes this script calls app_echo: served by its application, or not its tool.
+          upstream.script({ toolCalls: [{ id: `call_${n}`, name: "app_echo", arguments: { n } }] })
         }
         upstream.script({ text: "one two three four five six seven eight", tokenDelayMs: 60 })
         const entry: Sent = { agentId, text, sentAt: Date.now(), accepted: false }
@@ -193,7 +257,11 @@ it.scopedLive(
           return
         }
         const answer = yield* Effect.either(
-          Http.attempt(base, "POST", `/v1/agents/${agentId}/prompt`, { token, json: { text, requestId } }, 30_000)
+          Http.attempt(base, "POST", `/v1/agents/${agentId}/prompt`, {
+            token,
+            // While its application reconnects (its node was lost), the prompt runs; the calls say not connected.
+            json: { text, requestId, allowDisconnected: true }
+          }, 30_000)
         )
         if (answer._tag === "Right" && answer.right.status === 202) {
           entry.accepted = true
@@ -205,8 +273,7 @@ it.scopedLive(
 
       // --- Faults.
       const began = Date.now()
-      const phase = (name: string) =>
-        Effect.sync(() => console.log(`fault suite +${Date.now() - began} ms: ${name}`))
+      const phase = (name: string) => Effect.sync(() => console.log(`fault suite +${Date.now() - began} ms: ${name}`))
       const faults: Array<string> = []
       yield* Effect.sleep("3 seconds")
       faults.push("SIGTERM")
@@ -262,6 +329,9 @@ it.scopedLive(
       yield* phase("requests settled; checking histories")
       // --- Histories are whole and in order: every prompt once, every tool call answered once, right after its call.
       let toolCallsInHistory = 0
+      let appResults = 0
+      let appNotSent = 0
+      let appUnknown = 0
       for (const agentId of agents) {
         let entries: Array<{ index: number; message: any }> = []
         let before: number | null = null
@@ -281,7 +351,29 @@ it.scopedLive(
           }
         }
         toolCallsInHistory += Histories.expectToolCallsAnswered(entries, agentId)
+        // Every app_echo call of a served agent: answered by its application (which got it), or told the model
+        // its outcome is unknown, or that it was not sent (and then the application never got it).
+        if (appAgents.includes(agentId)) {
+          for (const entry of entries) {
+            const message = entry.message
+            if (message.role !== "toolResult" || message.toolName !== "app_echo") continue
+            const text = JSON.stringify(message.content)
+            appResults++
+            if (!message.isError) {
+              expect(appCalls.get(message.toolCallId), message.toolCallId).toBe(1)
+            } else if (text.includes("was not made") || text.includes("is not connected")) {
+              appNotSent++
+              expect(appCalls.has(message.toolCallId), message.toolCallId).toBe(false)
+            } else {
+              appUnknown++
+              expect(text, message.toolCallId).toMatch(/is unknown/)
+            }
+          }
+        }
       }
+      // No call reached an application twice (as its SDK counted them, too).
+      expect([...appCalls].filter(([, times]) => times > 1)).toEqual([])
+      expect(servers.reduce((sum, server) => sum + (server.calls.app_echo ?? 0), 0)).toBe(appCalls.size)
 
       // --- No tool call was sent twice.
       const duplicated = pages.requestedTwice()
@@ -292,14 +384,22 @@ it.scopedLive(
       yield* Fiber.interrupt(watchers)
       expect(cursorsWentBack).toBe(0)
       const moved = [...outcomes].filter(([, record]) => record.outcome.result?.resumed === true)
-      // Seen, or the agent's watcher was told it missed events while the turn ran (it moved twice, the second time
-      // off a lost runner, before the watcher read the first turn_resumed).
-      const toldWhileRunning = (requestId: string, record: any) =>
-        (toldAt.get(sent.get(requestId)!.agentId) ?? []).some((at) =>
-          at >= sent.get(requestId)!.sentAt && at <= (record.endedAt + 1) * 1000
+      // Seen, or the agent's watcher was told it missed events after the last event of the turn it read, and all
+      // it read of the turn came from one owner (one block of ids): the gap held the rest of the turn, its
+      // turn_resumed included (it moved twice, the second time off a lost runner, before the watcher read the
+      // first turn_resumed). A watcher that read the turn from a later owner without its turn_resumed skipped
+      // it silently.
+      const toldOfTheRest = (requestId: string) => {
+        const log = readLog.get(sent.get(requestId)!.agentId) ?? []
+        const mine = log.flatMap((entry) => "requestId" in entry && entry.requestId === requestId ? [entry.id] : [])
+        const blocks = new Set(mine.map((id) => Math.floor((id - 1) / 100_000)))
+        const last = log.findLastIndex((entry) => "requestId" in entry && entry.requestId === requestId)
+        return blocks.size <= 1 && log.slice(last + 1).some((entry) =>
+          "gapAt" in entry && (last !== -1 || entry.gapAt >= sent.get(requestId)!.sentAt)
         )
+      }
       expect(
-        moved.filter(([requestId, record]) => !resumedSeen.has(requestId) && !toldWhileRunning(requestId, record))
+        moved.filter(([requestId]) => !resumedSeen.has(requestId) && !toldOfTheRest(requestId))
           .map(([requestId]) => requestId)
       ).toEqual([])
       const uncertain = [...outcomes].filter(([, record]) => record.outcome.uncertain === true).length
@@ -329,12 +429,14 @@ it.scopedLive(
           `tool calls ${toolCallsInHistory} (pages fetched ${pages.calls.length}), replay gaps ${gaps}, ` +
           `lost ${lost.length}, duplicated tool calls ${duplicated.length}; watchers on every node of ${watched.size} agents: ` +
           `${streams.length} watchers, ${streams.reduce((sum, watcher) => sum + watcher.reconnects, 0)} reconnects, ` +
-          `${told} told of a gap, ${
+          `${told} told of a gap, application calls ${appResults} (received ${appCalls.size}, not sent ` +
+          `${appNotSent}, outcome unknown ${appUnknown}), ${
             streams.reduce((sum, watcher) => sum + watcher.stalls, 0)
           } stalls; drained runners ` +
           `exited in ${drainTimes.map((ms) => (ms / 1000).toFixed(1)).join(", ")} s`
       )
       expect(moved.length).toBeGreaterThan(0)
+      expect(appCalls.size).toBeGreaterThan(0)
     }),
   { timeout: 300_000 }
 )

@@ -25,6 +25,9 @@ const migrated = (url: string) => Migrations.run(...migrations).pipe(Effect.prov
  */
 const sinceTheList = ["identity_keys"]
 
+/** Columns added since the list to tables it made (agents' application tools): likewise left out. */
+const columnsSinceTheList = ["application_tools", "tools_hash", "connection"].map((column) => `agents.${column}`)
+
 /** SQL: the table named by `column` is compared (neither a migration record nor made since the list). */
 const compared = (column: string) =>
   `${column} NOT LIKE '%migrations' AND ${column} NOT IN (${sinceTheList.map((name) => `'${name}'`).join(", ")})`
@@ -37,7 +40,8 @@ const schemaOf = (url: string) =>
       SELECT table_name, ordinal_position, column_name, data_type, is_nullable, column_default
       FROM information_schema.columns
       WHERE table_schema = 'public' AND ${compared("table_name")}
-      ORDER BY table_name, ordinal_position`)
+        AND table_name || '.' || column_name NOT IN (${columnsSinceTheList.map((name) => `'${name}'`).join(", ")})
+      ORDER BY table_name, column_name`)
     const indexes = yield* sql.unsafe<Record<string, unknown>>(`
       SELECT tablename, indexname, indexdef FROM pg_indexes
       WHERE schemaname = 'public' AND ${compared("tablename")}
@@ -61,7 +65,11 @@ const rowsOf = (url: string) =>
       ORDER BY tablename`
     const rows: Record<string, ReadonlyArray<string>> = {}
     for (const { tablename } of tables) {
-      const found = yield* sql.unsafe<{ row: string }>(`SELECT to_jsonb(t)::text AS row FROM ${tablename} t ORDER BY 1`)
+      const dropped = columnsSinceTheList.filter((name) => name.startsWith(`${tablename}.`))
+        .map((name) => ` - '${name.slice(tablename.length + 1)}'`).join("")
+      const found = yield* sql.unsafe<{ row: string }>(
+        `SELECT (to_jsonb(t)${dropped})::text AS row FROM ${tablename} t ORDER BY 1`
+      )
       rows[tablename] = found.map((r) => r.row)
     }
     return rows
@@ -129,6 +137,12 @@ describe("migrations", () => {
         `SELECT tablename FROM pg_tables WHERE schemaname = 'public' AND tablename IN ('${sinceTheList.join("', '")}')`
       )
       expect(added).toHaveLength(sinceTheList.length)
+      const addedColumns = yield* TestDatabase.query(
+        url,
+        `SELECT column_name FROM information_schema.columns WHERE table_name = 'agents'
+          AND column_name IN ('application_tools', 'tools_hash', 'connection')`
+      )
+      expect(addedColumns).toHaveLength(columnsSinceTheList.length)
       // Every step is recorded in its package's table, so none runs again.
       expect(yield* migrated(url)).toEqual([])
       const recorded = yield* Effect.flatMap(

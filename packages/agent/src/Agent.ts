@@ -30,7 +30,9 @@ export const PromptPayload = Schema.Struct({
   from: Schema.optional(Input.Sender),
   whileRunning: Schema.optional(Run.WhileRunning),
   metadata: Schema.optional(Run.PromptMetadata),
-  spendLimit: Schema.optional(Schema.Struct({ usd: Schema.Number }))
+  spendLimit: Schema.optional(Schema.Struct({ usd: Schema.Number })),
+  /** Runs though the application is not connected: its calls fail at once as not connected, without waiting. */
+  allowDisconnected: Schema.optional(Schema.Boolean)
 })
 export type PromptPayload = typeof PromptPayload.Type
 

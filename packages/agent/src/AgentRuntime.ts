@@ -279,7 +279,8 @@ export const layer = Layer.unwrapEffect(Effect.map(Agent.client, (makeClient) =>
                 tools: application.tools(declared, {
                   requestId: row.id,
                   actor: (row.input as { actor?: string }).actor ?? input.from?.id,
-                  origin: row.method
+                  origin: row.method,
+                  waitForConnection: (row.input as { allowDisconnected?: boolean }).allowDisconnected !== true
                 }),
                 connected: application.connected()
               }
@@ -451,6 +452,9 @@ export const layer = Layer.unwrapEffect(Effect.map(Agent.client, (makeClient) =>
        * one reconnect), reloads it from the journal and runs its open work, a cut turn resumed.
        */
       const reclaim = Effect.gen(function*() {
+        // A runner that failed for another reason (its database went away; it was paused past its lease) may
+        // find another runner claimed the agent meanwhile: that is a fence too, and it waits as after one.
+        if (fencedAt === undefined && (yield* journal(store.epochOf(agentId))) !== term.epoch) fencedAt = Date.now()
         if (fencedAt !== undefined) {
           yield* Effect.sleep(
             Math.max(0, fencedAt + Duration.toMillis(shardingConfig.shardLockExpiration) - Date.now())
@@ -487,7 +491,8 @@ export const layer = Layer.unwrapEffect(Effect.map(Agent.client, (makeClient) =>
                 ...(payload.actor === undefined ? {} : { actor: payload.actor }),
                 ...(payload.from === undefined ? {} : { from: payload.from }),
                 ...(payload.metadata === undefined ? {} : { metadata: payload.metadata }),
-                ...(payload.spendLimit === undefined ? {} : { spendLimit: payload.spendLimit })
+                ...(payload.spendLimit === undefined ? {} : { spendLimit: payload.spendLimit }),
+                ...(payload.allowDisconnected === true ? { allowDisconnected: true } : {})
               }
             }))
             if (payload.whileRunning === "steer" && active !== null && row.state === "queued") {

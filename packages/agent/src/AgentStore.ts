@@ -178,6 +178,8 @@ export class AgentStore extends Context.Tag("@agent-runtime/agent/AgentStore")<A
   ) => Effect.Effect<ReadonlyArray<RequestRow>, PersistenceError>
   /** Makes the caller the agent's owner: a new epoch, which every later journal write must carry. */
   readonly claim: (agentId: string, owner: string) => Effect.Effect<Ownership, PersistenceError>
+  /** The agent's current ownership epoch: another owner's claim since ours shows as a higher one. */
+  readonly epochOf: (agentId: string) => Effect.Effect<number, PersistenceError>
   /**
    * Lets go of the agent on purpose (drain, rebalance, idle): any node may
    * pick up its open work, and the next owner's event log goes on from
@@ -366,6 +368,11 @@ export const make = Effect.gen(function*() {
       Effect.map((rows) => rows[0] ?? { epoch: 0, previousOwner: null, continuesFrom: null, inherited: null })
     )
 
+  const epochOf = (agentId: string) =>
+    sql<{ epoch: number }>`SELECT owner_epoch::float8 AS epoch FROM agents WHERE id = ${agentId}`.pipe(
+      Effect.map((rows) => rows[0]?.epoch ?? 0)
+    )
+
   /**
    * Lets go of the agent on purpose (drain, rebalance, idle): any node may
    * pick up its open work, and the next owner's event log goes on from
@@ -523,6 +530,7 @@ export const make = Effect.gen(function*() {
     steeredInto: flow(steeredInto, PersistenceError.refail),
     recentRequests: flow(recentRequests, PersistenceError.refail),
     claim: flow(claim, PersistenceError.refail),
+    epochOf: flow(epochOf, PersistenceError.refail),
     release: flow(release, PersistenceError.refail),
     announceReleased: flow(announceReleased, PersistenceError.refail),
     fenced,

@@ -266,7 +266,8 @@ export const make = Effect.gen(function*() {
       ...(input.from === undefined ? {} : { from: input.from }),
       ...(input.whileRunning === undefined ? {} : { whileRunning: input.whileRunning }),
       ...(input.metadata === undefined ? {} : { metadata: input.metadata }),
-      ...(input.spendLimit === undefined ? {} : { spendLimit: { usd: input.spendLimit.usd } })
+      ...(input.spendLimit === undefined ? {} : { spendLimit: { usd: input.spendLimit.usd } }),
+      ...(input.allowDisconnected === true ? { allowDisconnected: true } : {})
     }
     return Effect.gen(function*() {
       yield* checkBudget(agent)

@@ -40,8 +40,11 @@ const silenceLimit = Duration.seconds(8)
 const reattachGrace = Duration.seconds(5)
 /** How long a replaced connection may answer the calls it holds. */
 const replacedGrace = Duration.seconds(30)
-/** How long a call waits for a connection to serve it before it fails as not connected (it was not sent). */
-const reconnectWait = Duration.seconds(3)
+/**
+ * How long a call waits for a connection to serve it before it fails as not connected (it was not sent): long
+ * enough for an application to follow its agent to the next owner after a drain or a crash.
+ */
+const reconnectWait = Duration.seconds(10)
 export const defaultDeadlineMs = 15_000
 const minDeadlineMs = 1_000
 /** Progress restarts a call's deadline, up to this long in all. */
@@ -85,6 +88,11 @@ export interface CallContext {
   readonly update: Tools.ToolContext["update"]
   /** What started the turn (its request's method: prompt, continue), for the identity token's `origin`. */
   readonly origin: string
+  /**
+   * Whether a call waits for the application to connect (it may be reconnecting after a move) before it fails
+   * as not connected; a run that was allowed to run disconnected does not wait.
+   */
+  readonly waitForConnection: boolean
 }
 
 export interface ApplicationConnection {
@@ -506,7 +514,7 @@ export const make = (options: Options): Effect.Effect<ApplicationConnection, nev
     const call = (tool: ApplicationTool, args: Record<string, unknown>, context: CallContext) =>
       Effect.gen(function*() {
         // An application reconnecting (after a move, a drain, a blip) or still in its handshake gets a moment.
-        if (!connected()) yield* awaitConnected(reconnectWait)
+        if (!connected() && context.waitForConnection) yield* awaitConnected(reconnectWait)
         const connection = serving
         if (connection === undefined || connection.state !== "ready") return notConnected
         const callId = newId("call")
