@@ -22,14 +22,14 @@ export class Readiness extends Effect.Service<Readiness>()("@agent-runtime/serve
  * its agents on: running turns finish their current step (at most
  * `DRAIN_TIMEOUT_SECONDS`) and stop there with their requests open, then
  * event streams are closed with `event: reconnect`. Only then do the
- * servers and the cluster runner stop, and the next owners continue the
- * turns.
+ * servers and the cluster runner stop (within `STOP_TIMEOUT_SECONDS`, or
+ * the process exits anyway), and the next owners continue the turns.
  */
 export const layerServing = Layer.scopedDiscard(
   Effect.gen(function*() {
     const readiness = yield* Readiness
     const drain = yield* Drain.Drain
-    const { drainGraceSeconds, drainTimeoutSeconds } = yield* ServerConfig
+    const { drainGraceSeconds, drainTimeoutSeconds, stopTimeoutSeconds } = yield* ServerConfig
     yield* readiness.set("ready")
     yield* Effect.addFinalizer(() =>
       Effect.gen(function*() {
@@ -48,15 +48,21 @@ export const layerServing = Layer.scopedDiscard(
             ? "drained: running turns stopped after their step and move to other runners"
             : "drain timed out: turns still running are cut and resumed by their next owners"
         ).pipe(Effect.annotateLogs({ turns, stillRunning: drain.running(), ms: Math.round(Duration.toMillis(took)) }))
-        // The servers and the runner stop next; should that take long, the log says what the process waits on.
-        // (An unref'd timer: it must not itself keep the process alive.)
+        // The servers, the runner and the database close next. Should that hang (a connection that does not end),
+        // the node exits anyway once the stop timeout passes: its turns are handed on already, and what it still
+        // holds is taken over as after a crash. (An unref'd timer: it must not itself keep the process alive.)
         const runtime = yield* Effect.runtime<never>()
-        const stopping = setInterval(() =>
+        const stopping = setTimeout(() => {
           Runtime.runSync(runtime)(
-            Effect.logWarning("still stopping").pipe(
-              Effect.annotateLogs("waitingOn", process.getActiveResourcesInfo().filter((kind) => kind !== "Timeout"))
+            Effect.logWarning("the node did not stop within its stop timeout; exiting").pipe(
+              Effect.annotateLogs({
+                stopTimeoutSeconds,
+                waitingOn: process.getActiveResourcesInfo().filter((kind) => kind !== "Timeout")
+              })
             )
-          ), 5_000)
+          )
+          process.exit(0)
+        }, stopTimeoutSeconds * 1000)
         stopping.unref()
       })
     )

@@ -18,6 +18,11 @@ export interface ServerConfig {
   readonly drainGraceSeconds: number
   /** How long a stopping node waits for running turns to finish their current step before it hands them on. */
   readonly drainTimeoutSeconds: number
+  /**
+   * How long a drained node may take to close its servers, let its shards go and close its database before
+   * it exits regardless (its turns were handed on; anything it still held is taken over as after a crash).
+   */
+  readonly stopTimeoutSeconds: number
   /** How long a silent runner keeps its shards: the crash detection time. */
   readonly runnerLeaseSeconds: number
 }
@@ -49,6 +54,7 @@ export const config: Config.Config<ServerConfig> = Config.all({
   ),
   drainGraceSeconds: Config.number("DRAIN_GRACE_SECONDS").pipe(Config.withDefault(0)),
   drainTimeoutSeconds: Config.number("DRAIN_TIMEOUT_SECONDS").pipe(Config.withDefault(30)),
+  stopTimeoutSeconds: Config.number("STOP_TIMEOUT_SECONDS").pipe(Config.withDefault(10)),
   runnerLeaseSeconds: Config.number("RUNNER_LEASE_SECONDS").pipe(
     Config.validate({ message: "Expected at least 3 seconds", validation: (n) => n >= 3 }),
     Config.withDefault(6)

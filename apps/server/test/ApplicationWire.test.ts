@@ -6,6 +6,7 @@
  */
 import { BareApplication, Http, TestWorld } from "@agent-runtime/testing"
 import { expect, layer } from "@effect/vitest"
+import * as Mcp from "@modelcontextprotocol/sdk/types.js"
 import { Effect, Exit, Scope } from "effect"
 import * as Jose from "jose"
 
@@ -85,6 +86,22 @@ layer(TestWorld.layer(), { excludeTestServices: true })("application connection,
         agent: created.id,
         origin: "prompt"
       })
+
+      // Every message the runtime sent is MCP as the official SDK's schemas define it.
+      const sent = app.frames.filter((frame) => frame.event === "mcp").map((frame) => JSON.parse(frame.data!))
+      expect(sent.map((message) => message.method)).toEqual([
+        "initialize",
+        "notifications/initialized",
+        "tools/list",
+        "tools/call"
+      ])
+      for (const message of sent) expect(Mcp.JSONRPCMessageSchema.safeParse(message).success, message.method).toBe(true)
+      expect(Mcp.InitializeRequestSchema.safeParse(sent[0]).success).toBe(true)
+      expect(Mcp.InitializedNotificationSchema.safeParse(sent[1]).success).toBe(true)
+      expect(Mcp.ListToolsRequestSchema.safeParse(sent[2]).success).toBe(true)
+      expect(Mcp.CallToolRequestSchema.safeParse(sent[3]).success).toBe(true)
+      // And what the application answered is what an MCP server built with that SDK answers.
+      expect(Mcp.ListToolsResultSchema.safeParse({ tools: [weather] }).success).toBe(true)
 
       // The same answer again (a retried post) is taken without effect; an answer to no call is a conflict.
       const again = yield* app.post({ jsonrpc: "2.0", id: app.calls[0]!.message.id, result: { content: [] } })
