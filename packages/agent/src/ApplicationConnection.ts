@@ -258,8 +258,12 @@ export const make = (options: Options): Effect.Effect<ApplicationConnection, nev
     const message = (connection: Connection, body: Record<string, unknown>) =>
       send(connection, { _tag: "Mcp", message: { jsonrpc: "2.0", ...body } })
 
-    /** Ends a connection: what it was still asked gets no answer, and its stream ends. */
-    const drop = (connection: Connection, why: Lost | "closed") =>
+    /**
+     * Ends a connection: what it was still asked gets no answer, and its stream ends. `record`: whether the
+     * agent's row is told no connection serves it (not when the agent itself closes: the next owner's claim
+     * clears it, and a closing node must not wait on its database).
+     */
+    const drop = (connection: Connection, why: Lost | "closed", record = true) =>
       Effect.gen(function*() {
         if (!connections.delete(connection.id)) return
         for (const [id, call] of connection.waiting) {
@@ -271,7 +275,7 @@ export const make = (options: Options): Effect.Effect<ApplicationConnection, nev
         yield* send(connection, null)
         if (serving === connection) {
           serving = undefined
-          yield* options.saveConnection(null)
+          if (record) yield* options.saveConnection(null)
         }
         yield* Effect.logInfo("application connection ended").pipe(
           Effect.annotateLogs({ agentId: options.agentId, connection: connection.id, why })
@@ -571,7 +575,7 @@ export const make = (options: Options): Effect.Effect<ApplicationConnection, nev
       )
     )
     yield* Effect.addFinalizer(() =>
-      Effect.forEach([...connections.values()], (connection) => drop(connection, "connection_lost"), {
+      Effect.forEach([...connections.values()], (connection) => drop(connection, "connection_lost", false), {
         discard: true
       })
     )
