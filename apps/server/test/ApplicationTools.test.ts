@@ -285,16 +285,11 @@ it.scopedLive(
       // The application connects through the node not running the agent, and reaches whichever node is up
       // when it reconnects (as through a load balancer).
       const first = yield* ownerNow
-      const throughLiveNode: typeof globalThis.fetch = (input, init) => {
-        const url = new URL(input instanceof Request ? input.url : String(input))
-        url.host = new URL(cluster.live()[0]!).host
-        return globalThis.fetch(url, init)
-      }
       const { ran, timed } = recorder()
       const other = cluster.members[1 - first]!.node.rest
       const server = yield* serveScoped({ baseUrl: other, agentId: created.id, token: created.token }, [
         timed("slow", 2_000)
-      ], { fetch: throughLiveNode })
+      ], { fetch: cluster.fetchThroughLive })
       yield* serving(Http.client(other), token, created.id, 1)
       const firstConnection = server.connection
 

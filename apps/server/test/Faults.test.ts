@@ -187,15 +187,6 @@ it.scopedLive(
       // --- Applications serving tools for the last agents, through whichever node is up (a load balancer).
       /** Every tool call the applications received, by the model's tool call id. */
       const appCalls = new Map<string, number>()
-      const throughLiveNode: typeof globalThis.fetch = (input, init) => {
-        const url = new URL(input instanceof Request ? input.url : String(input))
-        const live = pick()
-        if (live !== undefined) {
-          const target = new URL(live)
-          url.host = target.host
-        }
-        return globalThis.fetch(url, init)
-      }
       const echo = Serve.tool({
         name: "app_echo",
         description: "Echoes its argument after a moment",
@@ -214,7 +205,7 @@ it.scopedLive(
             Serve.serve(
               { baseUrl: cluster.members[0]!.node.rest, agentId, token: agentTokens.get(agentId)! },
               [echo],
-              { fetch: throughLiveNode }
+              { fetch: cluster.fetchThroughLive }
             )
           ),
           (server) => Effect.promise(() => server.close({ timeoutMs: 0 }))

@@ -41,6 +41,17 @@ export type EventBody =
   | { readonly _tag: "Node"; readonly body: NodeJS.ReadableStream }
   | { readonly _tag: "Stream"; readonly body: Stream.Stream<Uint8Array> }
 
+/** How an application connection's stream is opened (see `connectionBody`). */
+export interface ConnectionOptions {
+  /** A cursor behind the buffer gets a snapshot frame instead of 409. */
+  readonly snapshot: boolean
+  /** Reconnect as this connection. */
+  readonly connection: Option.Option<string>
+  readonly takeover: boolean
+  /** The ready frame's `version`. */
+  readonly version: number
+}
+
 export class AgentEvents extends Context.Tag("@agent-runtime/agent/AgentEvents")<AgentEvents, {
   /** The owner's view of the agent: its cursor, whether a turn runs, what is queued. */
   readonly status: (agentId: string) => Effect.Effect<Status, ApiError.Unavailable>
@@ -80,12 +91,7 @@ export class AgentEvents extends Context.Tag("@agent-runtime/agent/AgentEvents")
   readonly connectionBody: (
     agentId: string,
     cursor: Option.Option<number>,
-    options: {
-      readonly snapshot: boolean
-      readonly connection: Option.Option<string>
-      readonly takeover: boolean
-      readonly version: number
-    }
+    options: ConnectionOptions
   ) => Effect.Effect<
     Stream.Stream<Uint8Array>,
     ApiError.ReplayGap | ApiError.ApplicationConnected | ApiError.Unavailable,
@@ -240,12 +246,7 @@ export const make = Effect.gen(function*() {
   const connectionBody = (
     agentId: string,
     cursor: Option.Option<number>,
-    options: {
-      readonly snapshot: boolean
-      readonly connection: Option.Option<string>
-      readonly takeover: boolean
-      readonly version: number
-    }
+    options: ConnectionOptions
   ) =>
     Effect.gen(function*() {
       const client = makeClient(agentId)

@@ -150,7 +150,7 @@ export class Agents extends Context.Tag("@agent-runtime/agent/Agents")<Agents, {
     tenantId: string,
     agentId: string,
     cursor: Option.Option<number>,
-    options: Parameters<Context.Tag.Service<AgentEvents.AgentEvents>["connectionBody"]>[2]
+    options: AgentEvents.ConnectionOptions
   ) => Effect.Effect<
     Stream.Stream<Uint8Array>,
     | ApiError.NotFound
@@ -736,7 +736,7 @@ export const make = Effect.gen(function*() {
     tenantId: string,
     agentId: string,
     cursor: Option.Option<number>,
-    options: Parameters<Context.Tag.Service<AgentEvents.AgentEvents>["connectionBody"]>[2]
+    options: AgentEvents.ConnectionOptions
   ) => Effect.zipRight(live(tenantId, agentId), events.connectionBody(agentId, cursor, options))
 
   const mcp = (tenantId: string, agentId: string, connection: string, message: Application.JsonRpcMessage) =>

@@ -88,26 +88,7 @@ export const connect = (options: Options) =>
       if (call !== undefined) call.answeredAt = now()
       Runtime.runFork(runtime)(post({ jsonrpc: "2.0", id: message.id, result }))
     }
-    const pump = async () => {
-      const reader = response.body!.getReader()
-      const decoder = new TextDecoder()
-      let text = ""
-      try {
-        while (true) {
-          const { done, value } = await reader.read()
-          if (done) break
-          text += decoder.decode(value, { stream: true })
-          let end: number
-          while ((end = text.indexOf("\n\n")) !== -1) {
-            onFrame(Http.parseFrame(text.slice(0, end)))
-            text = text.slice(end + 2)
-          }
-        }
-      } catch {
-        // closed by the test
-      }
-    }
-    void pump()
+    void Http.readFrames(response, onFrame)
     yield* Deferred.await(ready)
     return { _tag: "Connected", connection, calls, frames, post, close: Effect.sync(() => controller.abort()) } as const
   })

@@ -88,6 +88,28 @@ export const parseFrame = (block: string): SseFrame => {
   return frame
 }
 
+/** Reads an SSE response to its end (or until it is aborted), handing on each frame as it is parsed. */
+export const readFrames = async (response: globalThis.Response, onFrame: (frame: SseFrame) => void): Promise<void> => {
+  const reader = response.body!.getReader()
+  const decoder = new TextDecoder()
+  let text = ""
+  try {
+    while (true) {
+      const { done, value } = await reader.read()
+      if (done) break
+      text += decoder.decode(value, { stream: true })
+      let end: number
+      while ((end = text.indexOf("\n\n")) !== -1) {
+        const frame = parseFrame(text.slice(0, end))
+        text = text.slice(end + 2)
+        onFrame(frame)
+      }
+    }
+  } catch {
+    // aborted by its reader
+  }
+}
+
 /**
  * Opens an event stream and parses its frames as they come; `take` waits
  * for frames until `until` holds for one (or the timeout passes).
@@ -101,29 +123,12 @@ export const sse = (base: string, path: string, options: RequestOptions = {}) =>
     const response = yield* Effect.promise(() => fetch(base + path, { headers, signal: controller.signal }))
     const frames: Array<SseFrame> = []
     let waiting: (() => void) | undefined
-    const pump = async () => {
-      const reader = response.body!.getReader()
-      const decoder = new TextDecoder()
-      let text = ""
-      try {
-        while (true) {
-          const { done, value } = await reader.read()
-          if (done) break
-          text += decoder.decode(value, { stream: true })
-          let end: number
-          while ((end = text.indexOf("\n\n")) !== -1) {
-            const frame = parseFrame(text.slice(0, end))
-            text = text.slice(end + 2)
-            frames.push(frame)
-            waiting?.()
-          }
-        }
-      } catch {
-        // aborted by the test
-      }
-      waiting?.()
+    if (response.ok) {
+      void readFrames(response, (frame) => {
+        frames.push(frame)
+        waiting?.()
+      }).then(() => waiting?.())
     }
-    if (response.ok) void pump()
     const take = (until: (frame: SseFrame) => boolean, timeoutMs = 20_000) =>
       Effect.promise(() =>
         new Promise<ReadonlyArray<SseFrame>>((resolve) => {

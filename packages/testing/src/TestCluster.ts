@@ -25,6 +25,8 @@ export interface TestCluster {
   readonly started: ReadonlyArray<{ readonly index: number; readonly node: TestNode.TestNode }>
   /** REST base URLs of the members that are up. */
   readonly live: () => ReadonlyArray<string>
+  /** A `fetch` that sends each request to a member that is up, as a load balancer in front of the cluster would. */
+  readonly fetchThroughLive: typeof globalThis.fetch
   readonly stop: (index: number, signal?: NodeJS.Signals) => Effect.Effect<TestNode.Exit>
   readonly start: (index: number) => Effect.Effect<TestNode.TestNode, Error>
   readonly pause: (index: number) => Effect.Effect<void>
@@ -71,6 +73,13 @@ export const start = (options: Options): Effect.Effect<TestCluster, Error, Scope
       started,
       live: () =>
         members.filter((member) => member.up).map((member) => member.node.rest),
+      fetchThroughLive: (input, init) => {
+        const url = new URL(input instanceof Request ? input.url : String(input))
+        const live = members.filter((member) => member.up)
+        const target = live[Math.floor(Math.random() * live.length)]
+        if (target !== undefined) url.host = new URL(target.node.rest).host
+        return globalThis.fetch(url, init)
+      },
       stop: (index, signal = "SIGTERM") =>
         Effect.suspend(() => {
           members[index]!.up = false
