@@ -10,7 +10,7 @@ import { SqlClient } from "@effect/sql"
 import { Effect, Option, Redacted } from "effect"
 import { Catalog } from "./Catalog.ts"
 import * as Secrets from "./internal/secrets.ts"
-import { Keys } from "./Keys.ts"
+import { Keys, toolProviders } from "./Keys.ts"
 
 export interface StoredEntry {
   readonly provider: string
@@ -76,7 +76,8 @@ export class KeyScopes extends Effect.Service<KeyScopes>()("@agent-runtime/model
     /** Sets one provider's entry; the entry is replaced whole. */
     const put = (tenantId: string, scope: string, provider: string, input: Provider.KeyScopeEntryInput) =>
       Effect.gen(function*() {
-        if (Option.isNone(catalog.provider(provider))) {
+        // Tool providers (web_search's, web_fetch's renderer) take entries too: their own key or gateway per scope.
+        if (Option.isNone(catalog.provider(provider)) && !toolProviders.some((tool) => tool.id === provider)) {
           return yield* new ApiError.NotFound({ error: `no provider ${provider}` })
         }
         if (input.apiKey === undefined && input.baseUrl === undefined) {

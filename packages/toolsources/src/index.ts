@@ -1,0 +1,1 @@
+export * as ToolSources from "./ToolSources.ts"
