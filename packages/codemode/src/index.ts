@@ -1,0 +1,1 @@
+export * as Codemode from "./Codemode.ts"
