@@ -4,7 +4,8 @@
  *
  * Packages, bottom to top; a package imports only packages of lower layers:
  *
- *   domain  ->  store, egress  ->  accounts, models, identity  ->  agent, gateway  ->  apps/server
+ *   domain  ->  store, egress, codemode  ->  accounts, models, identity  ->  toolsources  ->  agent, gateway
+ *     ->  apps/server
  *
  * `sdk` (the client SDK, published on its own) imports only `domain`, and no
  * package's or app's src imports it; its tests may add testing.
@@ -25,8 +26,9 @@ import * as Path from "node:path"
 /** Bottom to top; package directory names under packages/. */
 const layers = [
   ["domain"],
-  ["store", "egress"],
+  ["store", "egress", "codemode"],
   ["accounts", "models", "identity"],
+  ["toolsources"],
   ["agent", "gateway"]
 ]
 

@@ -10,6 +10,8 @@ export default defineWorkspace([
   { test: { name: "egress", root: "./packages/egress" } },
   { test: { name: "identity", root: "./packages/identity", testTimeout: 30_000 } },
   { test: { name: "models", root: "./packages/models", testTimeout: 30_000 } },
+  { test: { name: "codemode", root: "./packages/codemode", testTimeout: 30_000 } },
+  { test: { name: "toolsources", root: "./packages/toolsources", testTimeout: 30_000 } },
   { test: { name: "agent", root: "./packages/agent" } },
   { test: { name: "gateway", root: "./packages/gateway" } },
   {

@@ -9,8 +9,11 @@ import {
   Agents,
   AgentStore,
   AgentTokens,
+  Definitions,
   Drain,
   EventLog,
+  ScheduleFiring,
+  Schedules,
   Tools,
   Wakeups
 } from "@agent-runtime/agent"
@@ -25,9 +28,11 @@ import {
   KeyScopes,
   Listing,
   ModelClient,
-  UsageLog
+  UsageLog,
+  WebSearch
 } from "@agent-runtime/models"
 import { Database, DatabaseHealth, SealedSecret } from "@agent-runtime/store"
+import { ToolSources } from "@agent-runtime/toolsources"
 import { RunnerAddress, ShardingConfig, SqlMessageStorage, SqlRunnerStorage } from "@effect/cluster"
 import { HttpApiBuilder, HttpApiScalar, HttpMiddleware, HttpServer } from "@effect/platform"
 import { NodeClusterHttp, NodeHttpServer } from "@effect/platform-node"
@@ -38,10 +43,12 @@ import * as Admin from "./http/Admin.ts"
 import * as AgentsHttp from "./http/Agents.ts"
 import * as Authentication from "./http/Authentication.ts"
 import * as Clients from "./http/Clients.ts"
+import * as DefinitionsHttp from "./http/Definitions.ts"
 import * as Errors from "./http/Errors.ts"
 import * as Health from "./http/Health.ts"
 import * as Me from "./http/Me.ts"
 import * as Models from "./http/Models.ts"
+import * as SchedulesHttp from "./http/Schedules.ts"
 import * as Tokens_ from "./http/Tokens.ts"
 import * as WellKnown from "./http/WellKnown.ts"
 import { migrations } from "./Migrations.ts"
@@ -79,6 +86,8 @@ const layerApi = HttpApiBuilder.api(Api.Api).pipe(
     Models.layerKeys,
     Models.layerKeyScopes,
     AgentsHttp.layer,
+    DefinitionsHttp.layer,
+    SchedulesHttp.layer,
     Clients.layer,
     Admin.layer,
     WellKnown.layer
@@ -172,15 +181,16 @@ const layerClusterRunner = layerCluster.pipe(Layer.provide(layerClusterTables), 
 
 /** The agent runtime: the entity on `cluster`'s runner and the service the API calls. */
 const layerAgentsOn = <ROut, E, RIn>(cluster: Layer.Layer<ROut, E, RIn>) =>
-  layerWakeups.pipe(
+  Layer.mergeAll(layerWakeups, ScheduleFiring.layer).pipe(
     Layer.provideMerge(Layer.mergeAll(Agents.layer, Runners.layer)),
     Layer.provideMerge(Layer.mergeAll(AgentEvents.layer, AgentTokens.layer)),
     Layer.provideMerge(AgentRuntime.layer),
     Layer.provideMerge(Layer.mergeAll(EventLog.LocalLogs.Default, Tools.Tools.Default)),
+    Layer.provideMerge(Layer.mergeAll(ToolSources.layer(), WebSearch.layer)),
     Layer.provide(cluster),
     // Below the cluster runner, so it closes after the runner has let its shards go.
     Layer.provideMerge(AgentRuntime.layerReleaseAnnouncements),
-    Layer.provideMerge(Layer.mergeAll(AgentStore.layer, Drain.Drain.Default))
+    Layer.provideMerge(Layer.mergeAll(AgentStore.layer, Drain.Drain.Default, Definitions.layer, Schedules.layer))
   )
 
 /**

@@ -68,17 +68,68 @@ export const ConfigurePayload = Schema.Struct({
   changes: Schema.Record({ key: Schema.String, value: Schema.Unknown })
 })
 
+/** A definition's settings as a configure applies them to an agent made from it (see `applyChanges`). */
+export interface DefinitionSettings {
+  readonly id: string
+  readonly revision: number
+  readonly model?: string | undefined
+  readonly systemPrompt?: string | undefined
+  readonly thinkingLevel?: string | undefined
+  readonly fileTools?: boolean | undefined
+  readonly builtins: ReadonlyArray<string>
+  readonly delegate?: unknown
+}
+
+/** Settings an agent made from a definition may set for itself, kept when the definition is re-applied. */
+const ownable = ["model", "thinkingLevel", "fileTools"] as const
+
 /**
  * The settings after a configure's changes: absent fields stay, null removes, and so does an empty
- * systemPromptAppend. The entity applies a configure with it; an upsert asks it whether there is anything
- * to apply, so the two cannot disagree.
+ * systemPromptAppend. A `definition` change (re-applying a definition) sets what the definition supplies,
+ * except the fields the agent set itself (`own`); systemPromptAppend is never the definition's. On an agent
+ * made from a definition, a model, thinkingLevel or fileTools configured is its own from then on. The entity
+ * applies a configure with it; an upsert asks it whether there is anything to apply, so the two cannot
+ * disagree.
  */
 export const applyChanges = (config: AgentConfig, changes: Readonly<Record<string, unknown>>): AgentConfig => {
   const next: Record<string, unknown> = { ...config }
-  for (const [field, value] of Object.entries(changes)) {
+  const { definition, ...rest } = changes as { readonly definition?: DefinitionSettings | null }
+  // null: the agent leaves its definition (an upsert without one), keeping the settings it has.
+  if (definition === null) delete next.definition
+  else if (definition !== undefined) {
+    const own = new Set<string>(config.own ?? [])
+    const supplied = (field: string, value: unknown) => {
+      if (own.has(field)) return
+      if (value === undefined) delete next[field]
+      else next[field] = value
+    }
+    // A definition without a model leaves the model the agent has.
+    if (definition.model !== undefined) supplied("model", definition.model)
+    supplied("thinkingLevel", definition.thinkingLevel)
+    supplied("fileTools", definition.fileTools)
+    for (
+      const [field, value] of Object.entries({
+        systemPrompt: definition.systemPrompt,
+        builtins: definition.builtins,
+        delegate: definition.delegate
+      })
+    ) {
+      if (value === undefined) delete next[field]
+      else next[field] = value
+    }
+    next.definition = { id: definition.id, revision: definition.revision }
+  }
+  const own = new Set<string>((next.own as ReadonlyArray<string> | undefined) ?? [])
+  for (const [field, value] of Object.entries(rest)) {
     if (value === null || (field === "systemPromptAppend" && value === "")) delete next[field]
     else next[field] = value
+    if (next.definition !== undefined && (ownable as ReadonlyArray<string>).includes(field)) {
+      if (value === null) own.delete(field)
+      else own.add(field)
+    }
   }
+  if (own.size > 0 && next.definition !== undefined) next.own = [...own].sort()
+  else delete next.own
   return next as AgentConfig
 }
 

@@ -105,10 +105,57 @@ const application = Effect.gen(function*() {
     ADD COLUMN connection text`
 })
 
+/**
+ * Definitions and their revisions; a revision is never changed, and a deleted
+ * definition keeps its revisions for the agents made from them.
+ */
+const definitions = Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
+  yield* sql`
+    CREATE TABLE definitions (
+      id text PRIMARY KEY,
+      tenant_id text NOT NULL REFERENCES tenants (id) ON DELETE CASCADE,
+      revision integer NOT NULL,
+      created_at timestamptz NOT NULL DEFAULT now(),
+      deleted_at timestamptz
+    )`
+  yield* sql`CREATE INDEX definitions_tenant ON definitions (tenant_id, id) WHERE deleted_at IS NULL`
+  yield* sql`
+    CREATE TABLE definition_revisions (
+      definition_id text NOT NULL REFERENCES definitions (id) ON DELETE CASCADE,
+      revision integer NOT NULL,
+      body jsonb NOT NULL,
+      created_at timestamptz NOT NULL DEFAULT now(),
+      PRIMARY KEY (definition_id, revision)
+    )`
+})
+
+/** Schedules: due prompts; `claimed_until` is the lease of the node delivering one. */
+const schedules = Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
+  yield* sql`
+    CREATE TABLE schedules (
+      id text PRIMARY KEY,
+      agent_id text NOT NULL REFERENCES agents (id) ON DELETE CASCADE,
+      tenant_id text NOT NULL,
+      text text,
+      code text,
+      every_seconds integer,
+      due_at timestamptz NOT NULL,
+      claimed_until timestamptz,
+      created_at timestamptz NOT NULL DEFAULT now()
+    )`
+  yield* sql`CREATE INDEX schedules_due ON schedules (due_at)`
+  yield* sql`CREATE INDEX schedules_agent ON schedules (agent_id)`
+  yield* sql`CREATE INDEX schedules_tenant ON schedules (tenant_id, due_at)`
+})
+
 export const migrations = Migrations.make("agent_migrations", {
   "1_agents": Migrations.legacy(3, agents),
   "2_journal": Migrations.legacy(4, journal),
   // Written by the same step of the single list as the journal.
   "3_runner_reports": Migrations.legacy(4, runnerReports),
-  "4_application": application
+  "4_application": application,
+  "5_definitions": definitions,
+  "6_schedules": schedules
 })

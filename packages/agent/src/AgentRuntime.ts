@@ -275,6 +275,8 @@ export const layer = Layer.unwrapEffect(Effect.map(Agent.client, (makeClient) =>
               text: input.text,
               metadata: input.metadata,
               from: input.from,
+              actor: (row.input as { actor?: string }).actor,
+              origin: row.method,
               application: declared.length === 0 ? undefined : {
                 tools: application.tools(declared, {
                   requestId: row.id,

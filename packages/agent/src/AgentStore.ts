@@ -22,6 +22,13 @@ export const AgentConfig = Schema.Struct({
   /** The agent this one was forked from, and the history index the copy ended at. */
   forkedFrom: Schema.optional(Schema.Struct({ agentId: Schema.String, atMessage: Schema.Number })),
   builtins: Schema.optional(Schema.Array(Schema.String)),
+  delegate: Schema.optional(Schema.Unknown),
+  /** false: the model gets present_file alone of the file tools. */
+  fileTools: Schema.optional(Schema.Boolean),
+  /** The definition (and its revision) the agent was made from or last moved to. */
+  definition: Schema.optional(Schema.Struct({ id: Schema.String, revision: Schema.Number })),
+  /** Of the settings a definition supplies, those the agent set itself; re-applying the definition keeps them. */
+  own: Schema.optional(Schema.Array(Schema.String)),
   /** USD budget counted from `since` (Unix seconds); a new value restarts at zero. */
   spendLimit: Schema.optional(Schema.Struct({ usd: Schema.Number, since: Schema.Number }))
 })

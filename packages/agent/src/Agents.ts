@@ -9,6 +9,7 @@ import {
   type Application,
   CanonicalJson,
   Common,
+  type Definition,
   Run,
   Session
 } from "@agent-runtime/domain"
@@ -16,12 +17,13 @@ import { Listing, UsageLog } from "@agent-runtime/models"
 import { Ids } from "@agent-runtime/store"
 import { Context, Duration, Effect, Layer, Option, type Scope, type Stream } from "effect"
 import * as Crypto from "node:crypto"
-import { Agent, applyChanges, type PromptPayload, toRecord } from "./Agent.ts"
+import { Agent, applyChanges, type DefinitionSettings, type PromptPayload, toRecord } from "./Agent.ts"
 import { PersistenceError } from "./AgentError.ts"
 import * as AgentEvents from "./AgentEvents.ts"
 import { type AgentConfig, type AgentRow, AgentStore } from "./AgentStore.ts"
 import * as AgentTokens from "./AgentTokens.ts"
 import * as ApplicationConnection from "./ApplicationConnection.ts"
+import { Definitions } from "./Definitions.ts"
 import type * as EventLog from "./EventLog.ts"
 import * as HistoryPage from "./HistoryPage.ts"
 import { Tools } from "./Tools.ts"
@@ -41,13 +43,22 @@ export class Agents extends Context.Tag("@agent-runtime/agent/Agents")<Agents, {
     idempotencyKey: Option.Option<string>
   ) => Effect.Effect<
     AgentSchemas.AgentCreated,
-    ApiError.IdempotencyConflict | ApiError.IdempotencyInProgress
+    ApiError.IdempotencyConflict | ApiError.IdempotencyInProgress | ApiError.InvalidRequest
   >
-  /** The keyed agent with the given settings applied; made when no live agent has the key. */
+  /**
+   * The keyed agent with the given settings applied; made when no live agent has the key. With a
+   * definition, its latest revision is re-applied (the agent's own model, thinkingLevel and fileTools stay).
+   */
   readonly upsert: (tenantId: string, key: string, input: AgentSchemas.AgentInput) => Effect.Effect<
     AgentSchemas.AgentCreated,
-    ApiError.IdempotencyConflict | ApiError.IdempotencyInProgress
+    ApiError.IdempotencyConflict | ApiError.IdempotencyInProgress | ApiError.InvalidRequest
   >
+  /** Re-applies the agent's definition at `revision` (default its latest): a configure request. */
+  readonly applyDefinition: (
+    tenantId: string,
+    agentId: string,
+    input: Definition.DefinitionApply
+  ) => Effect.Effect<Run.RequestRecord, ApiError.NotFound | ApiError.Gone | ApiError.InvalidRequest>
   /** A new agent with the source's settings and a copy of its history up to a finished turn. */
   readonly fork: (
     tenantId: string,
@@ -99,7 +110,7 @@ export class Agents extends Context.Tag("@agent-runtime/agent/Agents")<Agents, {
     tenantId: string,
     agentId: string,
     input: AgentSchemas.ConfigureInput
-  ) => Effect.Effect<Run.RequestRecord, ApiError.NotFound | ApiError.Gone>
+  ) => Effect.Effect<Run.RequestRecord, ApiError.NotFound | ApiError.Gone | ApiError.InvalidRequest>
   /** A status request, answered at once from the owner's view of the agent. */
   readonly statusRequest: (
     tenantId: string,
@@ -194,6 +205,7 @@ const connectWait = 2_000
 export const make = Effect.gen(function*() {
   const store = yield* AgentStore
   const tools = yield* Tools
+  const definitions = yield* Definitions
   const tokens = yield* AgentTokens.AgentTokens
   const events = yield* AgentEvents.AgentEvents
   const listing = yield* Listing.Listing
@@ -337,8 +349,13 @@ export const make = Effect.gen(function*() {
         }
         agent = existing.value
       } else {
-        const config: AgentConfig = {
-          model: settings.model ?? (yield* listing.defaultModel(tenantId, Option.fromNullable(settings.keyScope))),
+        const definition = settings.definition === undefined
+          ? undefined
+          : yield* definitionSettings(tenantId, settings.definition)
+        const own = (["model", "thinkingLevel", "fileTools"] as const).filter((field) => settings[field] !== undefined)
+        const model = settings.model ?? definition?.model
+        const config: AgentConfig = applyChanges({
+          model: model ?? (yield* listing.defaultModel(tenantId, Option.fromNullable(settings.keyScope))),
           ...(settings.systemPrompt === undefined ? {} : { systemPrompt: settings.systemPrompt }),
           ...(settings.systemPromptAppend === undefined ? {} : { systemPromptAppend: settings.systemPromptAppend }),
           ...(settings.thinkingLevel === undefined ? {} : { thinkingLevel: settings.thinkingLevel }),
@@ -347,10 +364,13 @@ export const make = Effect.gen(function*() {
           ...(settings.subject === undefined ? {} : { subject: settings.subject }),
           ...(settings.context === undefined ? {} : { context: settings.context }),
           ...(settings.builtins === undefined ? {} : { builtins: settings.builtins }),
+          ...(settings.delegate === undefined ? {} : { delegate: settings.delegate }),
+          ...(settings.fileTools === undefined ? {} : { fileTools: settings.fileTools }),
           ...(settings.spendLimit === undefined
             ? {}
-            : { spendLimit: { usd: settings.spendLimit.usd, since: Math.floor(Date.now() / 1000) } })
-        }
+            : { spendLimit: { usd: settings.spendLimit.usd, since: Math.floor(Date.now() / 1000) } }),
+          ...(own.length === 0 || definition === undefined ? {} : { own })
+        }, definition === undefined ? {} : { definition })
         const id = Ids.make("client")
         const ttlSeconds = settings.ttlSeconds !== undefined
           ? settings.ttlSeconds
@@ -401,15 +421,31 @@ export const make = Effect.gen(function*() {
       if (Option.isNone(existing)) return yield* create(tenantId, input, Option.some(key))
       const agent = existing.value
       const { prompt, ...settings } = input
-      const changes = {
+      const common = {
         ...(settings.model === undefined ? {} : { model: settings.model }),
-        systemPrompt: settings.systemPrompt ?? null,
-        systemPromptAppend: settings.systemPromptAppend ?? null,
-        thinkingLevel: settings.thinkingLevel ?? null,
         keyScope: settings.keyScope ?? null,
-        modelHeaders: settings.modelHeaders ?? null,
-        builtins: settings.builtins ?? null
+        modelHeaders: settings.modelHeaders ?? null
       }
+      // With a definition, the settings it supplies come from its latest revision; those given here are the
+      // agent's own, and a systemPromptAppend left out stays.
+      const changes = settings.definition === undefined
+        ? {
+          ...common,
+          systemPrompt: settings.systemPrompt ?? null,
+          systemPromptAppend: settings.systemPromptAppend ?? null,
+          thinkingLevel: settings.thinkingLevel ?? null,
+          builtins: settings.builtins ?? null,
+          delegate: settings.delegate ?? null,
+          fileTools: settings.fileTools ?? null,
+          definition: null
+        }
+        : {
+          definition: yield* definitionSettings(tenantId, settings.definition),
+          ...common,
+          ...(settings.systemPromptAppend === undefined ? {} : { systemPromptAppend: settings.systemPromptAppend }),
+          ...(settings.thinkingLevel === undefined ? {} : { thinkingLevel: settings.thinkingLevel }),
+          ...(settings.fileTools === undefined ? {} : { fileTools: settings.fileTools })
+        }
       // The configure's id names this call, not its content: a change back to earlier settings is new work,
       // never taken for a retry of the first. What keeps a retry from doing work twice is that it finds the
       // settings already as it names them, and so sends nothing.
@@ -575,7 +611,14 @@ export const make = Effect.gen(function*() {
       ))
 
   const configure = (tenantId: string, agentId: string, input: AgentSchemas.ConfigureInput) =>
-    Effect.flatMap(live(tenantId, agentId), () => {
+    Effect.flatMap(live(tenantId, agentId), (agent) => {
+      if (agent.config.definition !== undefined && input.builtins !== undefined) {
+        return Effect.fail(
+          new ApiError.InvalidRequest({
+            error: "builtins: an agent made from a definition has its definition's builtins; change the definition"
+          })
+        )
+      }
       const { requestId, spendLimit, ...rest } = input
       const changes = {
         ...rest,
@@ -587,6 +630,39 @@ export const make = Effect.gen(function*() {
       return Effect.orDie(
         makeClient(agentId).Configure({
           requestId: requestId ?? Ids.make("req"),
+          fingerprint: fingerprint(changes),
+          changes
+        })
+      )
+    })
+
+  /** A definition's revision as a configure applies it: what it supplies, never its secrets. */
+  const definitionSettings = (tenantId: string, id: string, revision?: number) =>
+    definitions.resolve(tenantId, id, revision).pipe(
+      Effect.mapError((missing) => new ApiError.InvalidRequest({ error: `definition: ${missing.error}` })),
+      Effect.map((resolved): DefinitionSettings => ({
+        id: resolved.id,
+        revision: resolved.revision,
+        ...(resolved.model === undefined ? {} : { model: resolved.model }),
+        ...(resolved.systemPrompt === undefined ? {} : { systemPrompt: resolved.systemPrompt }),
+        ...(resolved.thinkingLevel === undefined ? {} : { thinkingLevel: resolved.thinkingLevel }),
+        ...(resolved.fileTools === undefined ? {} : { fileTools: resolved.fileTools }),
+        builtins: resolved.builtins,
+        ...(resolved.delegate === undefined ? {} : { delegate: resolved.delegate })
+      }))
+    )
+
+  const applyDefinition = (tenantId: string, agentId: string, input: Definition.DefinitionApply) =>
+    Effect.gen(function*() {
+      const agent = yield* live(tenantId, agentId)
+      const current = agent.config.definition
+      if (current === undefined) {
+        return yield* new ApiError.InvalidRequest({ error: `agent ${agentId} was not made from a definition` })
+      }
+      const changes = { definition: yield* definitionSettings(tenantId, current.id, input.revision) }
+      return yield* Effect.orDie(
+        makeClient(agentId).Configure({
+          requestId: input.requestId ?? Ids.make("req"),
           fingerprint: fingerprint(changes),
           changes
         })
@@ -613,18 +689,24 @@ export const make = Effect.gen(function*() {
             ...(tool.executionMode === undefined ? {} : { executionMode: tool.executionMode })
           })
         ),
-        toolSources: tools.forAgent(
-          agent.config,
+        toolSources: (yield* tools.forAgent(
+          { tenantId, agentId, config: agent.config, origin: "status" },
           agent.applicationTools === null
             ? undefined
             : {
               // Described here, called only by the agent's owner.
               tools: ApplicationConnection.asTools(declared, () => Effect.succeed(ApplicationConnection.notConnected)),
               connected: state.connected
-            }
-        ).sources,
+            },
+          // Described as this node has them: a source it has not listed yet shows as unlisted.
+          { wait: false }
+        )).sources,
+        definition: agent.config.definition === undefined
+          ? null
+          : new AgentSchemas.DefinitionRef(agent.config.definition),
         mounts: [],
         systemPrompt: agent.config.systemPrompt ?? "",
+        ...(agent.config.fileTools === false ? { fileTools: false as const } : {}),
         ...(agent.config.systemPromptAppend === undefined
           ? {}
           : { systemPromptAppend: agent.config.systemPromptAppend }),
@@ -769,6 +851,7 @@ export const make = Effect.gen(function*() {
     continueRun: method("continueRun", continueRun),
     abort: method("abort", abort),
     configure: method("configure", configure),
+    applyDefinition: method("applyDefinition", applyDefinition),
     statusRequest: method("statusRequest", statusRequest),
     detail: method("detail", detail),
     list: method("list", list),

@@ -387,6 +387,28 @@ export const make = (options: Options): Effect.Effect<ApplicationConnection, nev
         yield* fork(Effect.delay(Effect.suspend(() => drop(connection, "closed")), replacedGrace))
       })
 
+    /**
+     * Connections whose stream went away and did not come back, or whose node went silent, are gone. Checked
+     * every second while there are connections; an agent without one runs no checker.
+     */
+    let checking = false
+    const checkLiveness = Effect.repeat(
+      Effect.suspend(() =>
+        Effect.forEach([...connections.values()], (connection) => {
+          const now = Date.now()
+          const detached = connection.sink === undefined &&
+            now - connection.detachedAt > Duration.toMillis(reattachGrace)
+          const silent = now - connection.lastHeard > Duration.toMillis(silenceLimit)
+          return detached || silent ? drop(connection, "connection_lost") : Effect.void
+        }, { discard: true })
+      ),
+      {
+        schedule: Schedule.spaced("1 second"),
+        // Cleared in the same step that ends the loop, so a connection made next starts a checker again.
+        while: () => (checking = connections.size > 0)
+      }
+    )
+
     const connect = (request: { readonly connection?: string | undefined; readonly takeover: boolean }) =>
       Effect.gen(function*() {
         let connection = request.connection === undefined ? undefined : connections.get(request.connection)
@@ -407,6 +429,10 @@ export const make = (options: Options): Effect.Effect<ApplicationConnection, nev
           }
           connections.set(connection.id, connection)
           serving = connection
+          if (!checking) {
+            checking = true
+            yield* fork(checkLiveness)
+          }
           if (holder !== undefined) {
             if (holder.state === "initializing") yield* drop(holder, "connection_lost")
             else yield* replace(holder)
@@ -559,21 +585,6 @@ export const make = (options: Options): Effect.Effect<ApplicationConnection, nev
       return message(connection, { method: "notifications/agent-runtime/draining", params: {} })
     })
 
-    // Connections whose stream went away and did not come back, or whose node went silent, are gone.
-    yield* fork(
-      Effect.repeat(
-        Effect.suspend(() =>
-          Effect.forEach([...connections.values()], (connection) => {
-            const now = Date.now()
-            const detached = connection.sink === undefined &&
-              now - connection.detachedAt > Duration.toMillis(reattachGrace)
-            const silent = now - connection.lastHeard > Duration.toMillis(silenceLimit)
-            return detached || silent ? drop(connection, "connection_lost") : Effect.void
-          }, { discard: true })
-        ),
-        Schedule.spaced("1 second")
-      )
-    )
     yield* Effect.addFinalizer(() =>
       Effect.forEach([...connections.values()], (connection) => drop(connection, "connection_lost", false), {
         discard: true

@@ -6,10 +6,15 @@
  * after every call before it and before any after it. Results are always
  * kept in the order the model asked for them.
  */
-import { Agent as AgentSchemas } from "@agent-runtime/domain"
+import { Agent as AgentSchemas, Schedule as ScheduleSchemas } from "@agent-runtime/domain"
 import { Egress } from "@agent-runtime/egress"
-import { Duration, Effect, Stream } from "effect"
+import { WebSearch } from "@agent-runtime/models"
+import { ToolSources } from "@agent-runtime/toolsources"
+import { Duration, Effect, Option, ParseResult, Schema, Stream } from "effect"
 import { convert as htmlToText } from "html-to-text"
+import type { AgentConfig } from "./AgentStore.ts"
+import { Definitions } from "./Definitions.ts"
+import { Schedules } from "./Schedules.ts"
 
 export interface ToolResult {
   readonly content: ReadonlyArray<{ readonly type: "text"; readonly text: string }>
@@ -38,6 +43,18 @@ export interface ToolSet {
   readonly direct: ReadonlyMap<string, Tool>
   /** Every source and its tools, as AgentDetail shows them. */
   readonly sources: ReadonlyArray<AgentSchemas.ToolSource>
+  /** Sources whose tools the model does not have because they could not be listed, and why. */
+  readonly sourceErrors: ReadonlyArray<{ readonly source: string; readonly error: string }>
+}
+
+/** Whose tools, and for which run: the agent, its settings, and who acts (for identity tokens). */
+export interface Scope {
+  readonly tenantId: string
+  readonly agentId: string
+  readonly config: AgentConfig
+  /** What started the run: prompt, continue, execute, resume, schedule. */
+  readonly origin: string
+  readonly actor?: string | undefined
 }
 
 /** The tools an agent's application declared (their calls go to its connection), and whether it is connected. */
@@ -170,79 +187,269 @@ const makeWebFetch = (egress: Egress.Service): Omit<Tool, "exposure"> => ({
 
 /** Why a builtin the agent has is not given to the model yet. */
 const notYetAvailable: Record<string, string> = {
-  web_search: "web search is not available on this runtime yet",
-  schedule: "schedules are not available on this runtime yet",
   ask_user: "human input is not available on this runtime yet",
   delegate: "delegation is not available on this runtime yet"
 }
 
-/** The runtime's own tools, and the tool set of an agent's configuration. */
-export class Tools extends Effect.Service<Tools>()("@agent-runtime/agent/Tools", {
-  effect: Effect.gen(function*() {
-    const egress = yield* Egress.Egress
-    const builtins: Record<string, Omit<Tool, "exposure">> = { web_fetch: makeWebFetch(egress) }
+const webSearchParameters = {
+  type: "object",
+  properties: {
+    query: { type: "string", minLength: 1, maxLength: 400, description: "what to search the web for" },
+    count: { type: "integer", minimum: 1, maximum: 20, description: "how many results (default 5)" }
+  },
+  required: ["query"],
+  additionalProperties: false
+}
 
-    const forAgent = (
-      config: { readonly builtins?: ReadonlyArray<string> | undefined },
-      application?: Application
-    ): ToolSet => {
-      const names = config.builtins ?? []
-      const applicationTools = application?.tools ?? []
-      const exposure = defaultExposure(names.length + applicationTools.length)
-      const direct = new Map<string, Tool>()
-      const describe = (tool: Tool, excluded?: string) =>
-        new AgentSchemas.ToolSourceTool({
-          name: tool.name,
-          description: tool.description,
-          exposure: tool.exposure,
-          executionMode: tool.executionMode,
-          parameters: tool.parameters,
-          ...(excluded !== undefined
-            ? { excluded }
-            : isDirect(tool.exposure)
-            ? {}
-            : { excluded: "code mode is not available on this runtime yet" })
-        })
-      /** Offers `tool` to the model, unless code mode alone reaches it; why not, when it is not. */
-      const offer = (tool: Tool) => {
-        // Code mode arrives with code execution; until then a codemode-only tool is not offered.
-        if (isDirect(tool.exposure)) direct.set(tool.name, tool)
-        return describe(tool)
-      }
-      const builtinTools: Array<AgentSchemas.ToolSourceTool> = []
-      for (const name of names) {
-        const builtin = builtins[name]
-        if (builtin === undefined) {
-          builtinTools.push(
-            new AgentSchemas.ToolSourceTool({ name, description: name, excluded: notYetAvailable[name] ?? "unknown" })
+const makeWebSearch = (search: WebSearch.Service, scope: Scope): Omit<Tool, "exposure"> => ({
+  name: "web_search",
+  description: "Search the web; answers titles, URLs and snippets of the best results.",
+  parameters: webSearchParameters,
+  executionMode: "parallel",
+  execute: (args) =>
+    typeof args.query !== "string" || args.query.trim() === ""
+      ? Effect.succeed(text("query must be a non-empty string", true, "invalid_arguments"))
+      : search.search({
+        tenantId: scope.tenantId,
+        keyScope: Option.fromNullable(scope.config.keyScope),
+        query: args.query,
+        count: typeof args.count === "number" ? Math.min(20, Math.max(1, Math.floor(args.count))) : undefined
+      }).pipe(
+        Effect.map((found) =>
+          text(
+            found.results.length === 0
+              ? `No results for "${args.query}".`
+              : found.results.map((result, i) =>
+                `${i + 1}. ${result.title}\n${result.url}${
+                  result.published === undefined ? "" : ` (${result.published})`
+                }\n` +
+                result.snippet
+              ).join("\n\n")
           )
-          continue
-        }
-        builtinTools.push(offer({ ...builtin, exposure }))
-      }
-      const sources: Array<AgentSchemas.ToolSource> = names.length === 0 ? [] : [
-        new AgentSchemas.ToolSource({ kind: "builtin", name: "builtins", status: "listed", tools: builtinTools })
-      ]
-      if (application !== undefined) {
-        const described = applicationTools.map((declared) => {
-          const tool: Tool = { ...declared, exposure: declared.exposure ?? exposure }
-          // The runtime's own tools come first: an application tool of the same name is not offered.
-          return direct.has(tool.name) || builtins[tool.name] !== undefined
-            ? describe(tool, "a builtin of the same name takes precedence")
-            : offer(tool)
-        })
-        sources.push(
-          new AgentSchemas.ToolSource({
-            kind: "application",
-            name: "application",
-            status: "listed",
-            tools: described,
-            connected: application.connected
+        ),
+        Effect.catchAll((error) =>
+          Effect.succeed(
+            text(
+              `web_search failed: ${error.message}`,
+              true,
+              error._tag === "SearchKeyMissing" ? "unavailable" : "failed"
+            )
+          )
+        )
+      )
+})
+
+const scheduleParameters = {
+  type: "object",
+  properties: {
+    action: { type: "string", enum: ["create", "list", "cancel"] },
+    text: { type: "string", description: "create: the prompt to deliver to you when it is due" },
+    at: { type: "string", description: "create: an ISO 8601 time" },
+    inSeconds: { type: "number", minimum: 0, description: "create: seconds from now" },
+    everySeconds: { type: "integer", minimum: 60, description: "create: repeat this often (at least 60)" },
+    scheduleId: { type: "string", description: "cancel: the schedule's id" }
+  },
+  required: ["action"],
+  additionalProperties: false
+}
+
+const decodeScheduleInput = Schema.decodeUnknown(ScheduleSchemas.ScheduleInput)
+
+const makeSchedule = (schedules: Schedules["Type"], scope: Scope): Omit<Tool, "exposure"> => ({
+  name: "schedule",
+  description: "Have a prompt delivered to you later, once or repeatedly; list or cancel your schedules.",
+  parameters: scheduleParameters,
+  executionMode: "sequential",
+  execute: (args) => {
+    const show = (schedule: ScheduleSchemas.Schedule) =>
+      `${schedule.id}: due ${new Date(schedule.dueAt * 1000).toISOString()}` +
+      (schedule.everySeconds === undefined ? "" : `, every ${schedule.everySeconds} s`) +
+      ` — ${JSON.stringify(schedule.text ?? schedule.code)}`
+    switch (args.action) {
+      case "create": {
+        const { action: _action, scheduleId: _scheduleId, ...input } = args
+        return decodeScheduleInput(input, { onExcessProperty: "error" }).pipe(
+          Effect.mapError((error) => ParseResult.TreeFormatter.formatErrorSync(error)),
+          Effect.flatMap((decoded) =>
+            Effect.mapError(schedules.create(scope.tenantId, scope.agentId, decoded), (refused) => refused.error)
+          ),
+          Effect.match({
+            onFailure: (error) => text(`schedule not made: ${error}`, true, "invalid_arguments"),
+            onSuccess: (made) => text(`scheduled ${show(made)}`)
           })
         )
       }
-      return { direct, sources }
+      case "list":
+        return schedules.list(scope.tenantId, scope.agentId).pipe(
+          Effect.match({
+            onFailure: (missing) => text(missing.error, true, "failed"),
+            onSuccess: (all) => text(all.length === 0 ? "no schedules" : all.map(show).join("\n"))
+          })
+        )
+      case "cancel":
+        return typeof args.scheduleId !== "string"
+          ? Effect.succeed(text("cancel needs scheduleId", true, "invalid_arguments"))
+          : schedules.cancel(scope.tenantId, scope.agentId, args.scheduleId).pipe(
+            Effect.match({
+              onFailure: (missing) => text(missing.error, true, "failed"),
+              onSuccess: () => text(`cancelled ${args.scheduleId}`)
+            })
+          )
+      default:
+        return Effect.succeed(text("action must be create, list or cancel", true, "invalid_arguments"))
     }
+  }
+})
+
+/** How long a turn waits for a source not listed on this node yet. */
+const listWait = Duration.seconds(10)
+
+/** The runtime's own tools, and the tool set of an agent: builtins, its definition's sources, its application. */
+export class Tools extends Effect.Service<Tools>()("@agent-runtime/agent/Tools", {
+  effect: Effect.gen(function*() {
+    const egress = yield* Egress.Egress
+    const search = yield* WebSearch.WebSearch
+    const schedules = yield* Schedules
+    const sources = yield* ToolSources.ToolSources
+    const definitions = yield* Definitions
+    const webFetch = makeWebFetch(egress)
+    const builtinsOf = (scope: Scope): Record<string, Omit<Tool, "exposure">> => ({
+      web_fetch: webFetch,
+      web_search: makeWebSearch(search, scope),
+      schedule: makeSchedule(schedules, scope)
+    })
+
+    /** A definition source's tools; calls go to the source as `caller`, once. */
+    const sourceTools = (
+      source: ToolSources.Source,
+      caller: ToolSources.Caller,
+      listing: ToolSources.Listing
+    ): Array<Omit<Tool, "exposure">> =>
+      listing.tools.map((listed) => ({
+        name: listed.name,
+        description: listed.description,
+        parameters: listed.parameters,
+        executionMode: listed.executionMode ?? "parallel",
+        execute: (args, context) => sources.call(source, caller, listed.name, args, { onProgress: context.update })
+      }))
+
+    /**
+     * The agent's tools. A turn waits a while for a source not yet listed on
+     * this node (`wait`); AgentDetail does not, and shows it unlisted.
+     */
+    const forAgent = (scope: Scope, application?: Application, options: { readonly wait: boolean } = { wait: true }) =>
+      Effect.gen(function*() {
+        const names = scope.config.builtins ?? []
+        const builtins = builtinsOf(scope)
+        const caller: ToolSources.Caller = {
+          tenantId: scope.tenantId,
+          agentId: scope.agentId,
+          origin: scope.origin,
+          ...(scope.config.subject === undefined ? {} : { subject: scope.config.subject }),
+          ...(scope.actor === undefined ? {} : { actor: scope.actor }),
+          ...(scope.config.context === undefined ? {} : { context: scope.config.context }),
+          ...(scope.config.definition === undefined ? {} : { definition: scope.config.definition.id })
+        }
+        const definition = scope.config.definition === undefined
+          ? undefined
+          : yield* Effect.option(
+            definitions.resolve(scope.tenantId, scope.config.definition.id, scope.config.definition.revision)
+          )
+        const listed = yield* Effect.forEach(
+          Option.match(Option.fromNullable(definition), {
+            onNone: () => [],
+            onSome: (found) => Option.isSome(found) ? found.value.toolSources : []
+          }),
+          (source) =>
+            Effect.map(
+              options.wait ? sources.list(source, caller, { wait: listWait }) : sources.peek(source, caller),
+              (listing) => ({ source, listing, tools: sourceTools(source, caller, listing) })
+            ),
+          { concurrency: "unbounded" }
+        )
+        const applicationTools = application?.tools ?? []
+        const count = names.length + listed.reduce((sum, entry) => sum + entry.tools.length, 0) +
+          applicationTools.length
+        const exposure = defaultExposure(count)
+        const direct = new Map<string, Tool>()
+        const taken = new Map<string, string>()
+        const describe = (tool: Tool, excluded?: string) =>
+          new AgentSchemas.ToolSourceTool({
+            name: tool.name,
+            description: tool.description,
+            exposure: tool.exposure,
+            executionMode: tool.executionMode,
+            parameters: tool.parameters,
+            ...(excluded !== undefined
+              ? { excluded }
+              : isDirect(tool.exposure)
+              ? {}
+              : { excluded: "code mode is not available on this runtime yet" })
+          })
+        /** Offers `tool` from `source` to the model, unless an earlier source has one of its name. */
+        const offer = (tool: Tool, source: string) => {
+          const holder = taken.get(tool.name)
+          if (holder !== undefined) return describe(tool, `a tool of the same name from ${holder} takes precedence`)
+          taken.set(tool.name, source)
+          // Code mode arrives with code execution; until then a codemode-only tool is not offered.
+          if (isDirect(tool.exposure)) direct.set(tool.name, tool)
+          return describe(tool)
+        }
+        const builtinTools: Array<AgentSchemas.ToolSourceTool> = []
+        for (const name of names) {
+          const builtin = builtins[name]
+          if (builtin === undefined) {
+            builtinTools.push(
+              new AgentSchemas.ToolSourceTool({ name, description: name, excluded: notYetAvailable[name] ?? "unknown" })
+            )
+            continue
+          }
+          builtinTools.push(offer({ ...builtin, exposure }, "builtins"))
+        }
+        const toolSources: Array<AgentSchemas.ToolSource> = names.length === 0 ? [] : [
+          new AgentSchemas.ToolSource({ kind: "builtin", name: "builtins", status: "listed", tools: builtinTools })
+        ]
+        const sourceErrors: Array<{ source: string; error: string }> = []
+        if (definition !== undefined && Option.isNone(definition)) {
+          sourceErrors.push({ source: "definition", error: "the agent's definition revision could not be read" })
+        }
+        for (const { listing, source, tools } of listed) {
+          const settings = source as ToolSources.Source & { readonly exposure?: AgentSchemas.ToolExposure }
+          if (listing.status !== "listed") {
+            sourceErrors.push({
+              source: source.name,
+              error: listing.error ?? "not listed on this node yet; its tools come in a later turn"
+            })
+          }
+          toolSources.push(
+            new AgentSchemas.ToolSource({
+              kind: source.kind,
+              name: source.name,
+              status: listing.status,
+              tools: tools.map((tool) => offer({ ...tool, exposure: settings.exposure ?? exposure }, source.name)),
+              ...(listing.error === undefined ? {} : { error: listing.error }),
+              ...(listing.listedAt === undefined ? {} : { listedAt: listing.listedAt }),
+              ...(source.kind === "mcp" || source.url !== undefined ? { url: source.url! } : {}),
+              ...(settings.exposure === undefined ? {} : { exposure: settings.exposure })
+            })
+          )
+        }
+        if (application !== undefined) {
+          toolSources.push(
+            new AgentSchemas.ToolSource({
+              kind: "application",
+              name: "application",
+              status: "listed",
+              tools: applicationTools.map((declared) =>
+                offer({ ...declared, exposure: declared.exposure ?? exposure }, "the application")
+              ),
+              connected: application.connected
+            })
+          )
+        }
+        const set: ToolSet = { direct, sources: toolSources, sourceErrors }
+        return set
+      })
 
     return { forAgent } as const
   })

@@ -48,6 +48,10 @@ export interface TurnInput extends Steered {
   readonly resume?: { readonly began: number; readonly unjournaled: ReadonlyArray<Steered> } | undefined
   /** The tools the agent's application serves, when it declared any. */
   readonly application?: Tools.Application | undefined
+  /** Who acts (`act` of identity tokens); the sender's id when not given. */
+  readonly actor?: string | undefined
+  /** What started the run, for identity tokens: prompt, continue, resume, execute. */
+  readonly origin?: string | undefined
 }
 
 export interface ToolCallRecord {
@@ -88,6 +92,8 @@ export interface RunResult {
   /** Calls that failed (the tool's own error, unavailable, unknown outcome, aborted). */
   readonly toolErrors: number
   readonly toolCalls: ReadonlyArray<ToolCallRecord>
+  /** Tool sources whose tools the model did not have: they could not be listed. */
+  readonly sourceErrors?: ReadonlyArray<{ readonly source: string; readonly error: string }>
 }
 
 export interface TurnOutcome {
@@ -165,7 +171,16 @@ const updateInterval = 250
 export const run = (input: TurnInput, hooks: TurnHooks) =>
   Effect.gen(function*() {
     const models = yield* ModelClient.ModelClient
-    const toolSet = (yield* Tools.Tools).forAgent(input.config, input.application)
+    const toolSet = yield* (yield* Tools.Tools).forAgent(
+      {
+        tenantId: input.tenantId,
+        agentId: input.agentId,
+        config: input.config,
+        origin: input.origin ?? (input.continue ? "continue" : "prompt"),
+        actor: input.actor ?? input.from?.id
+      },
+      input.application
+    )
     const modelTools: Array<ModelClient.Tool> = [...toolSet.direct.values()].map((tool) => ({
       name: tool.name,
       description: tool.description,
@@ -480,7 +495,8 @@ export const run = (input: TurnInput, hooks: TurnHooks) =>
       error,
       ...(stopped === undefined ? {} : { stopped }),
       toolErrors,
-      toolCalls
+      toolCalls,
+      ...(toolSet.sourceErrors.length === 0 ? {} : { sourceErrors: toolSet.sourceErrors })
     }
     const outcome: TurnOutcome = {
       result,

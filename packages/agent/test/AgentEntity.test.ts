@@ -26,7 +26,6 @@ import * as AgentRuntime from "../src/AgentRuntime.ts"
 import * as AgentStore from "../src/AgentStore.ts"
 import { Drain } from "../src/Drain.ts"
 import * as EventLog from "../src/EventLog.ts"
-import * as Tools from "../src/Tools.ts"
 import type * as Turn from "../src/Turn.ts"
 
 const { ScriptedModel } = AgentFixtures
@@ -50,14 +49,12 @@ const EntityLive = AgentRuntime.layer.pipe(
     UsageLog.UsageLog.Default,
     Drain.Default,
     EventLog.LocalLogs.Default,
-    Tools.Tools.Default,
     Tenants.Tenants.Default,
     AgentFixtures.layer(),
     ShardingConfig.layer(),
-    IdentityTokens.layer().pipe(
-      Layer.provide(SealedSecret.layer(SealedSecret.parseKey(Crypto.randomBytes(32).toString("base64"))))
-    )
+    AgentFixtures.layerTools.pipe(Layer.provideMerge(IdentityTokens.layer()))
   )),
+  Layer.provide(SealedSecret.layer(SealedSecret.parseKey(Crypto.randomBytes(32).toString("base64")))),
   Layer.provide(Egress.layer({ allowPrivate: true }).pipe(Layer.provide(Resolver.layer))),
   Layer.provideMerge(DatabaseLive)
 )

@@ -4,7 +4,6 @@
  * (`web_fetch` through the egress layer) against a local page server, so a
  * call really goes out, once, and its timing is real.
  */
-import { Egress, Resolver } from "@agent-runtime/egress"
 import { ModelError } from "@agent-runtime/models"
 import { AgentFixtures, ToolServer } from "@agent-runtime/testing"
 import { describe, expect, it } from "@effect/vitest"
@@ -15,10 +14,7 @@ import * as Turn from "../src/Turn.ts"
 const { ScriptedModel, recordingHooks } = AgentFixtures
 
 /** The model and the runtime's tools; private URLs allowed, so `web_fetch` reaches the local page server. */
-const TurnLive = Layer.mergeAll(
-  AgentFixtures.layer(),
-  Tools.Tools.Default.pipe(Layer.provide(Egress.layer({ allowPrivate: true })), Layer.provide(Resolver.layer))
-)
+const TurnLive = Layer.mergeAll(AgentFixtures.layer(), AgentFixtures.layerToolsLive)
 
 const input = (fields: Partial<Turn.TurnInput> = {}): Turn.TurnInput => ({
   tenantId: "tn_turn",

@@ -19,6 +19,7 @@ import * as ApiError from "./ApiError.ts"
 import { connectionHeader, JsonRpcMessage, McpAccepted } from "./Application.ts"
 import { AgentAuthentication, Authentication, OperatorAuthentication } from "./Auth.ts"
 import { created, Deleted, Page, PageParams } from "./Common.ts"
+import { Definition, DefinitionApply, DefinitionInput, DefinitionUpdate } from "./Definition.ts"
 import { Jwks, KeyRotated } from "./Identity.ts"
 import { Me } from "./Me.ts"
 import { Model } from "./Model.ts"
@@ -33,6 +34,7 @@ import {
 } from "./Provider.ts"
 import { PromptInput, RequestRecord } from "./Run.ts"
 import { DrainStarted, RunnerList } from "./Runner.ts"
+import { Schedule, ScheduleInput } from "./Schedule.ts"
 import { EventPoll, HistoryPage, SessionState } from "./Session.ts"
 import { Tenant, TenantCreated, TenantInput } from "./Tenant.ts"
 import { Token, TokenCreated, TokenInput } from "./Token.ts"
@@ -101,6 +103,99 @@ export class TokensGroup extends HttpApiGroup.make("tokens")
   )
   .middleware(Authentication)
   .annotate(OpenApi.Title, "Tokens")
+{}
+
+const definitionParam = HttpApiSchema.param("id", Schema.String)
+
+export class DefinitionsGroup extends HttpApiGroup.make("definitions")
+  .add(
+    HttpApiEndpoint.post("create", "/v1/definitions")
+      .setPayload(DefinitionInput)
+      .addSuccess(Definition, created)
+      .annotate(
+        OpenApi.Description,
+        "A reusable agent template at revision 1. Tool source URLs are checked like every URL the runtime " +
+          "calls (https, public addresses); secrets (bearer tokens, header values) are sealed and never returned."
+      )
+  )
+  .add(
+    HttpApiEndpoint.get("list", "/v1/definitions")
+      .setUrlParams(PageParams)
+      .addSuccess(Page(Definition))
+      .annotate(OpenApi.Description, "The tenant's definitions at their latest revisions, by id.")
+  )
+  .add(
+    HttpApiEndpoint.get("get")`/v1/definitions/${definitionParam}`
+      .setUrlParams(Schema.Struct({
+        revision: Schema.optional(
+          Schema.NumberFromString.pipe(Schema.int(), Schema.positive()).annotations({
+            description: "an earlier revision; default the latest",
+            jsonSchema: { type: "integer", minimum: 1 }
+          })
+        )
+      }))
+      .addSuccess(Definition)
+      .addError(ApiError.NotFound.Wire)
+  )
+  .add(
+    HttpApiEndpoint.patch("update")`/v1/definitions/${definitionParam}`
+      .setPayload(DefinitionUpdate)
+      .addSuccess(Definition)
+      .addError(ApiError.NotFound.Wire)
+      .annotate(
+        OpenApi.Description,
+        "Writes the next revision: given fields change (null removes), the rest is kept; toolSources replaces " +
+          "the list, and a source's secret left out keeps the same-named source's. Agents stay on their revision " +
+          "until moved (POST /v1/agents/{id}/definition, or an upsert naming the definition)."
+      )
+  )
+  .add(
+    HttpApiEndpoint.del("remove")`/v1/definitions/${definitionParam}`
+      .addSuccess(Deleted)
+      .addError(ApiError.NotFound.Wire)
+      .annotate(
+        OpenApi.Description,
+        "No new agent can be made from it; agents made from it keep running their revision."
+      )
+  )
+  .middleware(Authentication)
+  .annotate(OpenApi.Title, "Definitions")
+{}
+
+const scheduleParam = HttpApiSchema.param("scheduleId", Schema.String)
+
+export class SchedulesGroup extends HttpApiGroup.make("schedules")
+  .add(
+    HttpApiEndpoint.post("create")`/v1/agents/${idParam}/schedules`
+      .setPayload(ScheduleInput)
+      .addSuccess(Schedule, created)
+      .addError(ApiError.NotFound.Wire)
+      .addError(ApiError.Conflict.Wire)
+      .annotate(
+        OpenApi.Description,
+        "A prompt delivered to the agent at a time (at, or inSeconds from now; default now), and every " +
+          "everySeconds after when given. A due schedule fires once across the cluster; times missed while no " +
+          "node ran fire once, not once each. At most 100 per agent."
+      )
+  )
+  .add(
+    HttpApiEndpoint.get("listForAgent")`/v1/agents/${idParam}/schedules`
+      .addSuccess(List(Schedule))
+      .addError(ApiError.NotFound.Wire)
+      .annotate(OpenApi.Description, "The agent's schedules, soonest first.")
+  )
+  .add(
+    HttpApiEndpoint.del("cancel")`/v1/agents/${idParam}/schedules/${scheduleParam}`
+      .addSuccess(Deleted)
+      .addError(ApiError.NotFound.Wire)
+  )
+  .add(
+    HttpApiEndpoint.get("list", "/v1/schedules")
+      .addSuccess(List(Schedule))
+      .annotate(OpenApi.Description, "Every schedule of the tenant's agents, soonest first (at most 1000).")
+  )
+  .middleware(Authentication)
+  .annotate(OpenApi.Title, "Schedules")
 {}
 
 export class ModelsGroup extends HttpApiGroup.make("models")
@@ -347,6 +442,19 @@ export class AgentsGroup extends HttpApiGroup.make("agents")
       .annotate(
         OpenApi.Description,
         "Changes settings at once, ahead of queued runs; absent fields stay, null removes."
+      )
+  )
+  .add(
+    HttpApiEndpoint.post("applyDefinition")`/v1/agents/${agentParam}/definition`
+      .setPayload(DefinitionApply)
+      .addSuccess(RequestRecord)
+      .addError(ApiError.NotFound.Wire)
+      .addError(ApiError.Gone.Wire)
+      .annotate(
+        OpenApi.Description,
+        "Moves an agent made from a definition to a revision of it (default the latest), as a configure: the " +
+          "definition's model, system prompt, thinking level, fileTools, builtins and tool sources replace the " +
+          "agent's, except a model, thinkingLevel or fileTools the agent set itself; systemPromptAppend stays."
       )
   )
   .add(
@@ -623,6 +731,8 @@ export class Api extends HttpApi.make("agent-runtime")
   .add(KeysGroup)
   .add(KeyScopesGroup)
   .add(AgentsGroup)
+  .add(DefinitionsGroup)
+  .add(SchedulesGroup)
   .add(ClientsGroup)
   .add(AdminGroup)
   .add(WellKnownGroup)

@@ -49,7 +49,7 @@ export class ScheduleInput extends Schema.Class<ScheduleInput>("ScheduleInput")(
       }
       return true
     })
-  )
+  ).annotations({ parseOptions: { onExcessProperty: "error" } })
 ) {}
 
 /** The shortest repeat interval. */

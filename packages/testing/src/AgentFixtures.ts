@@ -14,9 +14,24 @@
  * the history, every append and every event in order, tool calls started and
  * finished, steered prompts waiting, and the abort and hand-off flags.
  */
-import type { Turn } from "@agent-runtime/agent"
-import { ModelClient, type ModelError } from "@agent-runtime/models"
-import { Context, Deferred, Effect, Layer, Option, Queue, Stream } from "effect"
+import { AccountsMigrations } from "@agent-runtime/accounts"
+import { AgentMigrations, Definitions, Schedules, Tools, type Turn } from "@agent-runtime/agent"
+import { Egress, Resolver } from "@agent-runtime/egress"
+import { IdentityMigrations, IdentityTokens } from "@agent-runtime/identity"
+import {
+  Catalog,
+  Keys,
+  KeyScopes,
+  ModelClient,
+  type ModelError,
+  ModelsMigrations,
+  WebSearch
+} from "@agent-runtime/models"
+import { Database, SealedSecret } from "@agent-runtime/store"
+import { ToolSources } from "@agent-runtime/toolsources"
+import { Context, Deferred, Effect, Layer, Option, Queue, Redacted, Stream } from "effect"
+import * as Crypto from "node:crypto"
+import * as TestDatabase from "./TestDatabase.ts"
 
 type ToolCallPart = Extract<ModelClient.AssistantMessage["content"][number], { readonly type: "toolCall" }>
 
@@ -300,3 +315,40 @@ export const recordingHooks = (options: RecordingOptions = {}): Recording => {
     }
   }
 }
+
+/**
+ * The runtime's tools as a node has them (schedules, definitions, web search,
+ * tool sources), on the database, egress and identity tokens it is given.
+ */
+export const layerTools = Tools.Tools.Default.pipe(
+  Layer.provide(
+    Layer.mergeAll(Definitions.layer, Schedules.layer, ToolSources.layer(), WebSearch.layer).pipe(
+      Layer.provide(KeyScopes.KeyScopes.DefaultWithoutDependencies.pipe(Layer.provideMerge(Keys.Keys.Default))),
+      Layer.provide(Catalog.Catalog.Default)
+    )
+  )
+)
+
+const sealer = SealedSecret.layer(SealedSecret.parseKey(Crypto.randomBytes(32).toString("base64")))
+
+/**
+ * `layerTools` on a fresh test database with every package's tables, a
+ * sealing key, identity tokens, and egress allowing private addresses (so
+ * tools reach local test servers).
+ */
+export const layerToolsLive = layerTools.pipe(
+  Layer.provideMerge(IdentityTokens.layer()),
+  Layer.provideMerge(sealer),
+  Layer.provideMerge(Egress.layer({ allowPrivate: true }).pipe(Layer.provide(Resolver.layer))),
+  Layer.provideMerge(Layer.unwrapEffect(
+    Effect.map(TestDatabase.make, (url) =>
+      Database.layerClient(Redacted.make(url), {
+        migrations: [
+          AccountsMigrations.migrations,
+          ModelsMigrations.migrations,
+          AgentMigrations.migrations,
+          IdentityMigrations.migrations
+        ]
+      }))
+  ))
+)

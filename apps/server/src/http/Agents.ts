@@ -34,6 +34,9 @@ export const layer = HttpApiBuilder.group(Api.Api, "agents", (handlers) =>
       .handle("configure", ({ path, payload }) =>
         Effect.flatMap(tenant, (tenantId) =>
           agents.configure(tenantId, path.id, payload)))
+      .handle("applyDefinition", ({ path, payload }) =>
+        Effect.flatMap(tenant, (tenantId) =>
+          agents.applyDefinition(tenantId, path.id, payload)))
       .handle("request", ({ path, urlParams }) =>
         Effect.flatMap(tenant, (tenantId) =>
           agents.request(tenantId, path.id, path.requestId, Duration.seconds(urlParams.wait ?? 0))))

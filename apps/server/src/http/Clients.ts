@@ -11,7 +11,11 @@ export const layer = HttpApiBuilder.group(Api.Api, "clients", (handlers) =>
       .handle("request", ({ payload }) =>
         Effect.flatMap(Auth.CurrentAgent, ({ agentId, tenantId }): Effect.Effect<
           Run.RequestRecord,
-          Effect.Effect.Error<ReturnType<typeof agents.prompt> | ReturnType<typeof agents.statusRequest>>
+          Effect.Effect.Error<
+            | ReturnType<typeof agents.prompt>
+            | ReturnType<typeof agents.statusRequest>
+            | ReturnType<typeof agents.configure>
+          >
         > => {
           switch (payload.method) {
             case "prompt":
