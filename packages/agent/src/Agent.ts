@@ -21,11 +21,12 @@ import { Frame } from "./ApplicationConnection.ts"
 
 export const PromptPayload = Schema.Struct({
   requestId: Schema.String,
-  /** continue runs a turn on the history as it is, without a new user message. */
-  method: Schema.optional(Schema.Literal("prompt", "continue")),
+  /** continue runs a turn on the history as it is, without a new user message; execute runs `code`. */
+  method: Schema.optional(Schema.Literal("prompt", "continue", "execute")),
   /** Hash of the request's input: the same request id with another input is a conflict. */
   fingerprint: Schema.String,
   text: Schema.String,
+  code: Schema.optional(Schema.String),
   actor: Schema.optional(Schema.String),
   from: Schema.optional(Input.Sender),
   whileRunning: Schema.optional(Run.WhileRunning),

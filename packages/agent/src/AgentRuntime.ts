@@ -239,7 +239,7 @@ export const layer = Layer.unwrapEffect(Effect.map(Agent.client, (makeClient) =>
               )
             )
             const prompts = [
-              ...(row.method === "continue" ? [] : [row]),
+              ...(row.method === "continue" || row.method === "execute" ? [] : [row]),
               ...yield* journal(store.steeredInto(agentId, row.id))
             ]
             unjournaled = prompts.flatMap((prompt) =>
@@ -273,6 +273,7 @@ export const layer = Layer.unwrapEffect(Effect.map(Agent.client, (makeClient) =>
               continue: row.method === "continue",
               resume: resumed ? { began, unjournaled } : undefined,
               text: input.text,
+              code: (row.input as { code?: string }).code,
               metadata: input.metadata,
               from: input.from,
               actor: (row.input as { actor?: string }).actor,
@@ -490,6 +491,7 @@ export const layer = Layer.unwrapEffect(Effect.map(Agent.client, (makeClient) =>
               fingerprint: payload.fingerprint,
               input: {
                 text: payload.text,
+                ...(payload.code === undefined ? {} : { code: payload.code }),
                 ...(payload.actor === undefined ? {} : { actor: payload.actor }),
                 ...(payload.from === undefined ? {} : { from: payload.from }),
                 ...(payload.metadata === undefined ? {} : { metadata: payload.metadata }),

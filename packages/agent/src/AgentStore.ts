@@ -226,7 +226,7 @@ export class AgentStore extends Context.Tag("@agent-runtime/agent/AgentStore")<A
   readonly toolCalls: (
     agentId: string,
     requestId: string
-  ) => Effect.Effect<ReadonlyMap<string, unknown>, PersistenceError>
+  ) => Effect.Effect<ReadonlyMap<string, { readonly tool: string; readonly result?: unknown }>, PersistenceError>
   /**
    * Agents with unfinished work that no live runner holds (let go, or their
    * runner went silent past `leaseSeconds`), whose next wake-up is due.
@@ -450,9 +450,9 @@ export const make = Effect.gen(function*() {
 
   /** The request's tool calls that were sent, with their results where they came back. */
   const toolCalls = (agentId: string, requestId: string) =>
-    sql<{ toolCallId: string; result: unknown }>`SELECT tool_call_id, result FROM agent_tool_calls
-      WHERE agent_id = ${agentId} AND request_id = ${requestId}`.pipe(
-      Effect.map((rows) => new Map(rows.map((row) => [row.toolCallId, row.result ?? undefined])))
+    sql<{ toolCallId: string; tool: string; result: unknown }>`SELECT tool_call_id, tool, result
+      FROM agent_tool_calls WHERE agent_id = ${agentId} AND request_id = ${requestId}`.pipe(
+      Effect.map((rows) => new Map(rows.map((row) => [row.toolCallId, row.result === null ? { tool: row.tool } : row])))
     )
 
   const complete =

@@ -87,6 +87,22 @@ export class Agents extends Context.Tag("@agent-runtime/agent/Agents")<Agents, {
     | ApiError.IdempotencyConflict
     | ApiError.ApplicationNotConnected
   >
+  /**
+   * Runs `code` with the agent's code-mode tools, as a request of method execute queued like a prompt:
+   * its outcome's result is what the code returned or threw, the calls it made and their errors.
+   */
+  readonly execute: (
+    tenantId: string,
+    agentId: string,
+    input: Run.ExecuteInput
+  ) => Effect.Effect<
+    Run.RequestRecord,
+    | ApiError.NotFound
+    | ApiError.Gone
+    | ApiError.SpendLimit
+    | ApiError.IdempotencyConflict
+    | ApiError.ApplicationNotConnected
+  >
   /** A turn on the history as it is, without a new user message. */
   readonly continueRun: (
     tenantId: string,
@@ -265,15 +281,17 @@ export const make = Effect.gen(function*() {
     agent: AgentRow,
     input: Run.PromptInput,
     defaultRequestId: string,
-    method: "prompt" | "continue" = "prompt"
+    method: "prompt" | "continue" | "execute" = "prompt",
+    code?: string
   ) => {
     const requestId = input.requestId ?? defaultRequestId
     const payload: PromptPayload = {
       requestId,
       method,
       // Whether it may run without the application is no part of what the request asks.
-      fingerprint: fingerprint({ ...input, allowDisconnected: undefined, requestId }),
+      fingerprint: fingerprint({ ...input, allowDisconnected: undefined, requestId, code }),
       text: input.text,
+      ...(code === undefined ? {} : { code }),
       ...(input.actor === undefined ? {} : { actor: input.actor }),
       ...(input.from === undefined ? {} : { from: input.from }),
       ...(input.whileRunning === undefined ? {} : { whileRunning: input.whileRunning }),
@@ -601,6 +619,13 @@ export const make = Effect.gen(function*() {
         "continue"
       ))
 
+  /** Code run with the agent's tools, without the model; queued like a prompt. */
+  const execute = (tenantId: string, agentId: string, input: Run.ExecuteInput) =>
+    Effect.flatMap(live(tenantId, agentId), (agent) => {
+      const { code, ...rest } = input
+      return sendPrompt(agent, new Run.PromptInput({ ...rest, text: "" }), Ids.make("req"), "execute", code)
+    })
+
   const abort = (tenantId: string, agentId: string, requestId: Option.Option<string>) =>
     Effect.flatMap(live(tenantId, agentId), () =>
       Effect.orDie(
@@ -849,6 +874,7 @@ export const make = Effect.gen(function*() {
     authenticateToken: method("authenticateToken", authenticateToken),
     prompt: method("prompt", prompt),
     continueRun: method("continueRun", continueRun),
+    execute: method("execute", execute),
     abort: method("abort", abort),
     configure: method("configure", configure),
     applyDefinition: method("applyDefinition", applyDefinition),

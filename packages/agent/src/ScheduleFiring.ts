@@ -50,31 +50,25 @@ export const layer = Layer.scopedDiscard(Effect.gen(function*() {
     const due = Math.round(row.dueAt * 1000)
     // The same id whichever node sends it, so a resend after a lost node is the same request.
     const requestId = `sched_${row.id}_${due}`
-    const gone = yield* agents.prompt(
-      row.tenantId,
-      row.agentId,
-      new Run.PromptInput({
-        text: row.text ?? "",
-        requestId,
-        // Nobody is waiting to connect the application for a schedule: its calls fail as not connected.
-        allowDisconnected: true,
-        metadata: { scheduleId: row.id }
-      })
-    ).pipe(
-      Effect.as(false),
-      Effect.catchTags({
-        NotFound: () => Effect.succeed(true),
-        Gone: () => Effect.succeed(true)
-      }),
-      Effect.catchAll((refused) =>
-        Effect.as(
-          Effect.logWarning("a due schedule could not be delivered", refused).pipe(
-            Effect.annotateLogs({ scheduleId: row.id, agentId: row.agentId })
-          ),
-          false
+    // Nobody is waiting to connect the application for a schedule: its calls fail as not connected.
+    const request = { requestId, allowDisconnected: true, metadata: { scheduleId: row.id } }
+    const gone = yield* (row.code === null
+      ? agents.prompt(row.tenantId, row.agentId, new Run.PromptInput({ ...request, text: row.text ?? "" }))
+      : agents.execute(row.tenantId, row.agentId, new Run.ExecuteInput({ ...request, code: row.code }))).pipe(
+        Effect.as(false),
+        Effect.catchTags({
+          NotFound: () => Effect.succeed(true),
+          Gone: () => Effect.succeed(true)
+        }),
+        Effect.catchAll((refused) =>
+          Effect.as(
+            Effect.logWarning("a due schedule could not be delivered", refused).pipe(
+              Effect.annotateLogs({ scheduleId: row.id, agentId: row.agentId })
+            ),
+            false
+          )
         )
       )
-    )
     if (row.everySeconds === null || gone) {
       yield* sql`DELETE FROM schedules WHERE id = ${row.id}`
     } else {

@@ -86,13 +86,6 @@ export const make = Effect.gen(function*() {
 
   const create: Service["create"] = (tenantId, agentId, input) =>
     Effect.gen(function*() {
-      // Code runs with the execute method, which lands with code mode; until then a code schedule is refused
-      // rather than delivered as an empty prompt.
-      if (input.code !== undefined) {
-        return yield* new ApiError.InvalidRequest({
-          error: "code: code schedules are not available on this runtime yet"
-        })
-      }
       const now = Date.now()
       const due = firstDue(input, now)
       if (!Number.isFinite(due)) return yield* new ApiError.InvalidRequest({ error: "at: not a time" })

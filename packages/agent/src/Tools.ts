@@ -41,6 +41,8 @@ export interface Tool {
 export interface ToolSet {
   /** Tools the model is given as tools of its own, by name. */
   readonly direct: ReadonlyMap<string, Tool>
+  /** Tools code reaches as `tools.<name>` (exposure codemode or both): the model gets the codemode tool for them. */
+  readonly code: ReadonlyArray<Tool>
   /** Every source and its tools, as AgentDetail shows them. */
   readonly sources: ReadonlyArray<AgentSchemas.ToolSource>
   /** Sources whose tools the model does not have because they could not be listed, and why. */
@@ -67,6 +69,11 @@ export interface Application {
 export const defaultExposure = (toolCount: number): AgentSchemas.ToolExposure => toolCount <= 10 ? "both" : "codemode"
 
 export const isDirect = (exposure: AgentSchemas.ToolExposure) => exposure !== "codemode"
+
+export const inCode = (exposure: AgentSchemas.ToolExposure) => exposure !== "direct"
+
+/** The model's tool for running code against the code-mode tools; no other tool may take its name. */
+export const codemodeName = "codemode"
 
 export const text = (value: string, isError = false, code?: string): ToolResult => ({
   content: [{ type: "text", text: value }],
@@ -243,7 +250,11 @@ const scheduleParameters = {
   type: "object",
   properties: {
     action: { type: "string", enum: ["create", "list", "cancel"] },
-    text: { type: "string", description: "create: the prompt to deliver to you when it is due" },
+    text: { type: "string", description: "create: the prompt to deliver to you when it is due (or give code)" },
+    code: {
+      type: "string",
+      description: "create: JavaScript to run with your code-mode tools (`tools.<name>(args)`) when it is due"
+    },
     at: { type: "string", description: "create: an ISO 8601 time" },
     inSeconds: { type: "number", minimum: 0, description: "create: seconds from now" },
     everySeconds: { type: "integer", minimum: 60, description: "create: repeat this often (at least 60)" },
@@ -257,7 +268,7 @@ const decodeScheduleInput = Schema.decodeUnknown(ScheduleSchemas.ScheduleInput)
 
 const makeSchedule = (schedules: Schedules["Type"], scope: Scope): Omit<Tool, "exposure"> => ({
   name: "schedule",
-  description: "Have a prompt delivered to you later, once or repeatedly; list or cancel your schedules.",
+  description: "Have a prompt delivered to you, or code run, later, once or repeatedly; list or cancel your schedules.",
   parameters: scheduleParameters,
   executionMode: "sequential",
   execute: (args) => {
@@ -372,7 +383,8 @@ export class Tools extends Effect.Service<Tools>()("@agent-runtime/agent/Tools",
           applicationTools.length
         const exposure = defaultExposure(count)
         const direct = new Map<string, Tool>()
-        const taken = new Map<string, string>()
+        const code: Array<Tool> = []
+        const taken = new Map<string, string>([[codemodeName, "the runtime's code mode"]])
         const describe = (tool: Tool, excluded?: string) =>
           new AgentSchemas.ToolSourceTool({
             name: tool.name,
@@ -380,19 +392,15 @@ export class Tools extends Effect.Service<Tools>()("@agent-runtime/agent/Tools",
             exposure: tool.exposure,
             executionMode: tool.executionMode,
             parameters: tool.parameters,
-            ...(excluded !== undefined
-              ? { excluded }
-              : isDirect(tool.exposure)
-              ? {}
-              : { excluded: "code mode is not available on this runtime yet" })
+            ...(excluded === undefined ? {} : { excluded })
           })
         /** Offers `tool` from `source` to the model, unless an earlier source has one of its name. */
         const offer = (tool: Tool, source: string) => {
           const holder = taken.get(tool.name)
           if (holder !== undefined) return describe(tool, `a tool of the same name from ${holder} takes precedence`)
           taken.set(tool.name, source)
-          // Code mode arrives with code execution; until then a codemode-only tool is not offered.
           if (isDirect(tool.exposure)) direct.set(tool.name, tool)
+          if (inCode(tool.exposure)) code.push(tool)
           return describe(tool)
         }
         const builtinTools: Array<AgentSchemas.ToolSourceTool> = []
@@ -447,7 +455,7 @@ export class Tools extends Effect.Service<Tools>()("@agent-runtime/agent/Tools",
             })
           )
         }
-        const set: ToolSet = { direct, sources: toolSources, sourceErrors }
+        const set: ToolSet = { direct, code, sources: toolSources, sourceErrors }
         return set
       })
 

@@ -4,6 +4,7 @@
  * tools or the round limit is reached. Every finished message is journaled
  * before the next step, so another node can continue from there.
  */
+import { Codemode } from "@agent-runtime/codemode"
 import type { ModelError } from "@agent-runtime/models"
 import { ModelClient } from "@agent-runtime/models"
 import { Effect, Option, Stream } from "effect"
@@ -52,11 +53,21 @@ export interface TurnInput extends Steered {
   readonly actor?: string | undefined
   /** What started the run, for identity tokens: prompt, continue, resume, execute. */
   readonly origin?: string | undefined
+  /** An execute request: runs this code with the agent's tools instead of asking the model. */
+  readonly code?: string | undefined
+}
+
+/** A call a lost node sent (the journal's row): its tool, and its result when it came back. */
+export interface SentCall {
+  readonly tool: string
+  readonly result?: unknown
 }
 
 export interface ToolCallRecord {
   readonly tool: string
-  readonly toolCallId: string
+  /** The model's call; a call made by code has the codemode call's id (none under execute) and its own innerCallId. */
+  readonly toolCallId?: string
+  readonly innerCallId?: string
   readonly ok: boolean
   readonly code?: string
 }
@@ -76,7 +87,7 @@ export interface TurnHooks {
   readonly toolStarted: (toolCallId: string, tool: string) => Effect.Effect<void>
   readonly toolFinished: (toolCallId: string, result: Tools.ToolResult) => Effect.Effect<void>
   /** The calls of this request that were sent, with results where they came back (for a resumed turn). */
-  readonly sentToolCalls: Effect.Effect<ReadonlyMap<string, unknown>>
+  readonly sentToolCalls: Effect.Effect<ReadonlyMap<string, SentCall>>
   /** Whether an abort request stopped the turn (rather than its node stopping). */
   readonly aborting: () => boolean
   /** Whether the node is handing its agents on: the turn stops after its current step. */
@@ -96,8 +107,23 @@ export interface RunResult {
   readonly sourceErrors?: ReadonlyArray<{ readonly source: string; readonly error: string }>
 }
 
+/** The result of an execute request: what the code returned or threw, and the calls it made. */
+export interface ExecuteResult {
+  readonly ok: boolean
+  /** The JSON value the code returned. */
+  readonly value?: unknown
+  readonly logs: ReadonlyArray<string>
+  /** What the code threw, or the limit it hit; null when it returned. */
+  readonly error: string | null
+  readonly limit?: Codemode.LimitName
+  readonly messages: number
+  readonly toolErrors: number
+  readonly toolCalls: ReadonlyArray<ToolCallRecord>
+  readonly sourceErrors?: ReadonlyArray<{ readonly source: string; readonly error: string }>
+}
+
 export interface TurnOutcome {
-  readonly result: RunResult
+  readonly result: RunResult | ExecuteResult
   /** A run failure code (model_key_missing, model_key_invalid) when the run could not go on. */
   readonly code?: string
   /** A tool call was cut short by a lost node: whether it took effect is unknown. */
@@ -165,6 +191,25 @@ const toolCallsOf = (message: StoredMessage) =>
 
 type ToolCall = ReturnType<typeof toolCallsOf>[number]
 
+/** The model's tool for code mode: its description declares the tools code can call. */
+const codemodeTool = (tools: ReadonlyArray<Tools.Tool>): ModelClient.Tool => ({
+  name: Tools.codemodeName,
+  description: "Runs JavaScript (the body of an async function: use await, and return a JSON value) in a sandbox " +
+    "without network, files, timers or modules, and answers with the value returned, console output and any " +
+    "error. Use it to call the tools below, several at once with Promise.all or many in a loop, and to work " +
+    "on their results before answering. Limits: 30 s in all, 2 s of computing, 16 MiB, 100,000 characters of " +
+    `output, 256 tool calls.\n\n${Codemode.describe(tools.map((tool) => ({ ...tool, call: () => Effect.die("") })))}`,
+  parameters: {
+    type: "object",
+    properties: { code: { type: "string", description: "JavaScript, run as the body of an async function" } },
+    required: ["code"],
+    additionalProperties: false
+  } as any
+})
+
+/** Permits of a code run's calls: a parallel call takes one, a sequential one all of them. */
+const lanesTotal = Codemode.defaultLimits.toolCalls
+
 /** At most one tool_execution_update every 250 ms per call. */
 const updateInterval = 250
 
@@ -186,10 +231,75 @@ export const run = (input: TurnInput, hooks: TurnHooks) =>
       description: tool.description,
       parameters: tool.parameters as any
     }))
+    if (toolSet.code.length > 0) modelTools.push(codemodeTool(toolSet.code))
     const toolCalls: Array<ToolCallRecord> = []
     let toolErrors = 0
     let uncertain = false
     const event = (type: string, fields: Record<string, unknown> = {}) => hooks.emit({ type, ...fields })
+
+    const recordCall = (entry: ToolCallRecord, result: Tools.ToolResult) => {
+      if (result.isError) toolErrors++
+      if (toolCalls.length < 100) toolCalls.push(result.code === undefined ? entry : { ...entry, code: result.code })
+    }
+
+    /** A call a lost node sent is answered from the journal, or as unknown; it is never sent again. */
+    const answerSent = (sent: SentCall | undefined) => {
+      const journaled = sent?.result as Tools.ToolResult | undefined
+      if (journaled === undefined) uncertain = true
+      return journaled ?? Tools.unknownOutcome
+    }
+
+    /**
+     * Code against the code-mode tools (the codemode tool, or an execute request). Each call the code makes
+     * is journaled like a model's call under `<prefix>:<n>`, n counting the code's calls in order: run again
+     * after a lost node, the same code's calls that were sent are answered from the journal and not sent
+     * again. A sequential tool runs alone, a parallel one beside others.
+     */
+    const runCode = (code: string, prefix: string, sent: ReadonlyMap<string, SentCall>, toolCallId?: string) =>
+      Effect.gen(function*() {
+        const lanes = yield* Effect.makeSemaphore(lanesTotal)
+        const innerCall = (tool: Tools.Tool, args: unknown, n: number) =>
+          Effect.gen(function*() {
+            const innerCallId = `${prefix}:${n}`
+            const ids = { ...(toolCallId === undefined ? {} : { toolCallId }), innerCallId }
+            yield* event("codemode", { stage: "call_start", ...ids, toolName: tool.name, args })
+            const journaled = sent.get(innerCallId)
+            let result: Tools.ToolResult
+            if (journaled !== undefined) {
+              // The code took another path after the restart: what was sent under this number is unknown.
+              result = journaled.tool === tool.name ? answerSent(journaled) : answerSent(undefined)
+            } else if (typeof args !== "object" || args === null || Array.isArray(args)) {
+              result = Tools.text("arguments must be an object", true, "invalid_arguments")
+            } else {
+              const update = (partialResult: unknown) =>
+                event("codemode", { stage: "call_update", ...ids, toolName: tool.name, partialResult })
+              result = yield* lanes.withPermits(tool.executionMode === "sequential" ? lanesTotal : 1)(
+                Effect.gen(function*() {
+                  yield* hooks.toolStarted(innerCallId, tool.name)
+                  const done = yield* tool.execute(args as Record<string, unknown>, {
+                    toolCallId: innerCallId,
+                    update
+                  })
+                  yield* hooks.toolFinished(innerCallId, done)
+                  return done
+                })
+              )
+            }
+            yield* event("codemode", { stage: "call_end", ...ids, toolName: tool.name, isError: result.isError })
+            recordCall({ tool: tool.name, ...ids, ok: !result.isError }, result)
+            return {
+              text: result.content.map((part) => part.text).join(""),
+              isError: result.isError
+            } satisfies Codemode.ToolOutput
+          })
+        const hostTools = toolSet.code.map((tool): Codemode.HostTool => ({
+          name: tool.name,
+          description: tool.description,
+          parameters: tool.parameters,
+          call: (args, n) => innerCall(tool, args, n)
+        }))
+        return yield* Codemode.run(code, hostTools)
+      })
 
     const addUser = (prompt: Steered) =>
       Effect.gen(function*() {
@@ -255,14 +365,20 @@ export const run = (input: TurnInput, hooks: TurnHooks) =>
       })
 
     /** One call: answered from the journal when a lost node already sent it, else run once. */
-    const runCall = (call: ToolCall, sent: ReadonlyMap<string, unknown>) =>
+    const runCall = (call: ToolCall, sent: ReadonlyMap<string, SentCall>) =>
       Effect.gen(function*() {
         yield* event("tool_execution_start", { toolCallId: call.id, toolName: call.name, args: call.arguments })
         let result: Tools.ToolResult
         if (sent.has(call.id)) {
-          const journaled = sent.get(call.id) as Tools.ToolResult | undefined
-          if (journaled === undefined) uncertain = true
-          result = journaled ?? Tools.unknownOutcome
+          result = answerSent(sent.get(call.id))
+        } else if (call.name === Tools.codemodeName && toolSet.code.length > 0) {
+          const code = call.arguments.code
+          result = typeof code !== "string"
+            ? Tools.text("codemode needs code: a string of JavaScript", true, "invalid_arguments")
+            : yield* Effect.map(
+              runCode(code, call.id, sent, call.id),
+              (ran) => Tools.text(Codemode.format(ran), !ran.ok, ran.ok ? undefined : "failed")
+            )
         } else {
           const tool = toolSet.direct.get(call.name)
           if (tool === undefined) {
@@ -291,7 +407,7 @@ export const run = (input: TurnInput, hooks: TurnHooks) =>
       })
 
     /** A response's tool calls, by their execution modes; the results join history in call order. */
-    const runCalls = (calls: ReadonlyArray<ToolCall>, sent: ReadonlyMap<string, unknown>) => {
+    const runCalls = (calls: ReadonlyArray<ToolCall>, sent: ReadonlyMap<string, SentCall>) => {
       let appended = 0
       const appendResult = (call: ToolCall, result: Tools.ToolResult) =>
         Effect.gen(function*() {
@@ -308,19 +424,12 @@ export const run = (input: TurnInput, hooks: TurnHooks) =>
           yield* hooks.append(index, message)
           yield* event("message_end", { index, message })
           appended++
-          if (result.isError) toolErrors++
-          if (toolCalls.length < 100) {
-            toolCalls.push({
-              tool: call.name,
-              toolCallId: call.id,
-              ok: !result.isError,
-              ...(result.code === undefined ? {} : { code: result.code })
-            })
-          }
+          recordCall({ tool: call.name, toolCallId: call.id, ok: !result.isError }, result)
         })
       return Tools.executeAll(
         calls,
-        (call) => toolSet.direct.get(call.name)?.executionMode ?? "parallel",
+        (call) =>
+          call.name === Tools.codemodeName ? "sequential" : toolSet.direct.get(call.name)?.executionMode ?? "parallel",
         (call) => runCall(call, sent)
       ).pipe(
         Effect.flatMap((results) =>
@@ -336,6 +445,28 @@ export const run = (input: TurnInput, hooks: TurnHooks) =>
           )
         )
       )
+    }
+
+    if (input.code !== undefined) {
+      yield* event("codemode", { stage: "start", code: input.code })
+      const ran = yield* runCode(
+        input.code,
+        input.requestId,
+        input.resume === undefined ? new Map() : yield* hooks.sentToolCalls
+      )
+      yield* event("codemode", { stage: "end", ok: ran.ok, ...(ran.limit === undefined ? {} : { limit: ran.limit }) })
+      const executed: ExecuteResult = {
+        ok: ran.ok,
+        ...(ran.result === undefined ? {} : { value: ran.result }),
+        logs: ran.logs,
+        error: ran.error === undefined ? null : `${ran.error.name}: ${ran.error.message}`,
+        ...(ran.limit === undefined ? {} : { limit: ran.limit }),
+        messages: hooks.historySize(),
+        toolErrors,
+        toolCalls,
+        ...(toolSet.sourceErrors.length === 0 ? {} : { sourceErrors: toolSet.sourceErrors })
+      }
+      return { result: executed, ...(uncertain ? { uncertain } : {}) } satisfies TurnOutcome
     }
 
     let reply: { text: string; index: number } | undefined

@@ -124,7 +124,9 @@ describe("Turn", () => {
       })
       // The user message the model sees carries none of the runtime's notes.
       expect(call!.context.messages[0]).not.toHaveProperty("requestId")
-      expect(call!.context.tools?.map((tool) => tool.name)).toEqual(["web_fetch"])
+      // web_fetch is exposed both ways (the default up to 10 tools): directly, and to code through codemode.
+      expect(call!.context.tools?.map((tool) => tool.name)).toEqual(["web_fetch", "codemode"])
+      expect(call!.context.tools?.[1]?.description).toContain("web_fetch(args: {")
     }).pipe(Effect.provide(TurnLive)))
 
   it.scopedLive("a tool call then a reply: results join in call order, with toolCalls and toolErrors", () =>
@@ -260,7 +262,11 @@ describe("Turn", () => {
             toolResult("c1", "HTTP 200\n\nc1")
           ],
           // c2 came back, c3 was sent and its node lost before the result; c4 was never sent.
-          sentToolCalls: new Map<string, unknown>([["c1", journaled], ["c2", journaled], ["c3", undefined]])
+          sentToolCalls: new Map<string, Turn.SentCall>([
+            ["c1", { tool: "web_fetch", result: journaled }],
+            ["c2", { tool: "web_fetch", result: journaled }],
+            ["c3", { tool: "web_fetch" }]
+          ])
         })
         const outcome = yield* Turn.run(input({ resume: { began: 2, unjournaled: [] } }), recording.hooks)
 
@@ -470,7 +476,7 @@ describe("Turn", () => {
       const outcome = yield* Turn.run(input({ config: { model: "fake/m1", maxTurns: 2 } }), recording.hooks)
 
       expect(outcome.result).toMatchObject({ stopped: "turn_limit", messages: 5, error: null, toolErrors: 2 })
-      expect(outcome.result.reply).toBeUndefined()
+      expect(outcome.result).not.toHaveProperty("reply")
       expect(model.calls()).toHaveLength(2)
       expect(recording.eventTypes().at(-1)).toBe("agent_end")
     }).pipe(Effect.provide(TurnLive)))
@@ -503,7 +509,7 @@ describe("Turn", () => {
         recording.hooks
       )
 
-      expect(outcome.result.stopped).toBe("turn_limit")
+      expect(outcome.result).toHaveProperty("stopped", "turn_limit")
       expect(model.calls()).toHaveLength(0)
     }).pipe(Effect.provide(TurnLive)))
 
@@ -534,5 +540,189 @@ describe("Turn", () => {
         type: "turn_end",
         error: "no key for provider fake"
       })
+    }).pipe(Effect.provide(TurnLive)))
+})
+
+/** Application tools answering in process, each call recorded: what code mode calls in the tests below. */
+const countingTools = () => {
+  const calls: Array<{ readonly tool: string; readonly args: Record<string, unknown> }> = []
+  const tool = (
+    name: string,
+    answer: (args: Record<string, unknown>) => unknown,
+    executionMode: "parallel" | "sequential" = "parallel"
+  ) => ({
+    name,
+    description: `the ${name} tool`,
+    parameters: { type: "object", properties: { n: { type: "number" } }, required: ["n"] },
+    exposure: "codemode" as const,
+    executionMode,
+    execute: (args: Record<string, unknown>) =>
+      Effect.sync(() => {
+        calls.push({ tool: name, args })
+        return Tools.text(JSON.stringify(answer(args)))
+      })
+  })
+  const application: Tools.Application = {
+    connected: true,
+    tools: [
+      tool("double", ({ n }) => ({ value: Number(n) * 2 })),
+      tool("square", ({ n }) => ({ value: Number(n) ** 2 })),
+      tool("record", ({ n }) => ({ saved: n }), "sequential")
+    ]
+  }
+  return { calls, application }
+}
+
+const loopCode = `
+  let total = 0
+  for (let n = 1; n <= 3; n++) {
+    const doubled = await tools.double({ n })
+    const squared = await tools.square({ n: doubled.value })
+    await tools.record({ n: squared.value })
+    total += squared.value
+  }
+  console.log("total", total)
+  return { total }
+`
+
+describe("Turn code mode", () => {
+  it.scopedLive("the model's code calls three tools in a loop; each call is journaled and listed with its innerCallId", () =>
+    Effect.gen(function*() {
+      const model = yield* ScriptedModel
+      const { application, calls } = countingTools()
+      model.script(
+        { toolCalls: [{ id: "cm", name: "codemode", arguments: { code: loopCode } }] },
+        { text: "The total is 56." }
+      )
+      const recording = recordingHooks()
+      const outcome = yield* Turn.run(input({ config: { model: "fake/m1" }, application }), recording.hooks)
+
+      // Codemode-only tools are not the model's own: it has codemode, whose description declares them.
+      const tools = model.calls()[0]!.context.tools!
+      expect(tools.map((tool) => tool.name)).toEqual(["codemode"])
+      expect(tools[0]!.description).toContain("double(args: {")
+      expect(calls.map((call) => `${call.tool}(${call.args.n})`)).toEqual([
+        "double(1)",
+        "square(2)",
+        "record(4)",
+        "double(2)",
+        "square(4)",
+        "record(16)",
+        "double(3)",
+        "square(6)",
+        "record(36)"
+      ])
+      const inner = calls.map((call, n) => ({ tool: call.tool, toolCallId: "cm", innerCallId: `cm:${n}`, ok: true }))
+      expect(outcome.result.toolCalls).toEqual([...inner, { tool: "codemode", toolCallId: "cm", ok: true }])
+      expect(recording.toolsStarted).toEqual(inner.map(({ innerCallId, tool }) => ({ toolCallId: innerCallId, tool })))
+      expect(recording.toolsFinished.map((finished) => finished.toolCallId)).toEqual(inner.map((c) => c.innerCallId))
+      const answer = recording.appended.find(({ message }) => message.role === "toolResult")!.message
+      expect(answer).toMatchObject({ toolCallId: "cm", isError: false })
+      const answerText = (answer as { content: Array<{ text: string }> }).content[0]!.text
+      expect(answerText).toContain(`"total": 56`)
+      expect(answerText).toContain("total 56")
+      expect(answerText).toContain("Tool calls: 9")
+      const stages = recording.events.filter((event) => event.type === "codemode").map((event) => event.stage)
+      expect(stages.filter((stage) => stage === "call_start")).toHaveLength(9)
+      expect(stages.filter((stage) => stage === "call_end")).toHaveLength(9)
+    }).pipe(Effect.provide(TurnLive)))
+
+  it.scopedLive("a resumed codemode call runs the code again: calls already sent are answered from the journal, never sent twice", () =>
+    Effect.gen(function*() {
+      const model = yield* ScriptedModel
+      const { application, calls } = countingTools()
+      model.script({ text: "Done after the restart." })
+      const call = { id: "cm", name: "codemode", arguments: { code: loopCode } }
+      const recording = recordingHooks({
+        history: [user("req_1", "add them up"), assistant("", [call])],
+        // The lost node had sent double(1) and had its answer, then sent square(2) and was lost.
+        sentToolCalls: new Map<string, Turn.SentCall>([
+          ["cm:0", { tool: "double", result: Tools.text(JSON.stringify({ value: 2 })) }],
+          ["cm:1", { tool: "square" }]
+        ])
+      })
+      const outcome = yield* Turn.run(
+        input({ config: { model: "fake/m1" }, application, resume: { began: 0, unjournaled: [] } }),
+        recording.hooks
+      )
+
+      // The code ran again; double(1) came from the journal, square(2) is unknown, so the code's
+      // await rejected and it stopped there: nothing was sent.
+      expect(calls).toEqual([])
+      expect(outcome.uncertain).toBe(true)
+      expect(outcome.result.toolCalls).toEqual([
+        { tool: "double", toolCallId: "cm", innerCallId: "cm:0", ok: true },
+        { tool: "square", toolCallId: "cm", innerCallId: "cm:1", ok: false, code: "unknown_outcome" },
+        { tool: "codemode", toolCallId: "cm", ok: false, code: "failed" }
+      ])
+      const answer = recording.appended.find(({ message }) => message.role === "toolResult")!.message
+      expect((answer as { content: Array<{ text: string }> }).content[0]!.text).toContain("whether it took effect")
+    }).pipe(Effect.provide(TurnLive)))
+
+  it.scopedLive("a sequential tool called from code runs alone; parallel ones overlap", () =>
+    Effect.gen(function*() {
+      const model = yield* ScriptedModel
+      const running = { now: 0, max: 0, maxBesideSequential: 0, sequential: false }
+      const slow = (name: string, executionMode: "parallel" | "sequential") => ({
+        name,
+        description: name,
+        parameters: { type: "object" },
+        exposure: "codemode" as const,
+        executionMode,
+        execute: () =>
+          Effect.gen(function*() {
+            running.now++
+            if (executionMode === "sequential") running.sequential = true
+            running.max = Math.max(running.max, running.now)
+            if (running.sequential) running.maxBesideSequential = Math.max(running.maxBesideSequential, running.now)
+            yield* Effect.sleep("50 millis")
+            if (executionMode === "sequential") running.sequential = false
+            running.now--
+            return Tools.text("{}")
+          })
+      })
+      const application: Tools.Application = {
+        connected: true,
+        tools: [slow("read", "parallel"), slow("write", "sequential")]
+      }
+      const code = `await Promise.all([tools.read(), tools.read(), tools.write(), tools.read(), tools.read()])`
+      model.script({ toolCalls: [{ id: "cm", name: "codemode", arguments: { code } }] }, { text: "ok" })
+      const outcome = yield* Turn.run(
+        input({ config: { model: "fake/m1" }, application }),
+        recordingHooks().hooks
+      )
+      expect(outcome.result.toolCalls).toHaveLength(6)
+      expect(running.max).toBeGreaterThanOrEqual(2)
+      expect(running.maxBesideSequential).toBe(1)
+    }).pipe(Effect.provide(TurnLive)))
+
+  it.scopedLive("execute: code runs with the agent's tools and no model; history is untouched", () =>
+    Effect.gen(function*() {
+      const model = yield* ScriptedModel
+      const { application, calls } = countingTools()
+      const recording = recordingHooks({ history: [user("req_0", "earlier")] })
+      const outcome = yield* Turn.run(
+        input({ config: { model: "fake/m1" }, application, code: loopCode, text: "" }),
+        recording.hooks
+      )
+      expect(model.calls()).toEqual([])
+      expect(calls).toHaveLength(9)
+      expect(recording.appended).toEqual([])
+      expect(outcome.result).toMatchObject({
+        ok: true,
+        value: { total: 56 },
+        logs: ["total 56"],
+        error: null,
+        messages: 1,
+        toolErrors: 0
+      })
+      expect(outcome.result.toolCalls[0]).toEqual({ tool: "double", innerCallId: "req_1:0", ok: true })
+      expect(recording.eventTypes()).toEqual(["codemode", ...Array(18).fill("codemode"), "codemode"])
+
+      const failed = yield* Turn.run(
+        input({ config: { model: "fake/m1" }, application, code: "while (true) {}", text: "" }),
+        recordingHooks().hooks
+      )
+      expect(failed.result).toMatchObject({ ok: false, limit: "cpu", error: expect.stringContaining("CPU time") })
     }).pipe(Effect.provide(TurnLive)))
 })

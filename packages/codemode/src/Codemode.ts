@@ -40,8 +40,12 @@ export interface HostTool {
   readonly description: string
   /** JSON Schema of the arguments object. */
   readonly parameters: Record<string, unknown>
-  /** Runs one call; the host journals and executes it. Interruption means the script was stopped. */
-  readonly call: (args: unknown) => Effect.Effect<ToolOutput>
+  /**
+   * Runs one call; the host journals and executes it. `call` numbers the run's calls from 0 in the order
+   * the code made them, so the same code making the same calls numbers them the same way again.
+   * Interruption means the script was stopped.
+   */
+  readonly call: (args: unknown, call: number) => Effect.Effect<ToolOutput>
 }
 
 export interface Limits {

@@ -32,7 +32,7 @@ import {
   KeySet,
   Provider
 } from "./Provider.ts"
-import { PromptInput, RequestRecord } from "./Run.ts"
+import { ExecuteInput, PromptInput, RequestRecord } from "./Run.ts"
 import { DrainStarted, RunnerList } from "./Runner.ts"
 import { Schedule, ScheduleInput } from "./Schedule.ts"
 import { EventPoll, HistoryPage, SessionState } from "./Session.ts"
@@ -422,6 +422,23 @@ export class AgentsGroup extends HttpApiGroup.make("agents")
       .annotate(OpenApi.Description, "Runs a turn on the history as it is, without a new user message.")
   )
   .add(
+    HttpApiEndpoint.post("execute")`/v1/agents/${agentParam}/execute`
+      .setPayload(ExecuteInput)
+      .addSuccess(RequestRecord, { status: 202 })
+      .addError(ApiError.ApplicationNotConnected.Wire)
+      .addError(ApiError.SpendLimit.Wire)
+      .addError(ApiError.NotFound.Wire)
+      .addError(ApiError.Gone.Wire)
+      .addError(ApiError.IdempotencyConflict.Wire)
+      .annotate(
+        OpenApi.Description,
+        "Runs JavaScript with the agent's code-mode tools (`tools.<name>(args)`), without the model, queued like " +
+          "a prompt. The request's outcome.result holds ok, value (what the code returned), logs, error, limit " +
+          "and the calls it made (toolCalls with innerCallId). Its calls are journaled: after a lost node the " +
+          "code runs again and calls already sent are answered from the journal, never sent twice."
+      )
+  )
+  .add(
     HttpApiEndpoint.post("abort")`/v1/agents/${agentParam}/abort`
       .setPayload(Schema.Struct({ requestId: Schema.optional(Schema.String.pipe(Schema.minLength(1))) }))
       .addSuccess(RequestRecord)
@@ -506,6 +523,7 @@ const clientParam = HttpApiSchema.param("id", Schema.String)
 /** A request to an agent over its own token: a prompt, a steer, an abort, a configure or a status. */
 export const ClientRequest = Schema.Union(
   Schema.Struct({ method: Schema.Literal("prompt", "steer"), ...PromptInput.fields }),
+  Schema.Struct({ method: Schema.Literal("execute"), ...ExecuteInput.fields }),
   Schema.Struct({
     method: Schema.Literal("abort"),
     requestId: Schema.optional(Schema.String.pipe(Schema.minLength(1)))

@@ -4,6 +4,7 @@
  */
 import { Schema } from "effect"
 import { Timestamp } from "./Common.ts"
+import { ExecuteInput } from "./Run.ts"
 
 export class Schedule extends Schema.Class<Schedule>("Schedule")({
   id: Schema.String,
@@ -29,7 +30,9 @@ export type IsoTime = typeof IsoTime.Type
 export class ScheduleInput extends Schema.Class<ScheduleInput>("ScheduleInput")(
   Schema.Struct({
     text: Schema.optional(Schema.String.annotations({ description: "prompt to deliver" })),
-    code: Schema.optional(Schema.String.annotations({ description: "run in the sandbox with the agent's tools" })),
+    code: Schema.optional(ExecuteInput.fields.code.annotations({
+      description: "run in the sandbox with the agent's tools, as an execute request"
+    })),
     at: Schema.optional(
       Schema.Union(IsoTime, Schema.Int.pipe(Schema.nonNegative())).annotations({
         description: "ISO time string or epoch milliseconds"

@@ -240,7 +240,7 @@ export interface RecordingOptions {
   /** The history the turn starts from (a resumed turn's journal). */
   readonly history?: ReadonlyArray<Turn.StoredMessage>
   /** The calls of this request a lost node sent, with their results where they came back. */
-  readonly sentToolCalls?: ReadonlyMap<string, unknown>
+  readonly sentToolCalls?: ReadonlyMap<string, Turn.SentCall>
 }
 
 /** What a turn did, in order, and the switches a test flips while it runs. */

@@ -28,6 +28,9 @@ export const layer = HttpApiBuilder.group(Api.Api, "agents", (handlers) =>
       .handle("continue", ({ path, payload }) =>
         Effect.flatMap(tenant, (tenantId) =>
           agents.continueRun(tenantId, path.id, Option.fromNullable(payload.requestId), payload.allowDisconnected)))
+      .handle("execute", ({ path, payload }) =>
+        Effect.flatMap(tenant, (tenantId) =>
+          agents.execute(tenantId, path.id, payload)))
       .handle("abort", ({ path, payload }) =>
         Effect.flatMap(tenant, (tenantId) =>
           agents.abort(tenantId, path.id, Option.fromNullable(payload.requestId))))

@@ -27,6 +27,10 @@ export const layer = HttpApiBuilder.group(Api.Api, "clients", (handlers) =>
                 new Run.PromptInput({ ...input, ...(method === "steer" ? { whileRunning: "steer" as const } : {}) })
               )
             }
+            case "execute": {
+              const { method: _method, ...input } = payload
+              return agents.execute(tenantId, agentId, new Run.ExecuteInput(input))
+            }
             case "abort":
               return agents.abort(tenantId, agentId, Option.fromNullable(payload.requestId))
             case "configure": {

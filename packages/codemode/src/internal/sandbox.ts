@@ -94,7 +94,6 @@ export class Sandbox {
   private readonly context: QuickJSContext
   private readonly inFlight = new Map<number, QuickJSDeferredPromise>()
   private readonly queue: Array<() => void> = []
-  private nextCall = 0
   private busy = false
   private cpuMillis = 0
   private segmentStart = 0
@@ -283,15 +282,14 @@ export class Sandbox {
       this.stopped = "tool_calls"
       return { error: context.newError(`the limit of ${this.options.toolCalls} tool calls is reached`) }
     }
-    this.toolCalls++
+    const call = this.toolCalls++
     const args = Json.parse(context.getString(argsHandle))
-    const id = this.nextCall++
     const deferred = context.newPromise()
-    this.inFlight.set(id, deferred)
+    this.inFlight.set(call, deferred)
     this.fork(
-      Effect.suspend(() => tool.call(args)).pipe(
+      Effect.suspend(() => tool.call(args, call)).pipe(
         Effect.exit,
-        Effect.flatMap((exit) => Effect.sync(() => this.settle(id, binding, exit)))
+        Effect.flatMap((exit) => Effect.sync(() => this.settle(call, binding, exit)))
       )
     )
     return deferred.handle
