@@ -10,6 +10,7 @@ import {
   AgentStore,
   AgentTokens,
   Definitions,
+  Delegation,
   Drain,
   EventLog,
   ScheduleFiring,
@@ -186,7 +187,7 @@ const layerAgentsOn = <ROut, E, RIn>(cluster: Layer.Layer<ROut, E, RIn>) =>
     Layer.provideMerge(Layer.mergeAll(AgentEvents.layer, AgentTokens.layer)),
     Layer.provideMerge(AgentRuntime.layer),
     Layer.provideMerge(Layer.mergeAll(EventLog.LocalLogs.Default, Tools.Tools.Default)),
-    Layer.provideMerge(Layer.mergeAll(ToolSources.layer(), WebSearch.layer)),
+    Layer.provideMerge(Layer.mergeAll(ToolSources.layer(), WebSearch.layer, Delegation.layer)),
     Layer.provide(cluster),
     // Below the cluster runner, so it closes after the runner has let its shards go.
     Layer.provideMerge(AgentRuntime.layerReleaseAnnouncements),

@@ -28,6 +28,9 @@ const sinceTheList = ["identity_keys", "definitions", "definition_revisions", "s
 /** Columns added since the list to tables it made (agents' application tools): likewise left out. */
 const columnsSinceTheList = ["application_tools", "tools_hash", "connection"].map((column) => `agents.${column}`)
 
+/** Indexes added since the list to tables it made (sub-agents by their ancestors): likewise left out. */
+const indexesSinceTheList = ["agents_delegated"]
+
 /** SQL: the table named by `column` is compared (neither a migration record nor made since the list). */
 const compared = (column: string) =>
   `${column} NOT LIKE '%migrations' AND ${column} NOT IN (${sinceTheList.map((name) => `'${name}'`).join(", ")})`
@@ -45,6 +48,7 @@ const schemaOf = (url: string) =>
     const indexes = yield* sql.unsafe<Record<string, unknown>>(`
       SELECT tablename, indexname, indexdef FROM pg_indexes
       WHERE schemaname = 'public' AND ${compared("tablename")}
+        AND indexname NOT IN (${indexesSinceTheList.map((name) => `'${name}'`).join(", ")})
       ORDER BY tablename, indexname`)
     const constraints = yield* sql.unsafe<Record<string, unknown>>(`
       SELECT conrelid::regclass::text AS table_name, conname, pg_get_constraintdef(oid) AS definition

@@ -50,6 +50,7 @@ const routes = [
   ["post", "/v1/agents/{id}/abort"],
   ["post", "/v1/agents/{id}/fork"],
   ["post", "/v1/agents/{id}/continue"],
+  ["post", "/v1/agents/{id}/execute"],
   ["post", "/v1/agents/{id}/configure"],
   ["post", "/v1/agents/{id}/definition"],
   ["post", "/v1/agents/{id}/schedules"],

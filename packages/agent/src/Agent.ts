@@ -4,10 +4,11 @@
  * request id, so a redelivery after a move runs nothing twice; reads are
  * volatile.
  */
-import { Application, Input, Run } from "@agent-runtime/domain"
+import { Application, CanonicalJson, Input, Run } from "@agent-runtime/domain"
 import { ClusterSchema, Entity } from "@effect/cluster"
 import { Rpc } from "@effect/rpc"
 import { Schema } from "effect"
+import * as Crypto from "node:crypto"
 import {
   ApplicationConnected,
   CallEnded,
@@ -36,6 +37,13 @@ export const PromptPayload = Schema.Struct({
   allowDisconnected: Schema.optional(Schema.Boolean)
 })
 export type PromptPayload = typeof PromptPayload.Type
+
+/**
+ * A stable digest of a request body: the same key or request id with another body is a conflict. The
+ * canonical encoding covers the whole body, nested objects too, whatever order its keys came in.
+ */
+export const fingerprint = (value: unknown) =>
+  Crypto.createHash("sha256").update(CanonicalJson.encode(value)).digest("hex").slice(0, 32)
 
 /** One display event as the owner's log holds it. */
 export const LoggedEvent = Schema.Struct({ id: Schema.Number, data: Schema.Unknown })

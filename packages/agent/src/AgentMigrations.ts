@@ -150,6 +150,12 @@ const schedules = Effect.gen(function*() {
   yield* sql`CREATE INDEX schedules_tenant ON schedules (tenant_id, due_at)`
 })
 
+/** Sub-agents by the agents above them, for spend limits that count what sub-agents spend. */
+const delegation = Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
+  yield* sql`CREATE INDEX agents_delegated ON agents USING gin ((config -> 'delegation' -> 'ancestors') jsonb_path_ops)`
+})
+
 export const migrations = Migrations.make("agent_migrations", {
   "1_agents": Migrations.legacy(3, agents),
   "2_journal": Migrations.legacy(4, journal),
@@ -157,5 +163,6 @@ export const migrations = Migrations.make("agent_migrations", {
   "3_runner_reports": Migrations.legacy(4, runnerReports),
   "4_application": application,
   "5_definitions": definitions,
-  "6_schedules": schedules
+  "6_schedules": schedules,
+  "7_delegation": delegation
 })

@@ -26,7 +26,7 @@ import {
 } from "effect"
 import { Agent, applyChanges, toRecord, watchKeepAlive } from "./Agent.ts"
 import { type ApplicationConnected, Draining, Fenced, PersistenceError } from "./AgentError.ts"
-import { AgentStore, type RequestRow, type Write } from "./AgentStore.ts"
+import { type AgentConfig, AgentStore, type RequestRow, type Write } from "./AgentStore.ts"
 import * as ApplicationConnection from "./ApplicationConnection.ts"
 import { Drain } from "./Drain.ts"
 import * as EventLog from "./EventLog.ts"
@@ -223,10 +223,40 @@ export const layer = Layer.unwrapEffect(Effect.map(Agent.client, (makeClient) =>
           return Effect.asVoid(term.log.publish({ type: "event", requestId, event }))
         })
 
+      /**
+       * Whether a spend limit is reached: the agent's, its run's, or (for a sub-agent) those of each agent
+       * and run above it. A limit counts what the sub-agents below it spent.
+       */
+      const overBudget = (id: string, config: AgentConfig, row: RequestRow): Effect.Effect<boolean> =>
+        Effect.gen(function*() {
+          const delegates = (config.builtins ?? []).includes("delegate")
+          const limit = config.spendLimit
+          if (limit !== undefined) {
+            const subAgents = delegates ? yield* journal(store.subAgents(id)) : []
+            if ((yield* usage.spent(id, { since: limit.since, subAgents })) >= limit.usd) return true
+          }
+          const runLimit = (row.input as { spendLimit?: { usd: number } }).spendLimit
+          if (runLimit !== undefined) {
+            const subAgents = delegates ? yield* journal(store.subAgents(id, row.id)) : []
+            if ((yield* usage.spent(id, { requestId: row.id, subAgents })) >= runLimit.usd) return true
+          }
+          for (const above of config.delegation?.ancestors ?? []) {
+            const [parent, run] = yield* journal(Effect.all([
+              store.findById(above.agentId),
+              store.getRequest(above.agentId, above.requestId)
+            ]))
+            if (Option.isNone(parent) || Option.isNone(run)) continue
+            // Its own sub-agents are checked from its chain: only its limits here, not its ancestors again.
+            const { delegation: _chain, ...own } = parent.value.config
+            if (yield* overBudget(above.agentId, own, run.value)) return true
+          }
+          return false
+        })
+
       const runOne = (row: RequestRow) =>
         Effect.gen(function*() {
           active = row.id
-          const input = row.input as unknown as Pick<Turn.TurnInput, "text" | "metadata" | "from">
+          const input = row.input as unknown as { readonly text?: string } & Pick<Turn.TurnInput, "metadata" | "from">
           const resumed = row.state === "running"
           const began = row.beganIndex ?? history.length
           let unjournaled: Array<Turn.Steered> = []
@@ -272,7 +302,7 @@ export const layer = Layer.unwrapEffect(Effect.map(Agent.client, (makeClient) =>
               requestId: row.id,
               continue: row.method === "continue",
               resume: resumed ? { began, unjournaled } : undefined,
-              text: input.text,
+              text: input.text ?? "",
               code: (row.input as { code?: string }).code,
               metadata: input.metadata,
               from: input.from,
@@ -305,14 +335,7 @@ export const layer = Layer.unwrapEffect(Effect.map(Agent.client, (makeClient) =>
               sentToolCalls: journal(store.toolCalls(agentId, row.id)),
               aborting: () => aborting,
               handingOff: () => releasing || drain.isDraining(),
-              overBudget: Effect.gen(function*() {
-                const limit = agent.config.spendLimit
-                if (
-                  limit !== undefined && (yield* usage.spent(agentId, { since: limit.since })) >= limit.usd
-                ) return true
-                const runLimit = (row.input as { spendLimit?: { usd: number } }).spendLimit
-                return runLimit !== undefined && (yield* usage.spent(agentId, { requestId: row.id })) >= runLimit.usd
-              }),
+              overBudget: overBudget(agentId, agent.config, row),
               emit: frame(row.id),
               append: (index, message) =>
                 Effect.zipRight(
@@ -490,8 +513,8 @@ export const layer = Layer.unwrapEffect(Effect.map(Agent.client, (makeClient) =>
               method: payload.method ?? "prompt",
               fingerprint: payload.fingerprint,
               input: {
-                text: payload.text,
-                ...(payload.code === undefined ? {} : { code: payload.code }),
+                // An execute request's input is its code: its record shows no prompt.
+                ...(payload.code === undefined ? { text: payload.text } : { code: payload.code }),
                 ...(payload.actor === undefined ? {} : { actor: payload.actor }),
                 ...(payload.from === undefined ? {} : { from: payload.from }),
                 ...(payload.metadata === undefined ? {} : { metadata: payload.metadata }),

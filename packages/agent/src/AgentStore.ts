@@ -29,6 +29,16 @@ export const AgentConfig = Schema.Struct({
   definition: Schema.optional(Schema.Struct({ id: Schema.String, revision: Schema.Number })),
   /** Of the settings a definition supplies, those the agent set itself; re-applying the definition keeps them. */
   own: Schema.optional(Schema.Array(Schema.String)),
+  /**
+   * A sub-agent's place: the agents that delegated to it, nearest first (the run and call of each), and
+   * the depth delegation may reach from the root. A spend limit above counts what sub-agents spend.
+   */
+  delegation: Schema.optional(Schema.Struct({
+    ancestors: Schema.Array(
+      Schema.Struct({ agentId: Schema.String, requestId: Schema.String, toolCallId: Schema.String })
+    ),
+    maxDepth: Schema.Number
+  })),
   /** USD budget counted from `since` (Unix seconds); a new value restarts at zero. */
   spendLimit: Schema.optional(Schema.Struct({ usd: Schema.Number, since: Schema.Number }))
 })
@@ -174,6 +184,11 @@ export class AgentStore extends Context.Tag("@agent-runtime/agent/AgentStore")<A
     readonly input: Record<string, unknown>
   }) => Effect.Effect<RequestRow, PersistenceError>
   readonly getRequest: (agentId: string, id: string) => Effect.Effect<Option.Option<RequestRow>, PersistenceError>
+  /** Sub-agents below an agent, at any depth; with `requestId`, those its run delegated to (and theirs). */
+  readonly subAgents: (
+    agentId: string,
+    requestId?: string
+  ) => Effect.Effect<ReadonlyArray<string>, PersistenceError>
   /** Requests not yet completed and not steered into a turn, in arrival order. */
   readonly openRequests: (agentId: string) => Effect.Effect<ReadonlyArray<RequestRow>, PersistenceError>
   /** Open requests a turn took as steered prompts, in arrival order. */
@@ -448,6 +463,11 @@ export const make = Effect.gen(function*() {
     sql`UPDATE agent_tool_calls SET result = ${JSON.stringify(result)}::jsonb, ended_at = now()
       WHERE agent_id = ${agentId} AND tool_call_id = ${toolCallId} AND ${guard}`
 
+  const subAgents = (agentId: string, requestId?: string) =>
+    sql<{ id: string }>`SELECT id FROM agents WHERE config -> 'delegation' -> 'ancestors' @> ${
+      JSON.stringify([requestId === undefined ? { agentId } : { agentId, requestId }])
+    }::jsonb`.pipe(Effect.map((rows) => rows.map((row) => row.id)))
+
   /** The request's tool calls that were sent, with their results where they came back. */
   const toolCalls = (agentId: string, requestId: string) =>
     sql<{ toolCallId: string; tool: string; result: unknown }>`SELECT tool_call_id, tool, result
@@ -547,6 +567,7 @@ export const make = Effect.gen(function*() {
     startToolCall,
     finishToolCall,
     toolCalls: flow(toolCalls, PersistenceError.refail),
+    subAgents: flow(subAgents, PersistenceError.refail),
     complete,
     agentsToWake: flow(agentsToWake, PersistenceError.refail),
     resumeFailed: flow(resumeFailed, PersistenceError.refail),

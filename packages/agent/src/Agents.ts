@@ -16,8 +16,7 @@ import {
 import { Listing, UsageLog } from "@agent-runtime/models"
 import { Ids } from "@agent-runtime/store"
 import { Context, Duration, Effect, Layer, Option, type Scope, type Stream } from "effect"
-import * as Crypto from "node:crypto"
-import { Agent, applyChanges, type DefinitionSettings, type PromptPayload, toRecord } from "./Agent.ts"
+import { Agent, applyChanges, type DefinitionSettings, fingerprint, type PromptPayload, toRecord } from "./Agent.ts"
 import { PersistenceError } from "./AgentError.ts"
 import * as AgentEvents from "./AgentEvents.ts"
 import { type AgentConfig, type AgentRow, AgentStore } from "./AgentStore.ts"
@@ -27,13 +26,6 @@ import { Definitions } from "./Definitions.ts"
 import type * as EventLog from "./EventLog.ts"
 import * as HistoryPage from "./HistoryPage.ts"
 import { Tools } from "./Tools.ts"
-
-/**
- * A stable digest of a request body: the same key or request id with another body is a conflict. The
- * canonical encoding covers the whole body, nested objects too, whatever order its keys came in.
- */
-export const fingerprint = (value: unknown) =>
-  Crypto.createHash("sha256").update(CanonicalJson.encode(value)).digest("hex").slice(0, 32)
 
 export class Agents extends Context.Tag("@agent-runtime/agent/Agents")<Agents, {
   /** A new agent (the same Idempotency-Key and body return the same agent), with its first prompt if given. */

@@ -15,7 +15,8 @@ import { Deferred, Duration, Effect, Either, Option, Queue, Schedule, Schema, St
 import * as Crypto from "node:crypto"
 import { ApplicationConnected, CallEnded, ConnectionReplaced, ConnectionUnknown } from "./AgentError.ts"
 import type { ApplicationTool } from "./AgentStore.ts"
-import * as Tools from "./Tools.ts"
+import { text } from "./ToolResult.ts"
+import type * as Tools from "./Tools.ts"
 
 /** What the owner sends down a connection's stream. */
 export const Frame = Schema.Union(
@@ -182,7 +183,7 @@ export const parseTools = (listed: ReadonlyArray<unknown>): Array<ApplicationToo
 
 /** A tools/call answer as the model reads it. */
 export const toToolResult = (answer: Answer): Tools.ToolResult => {
-  if (answer._tag === "Error") return Tools.text(`the tool failed: ${answer.message}`, true, "failed")
+  if (answer._tag === "Error") return text(`the tool failed: ${answer.message}`, true, "failed")
   const result = answer.result as { content?: unknown; isError?: unknown; structuredContent?: unknown } | null
   const content = Array.isArray(result?.content) ? result.content : []
   const texts = content.map((part: any) =>
@@ -201,13 +202,13 @@ export const toToolResult = (answer: Answer): Tools.ToolResult => {
 
 const unanswered = (lost: Lost, deadlineMs: number) =>
   lost === "timeout"
-    ? Tools.text(
+    ? text(
       `The application did not answer within ${deadlineMs} ms; whether the call took effect is unknown. ` +
         "It was not sent again.",
       true,
       "timeout"
     )
-    : Tools.text(
+    : text(
       "The application's connection went away while this call was out; whether it took effect is unknown. " +
         "It was not sent again.",
       true,
@@ -230,7 +231,7 @@ export const asTools = (
     execute: (args, context) => execute(tool, args, context)
   }))
 
-export const notConnected = Tools.text(
+export const notConnected = text(
   "The application that serves this tool is not connected, so the call was not made.",
   true,
   "not_connected"

@@ -14,20 +14,11 @@ import { Duration, Effect, Option, ParseResult, Schema, Stream } from "effect"
 import { convert as htmlToText } from "html-to-text"
 import type { AgentConfig } from "./AgentStore.ts"
 import { Definitions } from "./Definitions.ts"
+import { defaultMaxParallel, Delegation } from "./Delegation.ts"
 import { Schedules } from "./Schedules.ts"
+import { text, type ToolContext, type ToolResult } from "./ToolResult.ts"
 
-export interface ToolResult {
-  readonly content: ReadonlyArray<{ readonly type: "text"; readonly text: string }>
-  readonly isError: boolean
-  /** Why a call failed, for the run's toolCalls: invalid_arguments, failed, unavailable, unknown_outcome, aborted. */
-  readonly code?: string
-}
-
-export interface ToolContext {
-  readonly toolCallId: string
-  /** Progress of a long call; the loop passes on at most one every 250 ms. */
-  readonly update: (partialResult: unknown) => Effect.Effect<void>
-}
+export { text, type ToolContext, type ToolResult, unknownOutcome } from "./ToolResult.ts"
 
 export interface Tool {
   readonly name: string
@@ -36,6 +27,11 @@ export interface Tool {
   readonly exposure: AgentSchemas.ToolExposure
   readonly executionMode: AgentSchemas.ToolExecutionMode
   readonly execute: (args: Record<string, unknown>, context: ToolContext) => Effect.Effect<ToolResult>
+  /**
+   * Running the call again continues the same work (it is keyed by the call's id), so a call a lost node
+   * sent is run again to get its result instead of being answered as unknown.
+   */
+  readonly reattaches?: boolean
 }
 
 export interface ToolSet {
@@ -57,6 +53,8 @@ export interface Scope {
   /** What started the run: prompt, continue, execute, resume, schedule. */
   readonly origin: string
   readonly actor?: string | undefined
+  /** The run's request (a turn's; absent when only listing the tools). */
+  readonly requestId?: string | undefined
 }
 
 /** The tools an agent's application declared (their calls go to its connection), and whether it is connected. */
@@ -74,19 +72,6 @@ export const inCode = (exposure: AgentSchemas.ToolExposure) => exposure !== "dir
 
 /** The model's tool for running code against the code-mode tools; no other tool may take its name. */
 export const codemodeName = "codemode"
-
-export const text = (value: string, isError = false, code?: string): ToolResult => ({
-  content: [{ type: "text", text: value }],
-  isError,
-  ...(code === undefined ? {} : { code })
-})
-
-/** What a call whose effect is unknown answers: it was sent when its node was lost, and is never sent again. */
-export const unknownOutcome = text(
-  "The runtime restarted while this tool call ran; whether it took effect is unknown. It was not run again.",
-  true,
-  "unknown_outcome"
-)
 
 /** Runs the calls of one response by their tools' execution modes; results come back in call order. */
 export const executeAll = <A, B>(
@@ -194,8 +179,7 @@ const makeWebFetch = (egress: Egress.Service): Omit<Tool, "exposure"> => ({
 
 /** Why a builtin the agent has is not given to the model yet. */
 const notYetAvailable: Record<string, string> = {
-  ask_user: "human input is not available on this runtime yet",
-  delegate: "delegation is not available on this runtime yet"
+  ask_user: "human input is not available on this runtime yet"
 }
 
 const webSearchParameters = {
@@ -312,6 +296,51 @@ const makeSchedule = (schedules: Schedules["Type"], scope: Scope): Omit<Tool, "e
   }
 })
 
+/**
+ * The delegate tool: a task for a sub-agent made from one of the definitions the delegate setting names.
+ * At most maxParallel of a run's delegate calls run at once; the rest wait their turn.
+ */
+const makeDelegate = (
+  delegation: Delegation["Type"],
+  scope: Scope,
+  targets: ReadonlyArray<{ readonly id: string; readonly name: string; readonly description?: string }>,
+  lanes: Effect.Semaphore
+): Omit<Tool, "exposure"> => ({
+  name: "delegate",
+  description: "Give a self-contained task to a sub-agent and get its final answer. It starts with no memory of " +
+    "this conversation: put everything it needs in the task. Sub-agents:\n" +
+    targets.map((target) => `- ${target.name}${target.description === undefined ? "" : `: ${target.description}`}`)
+      .join("\n"),
+  parameters: {
+    type: "object",
+    properties: {
+      agent: { type: "string", enum: targets.map((target) => target.name), description: "which sub-agent" },
+      task: { type: "string", minLength: 1, description: "the task, with everything the sub-agent needs" }
+    },
+    required: ["agent", "task"],
+    additionalProperties: false
+  },
+  executionMode: "parallel",
+  reattaches: true,
+  execute: (args, context) =>
+    typeof args.agent !== "string" || typeof args.task !== "string" || args.task === ""
+      ? Effect.succeed(text("delegate needs agent and task", true, "invalid_arguments"))
+      : lanes.withPermits(1)(delegation.run({
+        tenantId: scope.tenantId,
+        agentId: scope.agentId,
+        config: scope.config,
+        requestId: scope.requestId ?? "",
+        toolCallId: context.toolCallId,
+        agent: args.agent,
+        task: args.task,
+        emit: context.emit,
+        aborting: context.aborting
+      })).pipe(Effect.map((outcome) => ({
+        ...text(outcome.text, outcome.isError, outcome.code),
+        ...(outcome.agentId === undefined ? {} : { agentId: outcome.agentId })
+      })))
+})
+
 /** How long a turn waits for a source not listed on this node yet. */
 const listWait = Duration.seconds(10)
 
@@ -323,6 +352,7 @@ export class Tools extends Effect.Service<Tools>()("@agent-runtime/agent/Tools",
     const schedules = yield* Schedules
     const sources = yield* ToolSources.ToolSources
     const definitions = yield* Definitions
+    const delegation = yield* Delegation
     const webFetch = makeWebFetch(egress)
     const builtinsOf = (scope: Scope): Record<string, Omit<Tool, "exposure">> => ({
       web_fetch: webFetch,
@@ -352,6 +382,12 @@ export class Tools extends Effect.Service<Tools>()("@agent-runtime/agent/Tools",
       Effect.gen(function*() {
         const names = scope.config.builtins ?? []
         const builtins = builtinsOf(scope)
+        if (names.includes("delegate")) {
+          const targets = yield* delegation.targets(scope.tenantId, scope.config)
+          const settings = scope.config.delegate as AgentSchemas.DelegateSettings | undefined
+          const lanes = yield* Effect.makeSemaphore(settings?.maxParallel ?? defaultMaxParallel)
+          if (targets.length > 0) builtins.delegate = makeDelegate(delegation, scope, targets, lanes)
+        }
         const caller: ToolSources.Caller = {
           tenantId: scope.tenantId,
           agentId: scope.agentId,
@@ -407,9 +443,11 @@ export class Tools extends Effect.Service<Tools>()("@agent-runtime/agent/Tools",
         for (const name of names) {
           const builtin = builtins[name]
           if (builtin === undefined) {
-            builtinTools.push(
-              new AgentSchemas.ToolSourceTool({ name, description: name, excluded: notYetAvailable[name] ?? "unknown" })
-            )
+            const excluded = notYetAvailable[name] ??
+              (name === "delegate"
+                ? "no delegate setting names a definition it may use, or the depth is reached"
+                : "unknown")
+            builtinTools.push(new AgentSchemas.ToolSourceTool({ name, description: name, excluded }))
             continue
           }
           builtinTools.push(offer({ ...builtin, exposure }, "builtins"))

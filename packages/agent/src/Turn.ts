@@ -70,6 +70,8 @@ export interface ToolCallRecord {
   readonly innerCallId?: string
   readonly ok: boolean
   readonly code?: string
+  /** A delegate call's sub-agent. */
+  readonly agentId?: string
 }
 
 export interface TurnHooks {
@@ -207,6 +209,10 @@ const codemodeTool = (tools: ReadonlyArray<Tools.Tool>): ModelClient.Tool => ({
   } as any
 })
 
+/** Whether a call a lost node sent without a result is run again: its tool continues the same work. */
+const reattaches = (tool: Tools.Tool | undefined, sent: SentCall | undefined) =>
+  tool?.reattaches === true && sent !== undefined && sent.result === undefined
+
 /** Permits of a code run's calls: a parallel call takes one, a sequential one all of them. */
 const lanesTotal = Codemode.defaultLimits.toolCalls
 
@@ -222,7 +228,8 @@ export const run = (input: TurnInput, hooks: TurnHooks) =>
         agentId: input.agentId,
         config: input.config,
         origin: input.origin ?? (input.continue ? "continue" : "prompt"),
-        actor: input.actor ?? input.from?.id
+        actor: input.actor ?? input.from?.id,
+        requestId: input.requestId
       },
       input.application
     )
@@ -239,7 +246,13 @@ export const run = (input: TurnInput, hooks: TurnHooks) =>
 
     const recordCall = (entry: ToolCallRecord, result: Tools.ToolResult) => {
       if (result.isError) toolErrors++
-      if (toolCalls.length < 100) toolCalls.push(result.code === undefined ? entry : { ...entry, code: result.code })
+      if (toolCalls.length < 100) {
+        toolCalls.push({
+          ...entry,
+          ...(result.code === undefined ? {} : { code: result.code }),
+          ...(result.agentId === undefined ? {} : { agentId: result.agentId })
+        })
+      }
     }
 
     /** A call a lost node sent is answered from the journal, or as unknown; it is never sent again. */
@@ -265,7 +278,7 @@ export const run = (input: TurnInput, hooks: TurnHooks) =>
             yield* event("codemode", { stage: "call_start", ...ids, toolName: tool.name, args })
             const journaled = sent.get(innerCallId)
             let result: Tools.ToolResult
-            if (journaled !== undefined) {
+            if (journaled !== undefined && !(journaled.tool === tool.name && reattaches(tool, journaled))) {
               // The code took another path after the restart: what was sent under this number is unknown.
               result = journaled.tool === tool.name ? answerSent(journaled) : answerSent(undefined)
             } else if (typeof args !== "object" || args === null || Array.isArray(args)) {
@@ -278,7 +291,9 @@ export const run = (input: TurnInput, hooks: TurnHooks) =>
                   yield* hooks.toolStarted(innerCallId, tool.name)
                   const done = yield* tool.execute(args as Record<string, unknown>, {
                     toolCallId: innerCallId,
-                    update
+                    update,
+                    emit: hooks.emit,
+                    aborting: hooks.aborting
                   })
                   yield* hooks.toolFinished(innerCallId, done)
                   return done
@@ -369,7 +384,7 @@ export const run = (input: TurnInput, hooks: TurnHooks) =>
       Effect.gen(function*() {
         yield* event("tool_execution_start", { toolCallId: call.id, toolName: call.name, args: call.arguments })
         let result: Tools.ToolResult
-        if (sent.has(call.id)) {
+        if (sent.has(call.id) && !reattaches(toolSet.direct.get(call.name), sent.get(call.id))) {
           result = answerSent(sent.get(call.id))
         } else if (call.name === Tools.codemodeName && toolSet.code.length > 0) {
           const code = call.arguments.code
@@ -393,7 +408,12 @@ export const run = (input: TurnInput, hooks: TurnHooks) =>
                 return event("tool_execution_update", { toolCallId: call.id, toolName: call.name, partialResult })
               })
             yield* hooks.toolStarted(call.id, call.name)
-            result = yield* tool.execute(call.arguments, { toolCallId: call.id, update })
+            result = yield* tool.execute(call.arguments, {
+              toolCallId: call.id,
+              update,
+              emit: hooks.emit,
+              aborting: hooks.aborting
+            })
             yield* hooks.toolFinished(call.id, result)
           }
         }

@@ -43,6 +43,7 @@ const DatabaseLive = Layer.unwrapEffect(
 )
 
 const EntityLive = AgentRuntime.layer.pipe(
+  Layer.provideMerge(AgentFixtures.layerTools.pipe(Layer.provideMerge(IdentityTokens.layer()))),
   Layer.provideMerge(TestRunner.layer),
   Layer.provideMerge(Layer.mergeAll(
     AgentStore.layer,
@@ -51,8 +52,7 @@ const EntityLive = AgentRuntime.layer.pipe(
     EventLog.LocalLogs.Default,
     Tenants.Tenants.Default,
     AgentFixtures.layer(),
-    ShardingConfig.layer(),
-    AgentFixtures.layerTools.pipe(Layer.provideMerge(IdentityTokens.layer()))
+    ShardingConfig.layer()
   )),
   Layer.provide(SealedSecret.layer(SealedSecret.parseKey(Crypto.randomBytes(32).toString("base64")))),
   Layer.provide(Egress.layer({ allowPrivate: true }).pipe(Layer.provide(Resolver.layer))),

@@ -523,7 +523,9 @@ const clientParam = HttpApiSchema.param("id", Schema.String)
 /** A request to an agent over its own token: a prompt, a steer, an abort, a configure or a status. */
 export const ClientRequest = Schema.Union(
   Schema.Struct({ method: Schema.Literal("prompt", "steer"), ...PromptInput.fields }),
-  Schema.Struct({ method: Schema.Literal("execute"), ...ExecuteInput.fields }),
+  Schema.Struct({ method: Schema.Literal("execute"), ...ExecuteInput.fields }).annotations({
+    parseOptions: { onExcessProperty: "error" }
+  }),
   Schema.Struct({
     method: Schema.Literal("abort"),
     requestId: Schema.optional(Schema.String.pipe(Schema.minLength(1)))

@@ -104,15 +104,17 @@ export class PromptInput extends Schema.Class<PromptInput>("PromptInput")({
 }) {}
 
 /** Code run with the agent's code-mode tools, without the model (request method execute). */
-export class ExecuteInput extends Schema.Class<ExecuteInput>("ExecuteInput")({
-  code: Schema.String.pipe(Schema.minLength(1), Schema.maxLength(100_000)).annotations({
-    description: "JavaScript, run as the body of an async function; `tools.<name>(args)` calls a tool"
-  }),
-  actor: PromptInput.fields.actor,
-  requestId: PromptInput.fields.requestId,
-  allowDisconnected: PromptInput.fields.allowDisconnected,
-  metadata: PromptInput.fields.metadata
-}) {}
+export class ExecuteInput extends Schema.Class<ExecuteInput>("ExecuteInput")(
+  Schema.Struct({
+    code: Schema.String.pipe(Schema.minLength(1), Schema.maxLength(100_000)).annotations({
+      description: "JavaScript, run as the body of an async function; `tools.<name>(args)` calls a tool"
+    }),
+    actor: PromptInput.fields.actor,
+    requestId: PromptInput.fields.requestId,
+    allowDisconnected: PromptInput.fields.allowDisconnected,
+    metadata: PromptInput.fields.metadata
+  }).annotations({ parseOptions: { onExcessProperty: "error" } })
+) {}
 
 /** resume = the runtime continuing a turn that waited on input once its inputs settled. */
 export const RequestMethod = Schema.Literal(

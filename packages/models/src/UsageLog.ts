@@ -70,13 +70,24 @@ export class UsageLog extends Effect.Service<UsageLog>()("@agent-runtime/models/
           coalesce(sum(cache_write), 0)::float8 AS cache_write, coalesce(sum(cost_usd), 0)::float8 AS cost_usd
         FROM usage_records WHERE tenant_id = ${tenantId}`.pipe(Effect.map((rows) => rows[0]!), Effect.orDie)
 
-    /** USD an agent's responses cost since a time (its spend limit's start), or within one request. */
-    const spent = (agentId: string, options: { readonly since?: number; readonly requestId?: string }) =>
+    /**
+     * USD an agent's responses cost since a time (its spend limit's start), or within one request; with
+     * `subAgents`, also what those agents spent (in any request) since the time.
+     */
+    const spent = (
+      agentId: string,
+      options: { readonly since?: number; readonly requestId?: string; readonly subAgents?: ReadonlyArray<string> }
+    ) =>
       sql<{ usd: number }>`
         SELECT coalesce(sum(cost_usd), 0)::float8 AS usd FROM usage_records
-        WHERE agent_id = ${agentId}
-          ${options.since === undefined ? sql`` : sql`AND at >= to_timestamp(${options.since})`}
-          ${options.requestId === undefined ? sql`` : sql`AND request_id = ${options.requestId}`}`.pipe(
+        WHERE ((agent_id = ${agentId}
+          ${options.requestId === undefined ? sql`` : sql`AND request_id = ${options.requestId}`})
+          ${
+        options.subAgents === undefined || options.subAgents.length === 0
+          ? sql``
+          : sql`OR agent_id IN ${sql.in(options.subAgents)}`
+      })
+          ${options.since === undefined ? sql`` : sql`AND at >= to_timestamp(${options.since})`}`.pipe(
         Effect.map((rows) => rows[0]?.usd ?? 0),
         Effect.orDie
       )

@@ -15,7 +15,7 @@
  * finished, steered prompts waiting, and the abort and hand-off flags.
  */
 import { AccountsMigrations } from "@agent-runtime/accounts"
-import { AgentMigrations, Definitions, Schedules, Tools, type Turn } from "@agent-runtime/agent"
+import { AgentMigrations, AgentStore, Definitions, Delegation, Schedules, Tools, type Turn } from "@agent-runtime/agent"
 import { Egress, Resolver } from "@agent-runtime/egress"
 import { IdentityMigrations, IdentityTokens } from "@agent-runtime/identity"
 import {
@@ -29,6 +29,7 @@ import {
 } from "@agent-runtime/models"
 import { Database, SealedSecret } from "@agent-runtime/store"
 import { ToolSources } from "@agent-runtime/toolsources"
+import { TestRunner } from "@effect/cluster"
 import { Context, Deferred, Effect, Layer, Option, Queue, Redacted, Stream } from "effect"
 import * as Crypto from "node:crypto"
 import * as TestDatabase from "./TestDatabase.ts"
@@ -318,10 +319,12 @@ export const recordingHooks = (options: RecordingOptions = {}): Recording => {
 
 /**
  * The runtime's tools as a node has them (schedules, definitions, web search,
- * tool sources), on the database, egress and identity tokens it is given.
+ * tool sources, delegation), on the database, egress, identity tokens, agent
+ * journal and cluster it is given.
  */
 export const layerTools = Tools.Tools.Default.pipe(
-  Layer.provide(
+  Layer.provide(Delegation.layer),
+  Layer.provideMerge(
     Layer.mergeAll(Definitions.layer, Schedules.layer, ToolSources.layer(), WebSearch.layer).pipe(
       Layer.provide(KeyScopes.KeyScopes.DefaultWithoutDependencies.pipe(Layer.provideMerge(Keys.Keys.Default))),
       Layer.provide(Catalog.Catalog.Default)
@@ -337,7 +340,7 @@ const sealer = SealedSecret.layer(SealedSecret.parseKey(Crypto.randomBytes(32).t
  * tools reach local test servers).
  */
 export const layerToolsLive = layerTools.pipe(
-  Layer.provideMerge(IdentityTokens.layer()),
+  Layer.provideMerge(Layer.mergeAll(IdentityTokens.layer(), AgentStore.layer, TestRunner.layer)),
   Layer.provideMerge(sealer),
   Layer.provideMerge(Egress.layer({ allowPrivate: true }).pipe(Layer.provide(Resolver.layer))),
   Layer.provideMerge(Layer.unwrapEffect(

@@ -1,0 +1,37 @@
+/**
+ * What a tool call answers, and the context it runs in: shared by the tool
+ * set and the application connection that serves some of its tools.
+ */
+import type { Effect } from "effect"
+
+export interface ToolResult {
+  readonly content: ReadonlyArray<{ readonly type: "text"; readonly text: string }>
+  readonly isError: boolean
+  /** Why a call failed, for the run's toolCalls: invalid_arguments, failed, unavailable, unknown_outcome, aborted. */
+  readonly code?: string
+  /** The sub-agent a delegate call ran. */
+  readonly agentId?: string
+}
+
+export interface ToolContext {
+  readonly toolCallId: string
+  /** Progress of a long call; the loop passes on at most one every 250 ms. */
+  readonly update: (partialResult: unknown) => Effect.Effect<void>
+  /** Emits an event of the run (a delegate call's subagent_* events). */
+  readonly emit: (event: Record<string, unknown>) => Effect.Effect<void>
+  /** Whether the run is being aborted, rather than stopped for another node to continue. */
+  readonly aborting: () => boolean
+}
+
+export const text = (value: string, isError = false, code?: string): ToolResult => ({
+  content: [{ type: "text", text: value }],
+  isError,
+  ...(code === undefined ? {} : { code })
+})
+
+/** What a call whose effect is unknown answers: it was sent when its node was lost, and is never sent again. */
+export const unknownOutcome = text(
+  "The runtime restarted while this tool call ran; whether it took effect is unknown. It was not run again.",
+  true,
+  "unknown_outcome"
+)
