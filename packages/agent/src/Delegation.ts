@@ -11,7 +11,7 @@
  * and `subagent_end`. Its config carries the chain of agents above it, which
  * bounds the depth and lets a spend limit count what sub-agents spend.
  */
-import { Agent as AgentSchemas } from "@agent-runtime/domain"
+import { Agent as AgentSchemas, Input } from "@agent-runtime/domain"
 import { Ids } from "@agent-runtime/store"
 import { Context, Duration, Effect, Layer, Option } from "effect"
 import { Agent, applyChanges, fingerprint } from "./Agent.ts"
@@ -208,7 +208,7 @@ export const make = Effect.gen(function*() {
           method: "prompt",
           fingerprint: fingerprint({ task: call.task }),
           text: call.task,
-          from: { id: call.agentId },
+          from: new Input.Sender({ id: call.agentId, name: "the agent that delegated this task" }),
           allowDisconnected: true
         })
       )
