@@ -59,7 +59,8 @@ layer(TestWorld.layer(), { excludeTestServices: true })("tool sources", (it) => 
       })
       // The model had the crm tools but `slow` (excluded) and none of the locked server's.
       const [first, second] = world.upstream.requests().slice(before) as Array<any>
-      expect(toolNamesSent(first)).toEqual(["add", "echo", "fail"])
+      // Exposed both ways (the default up to 10 tools): the model's own, and to code through codemode.
+      expect(toolNamesSent(first)).toEqual(["add", "codemode", "echo", "fail"])
       const toolResult = second.body.messages.find((message: any) => message.role === "tool")
       expect(JSON.stringify(toolResult.content)).toContain("5")
 
@@ -116,7 +117,12 @@ layer(TestWorld.layer(), { excludeTestServices: true })("tool sources", (it) => 
       const before = world.upstream.requests().length
       const done = yield* run(api, token, agent.id, { text: "make a dog named Rex" })
       expect(done.outcome.result).toMatchObject({ reply: "made Rex", toolCalls: [{ tool: "createPet", ok: true }] })
-      expect(toolNamesSent(world.upstream.requests()[before])).toEqual(["createPet", "deletePet", "listPets"])
+      expect(toolNamesSent(world.upstream.requests()[before])).toEqual([
+        "codemode",
+        "createPet",
+        "deletePet",
+        "listPets"
+      ])
       const posted = pets.requestsTo("/api/pets").filter((request) => request.method === "POST")
       expect(posted).toHaveLength(1)
       expect(posted[0]!.body).toMatchObject({ name: "Rex" })

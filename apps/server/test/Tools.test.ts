@@ -60,7 +60,8 @@ layer(TestWorld.layer(), { excludeTestServices: true })("tools", (it) => {
 
       // The model was given the tool, and got both results back in call order, as text without the page's script.
       const [first, second] = chatRequests(world.upstream).slice(before) as Array<any>
-      expect(first.body.tools.map((tool: any) => tool.function.name)).toEqual(["web_fetch"])
+      // web_fetch is exposed both ways (the default up to 10 tools): directly, and to code through codemode.
+      expect(first.body.tools.map((tool: any) => tool.function.name)).toEqual(["web_fetch", "codemode"])
       const results = second.body.messages.filter((message: any) => message.role === "tool")
       expect(results.map((message: any) => message.tool_call_id)).toEqual(["call_a", "call_b"])
       const resultText = JSON.stringify(results[0].content)
