@@ -89,6 +89,22 @@ export interface DefinitionSettings {
   readonly delegate?: unknown
 }
 
+/** What a definition's revision (as stored or as resolved) supplies to its agents: never its secrets. */
+export const definitionSettings = (
+  definition: Omit<DefinitionSettings, "builtins"> & {
+    readonly builtins: ReadonlyArray<string>
+  }
+): DefinitionSettings => ({
+  id: definition.id,
+  revision: definition.revision,
+  ...(definition.model === undefined ? {} : { model: definition.model }),
+  ...(definition.systemPrompt === undefined ? {} : { systemPrompt: definition.systemPrompt }),
+  ...(definition.thinkingLevel === undefined ? {} : { thinkingLevel: definition.thinkingLevel }),
+  ...(definition.fileTools === undefined ? {} : { fileTools: definition.fileTools }),
+  builtins: definition.builtins,
+  ...(definition.delegate === undefined ? {} : { delegate: definition.delegate })
+})
+
 /** Settings an agent made from a definition may set for itself, kept when the definition is re-applied. */
 const ownable = ["model", "thinkingLevel", "fileTools"] as const
 

@@ -16,7 +16,14 @@ import {
 import { Listing, UsageLog } from "@agent-runtime/models"
 import { Ids } from "@agent-runtime/store"
 import { Context, Duration, Effect, Layer, Option, type Scope, type Stream } from "effect"
-import { Agent, applyChanges, type DefinitionSettings, fingerprint, type PromptPayload, toRecord } from "./Agent.ts"
+import {
+  Agent,
+  applyChanges,
+  definitionSettings as toSettings,
+  fingerprint,
+  type PromptPayload,
+  toRecord
+} from "./Agent.ts"
 import { PersistenceError } from "./AgentError.ts"
 import * as AgentEvents from "./AgentEvents.ts"
 import { type AgentConfig, type AgentRow, AgentStore } from "./AgentStore.ts"
@@ -657,16 +664,7 @@ export const make = Effect.gen(function*() {
   const definitionSettings = (tenantId: string, id: string, revision?: number) =>
     definitions.resolve(tenantId, id, revision).pipe(
       Effect.mapError((missing) => new ApiError.InvalidRequest({ error: `definition: ${missing.error}` })),
-      Effect.map((resolved): DefinitionSettings => ({
-        id: resolved.id,
-        revision: resolved.revision,
-        ...(resolved.model === undefined ? {} : { model: resolved.model }),
-        ...(resolved.systemPrompt === undefined ? {} : { systemPrompt: resolved.systemPrompt }),
-        ...(resolved.thinkingLevel === undefined ? {} : { thinkingLevel: resolved.thinkingLevel }),
-        ...(resolved.fileTools === undefined ? {} : { fileTools: resolved.fileTools }),
-        builtins: resolved.builtins,
-        ...(resolved.delegate === undefined ? {} : { delegate: resolved.delegate })
-      }))
+      Effect.map(toSettings)
     )
 
   const applyDefinition = (tenantId: string, agentId: string, input: Definition.DefinitionApply) =>

@@ -14,7 +14,7 @@
 import { Agent as AgentSchemas, Input } from "@agent-runtime/domain"
 import { Ids } from "@agent-runtime/store"
 import { Context, Duration, Effect, Layer, Option } from "effect"
-import { Agent, applyChanges, fingerprint } from "./Agent.ts"
+import { Agent, applyChanges, definitionSettings, fingerprint } from "./Agent.ts"
 import { AgentStore } from "./AgentStore.ts"
 import type { AgentConfig } from "./AgentStore.ts"
 import { Definitions } from "./Definitions.ts"
@@ -120,18 +120,7 @@ export const make = Effect.gen(function*() {
           maxDepth: maxDepthOf(call.config)
         }
       }
-      const config = applyChanges(base, {
-        definition: {
-          id: definition.id,
-          revision: definition.revision,
-          ...(definition.model === undefined ? {} : { model: definition.model }),
-          ...(definition.systemPrompt === undefined ? {} : { systemPrompt: definition.systemPrompt }),
-          ...(definition.thinkingLevel === undefined ? {} : { thinkingLevel: definition.thinkingLevel }),
-          ...(definition.fileTools === undefined ? {} : { fileTools: definition.fileTools }),
-          builtins: definition.builtins,
-          ...(definition.delegate === undefined ? {} : { delegate: definition.delegate })
-        }
-      })
+      const config = applyChanges(base, { definition: definitionSettings(definition) })
       const id = Ids.make("client")
       const inserted = yield* store.insertAgent({
         id,

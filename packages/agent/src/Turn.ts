@@ -200,7 +200,7 @@ const codemodeTool = (tools: ReadonlyArray<Tools.Tool>): ModelClient.Tool => ({
     "without network, files, timers or modules, and answers with the value returned, console output and any " +
     "error. Use it to call the tools below, several at once with Promise.all or many in a loop, and to work " +
     "on their results before answering. Limits: 30 s in all, 2 s of computing, 16 MiB, 100,000 characters of " +
-    `output, 256 tool calls.\n\n${Codemode.describe(tools.map((tool) => ({ ...tool, call: () => Effect.die("") })))}`,
+    `output, 256 tool calls.\n\n${Codemode.describe(tools)}`,
   parameters: {
     type: "object",
     properties: { code: { type: "string", description: "JavaScript, run as the body of an async function" } },

@@ -174,7 +174,7 @@ export const run = (
  * description as a doc comment and its parameters' JSON Schema as the argument's type
  * (`args` is optional when no parameter is required).
  */
-export const describe = (tools: ReadonlyArray<HostTool>): string => {
+export const describe = (tools: ReadonlyArray<Pick<HostTool, "name" | "description" | "parameters">>): string => {
   const bindings = Names.bindings(tools.map((tool) => tool.name))
   const members = tools.map((tool, i) => {
     const binding = bindings[i]!
