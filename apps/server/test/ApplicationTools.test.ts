@@ -46,18 +46,8 @@ const recorder = () => {
   return { ran, timed }
 }
 
-const waitFor = (check: () => Effect.Effect<boolean, any>, what: string, timeoutMs = 15_000) =>
-  Effect.gen(function*() {
-    const started = Date.now()
-    while (Date.now() - started < timeoutMs) {
-      if (yield* check()) return
-      yield* Effect.sleep("100 millis")
-    }
-    return yield* Effect.die(new Error(`${what}: not within ${timeoutMs} ms`))
-  })
-
 const serving = (api: ReturnType<typeof Http.client>, token: string, agentId: string, tools: number) =>
-  waitFor(
+  Http.waitFor(
     () =>
       Effect.map(api.get(`/v1/agents/${agentId}`, { token }), (response) =>
         response.body.connected === true && response.body.tools.length === tools),
@@ -127,7 +117,7 @@ layer(TestWorld.layer(), { excludeTestServices: true, timeout: 120_000 })("appli
       world.upstream.script({ toolCalls: [{ id: "call_2", name: "slow", arguments: { n: 2 } }] })
       world.upstream.script({ text: "both answered" })
       const accepted = (yield* api.post(`/v1/agents/${created.id}/prompt`, { token, json: { text: "go" } })).body
-      yield* waitFor(() => Effect.succeed(old.ran.length === 1), "the first call reaches the application")
+      yield* Http.waitFor(() => Effect.succeed(old.ran.length === 1), "the first call reaches the application")
       const fresh = recorder()
       const second = yield* serveScoped(agent, [fresh.timed("slow", 100)], { takeover: true })
       const done = (yield* api.get(`/v1/agents/${created.id}/requests/${accepted.id}?wait=25`, { token })).body
@@ -166,7 +156,7 @@ layer(TestWorld.layer(), { excludeTestServices: true, timeout: 120_000 })("appli
       world.upstream.script({ toolCalls: [{ id: "call_hang", name: "hang", arguments: {} }] })
       world.upstream.script({ text: "the connection went away" })
       const dropped = (yield* api.post(`/v1/agents/${created.id}/prompt`, { token, json: { text: "hang" } })).body
-      yield* waitFor(() => Effect.succeed(ran.some((entry) => entry.tool === "hang")), "the call reaches the app")
+      yield* Http.waitFor(() => Effect.succeed(ran.some((entry) => entry.tool === "hang")), "the call reaches the app")
       yield* Effect.promise(() => server.close({ timeoutMs: 0 }))
       const second = (yield* api.get(`/v1/agents/${created.id}/requests/${dropped.id}?wait=25`, { token })).body
       expect(second.outcome.result.toolCalls).toEqual([
@@ -224,9 +214,9 @@ layer(TestWorld.layer(), { excludeTestServices: true, timeout: 120_000 })("appli
       world.upstream.script({ toolCalls: [{ id: "call_e", name: "endless", arguments: {} }] })
       const running = (yield* api.post(`/v1/agents/${created.id}/prompt`, { token, json: { text: "forever" } }))
         .body
-      yield* waitFor(() => Effect.succeed(server.inFlight === 1), "the endless call reaches the application")
+      yield* Http.waitFor(() => Effect.succeed(server.inFlight === 1), "the endless call reaches the application")
       yield* api.post(`/v1/agents/${created.id}/abort`, { token, json: {} })
-      yield* waitFor(() => Effect.succeed(cancelled.length === 1), "the application is told the call is cancelled")
+      yield* Http.waitFor(() => Effect.succeed(cancelled.length === 1), "the application is told the call is cancelled")
       const aborted = (yield* api.get(`/v1/agents/${created.id}/requests/${running.id}?wait=25`, { token })).body
       expect(aborted.state).toBe("completed")
       expect(server.calls).toEqual({ patient: 1, endless: 1 })
@@ -300,7 +290,7 @@ it.scopedLive(
         token,
         json: { text: "go" }
       })).body
-      yield* waitFor(() => Effect.succeed(ran.length === 1), "the first call reaches the application")
+      yield* Http.waitFor(() => Effect.succeed(ran.length === 1), "the first call reaches the application")
       // Drain the node running the turn, mid-call.
       const owner = yield* ownerNow
       const survivor = cluster.members[1 - owner]!.node.rest

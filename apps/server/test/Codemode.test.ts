@@ -8,9 +8,8 @@
  * a limit (CPU, memory, tool calls); an execute aborted while a tool holds
  * it; and a code schedule firing once as an execute request.
  */
-import type { Http } from "@agent-runtime/testing"
-import { McpTestServer, TestWorld } from "@agent-runtime/testing"
-import { expect, layer } from "@effect/vitest"
+import { FakeUpstream, Http, McpTestServer, TestCluster, TestDatabase, TestWorld } from "@agent-runtime/testing"
+import { expect, it, layer } from "@effect/vitest"
 import { Effect } from "effect"
 import { setTimeout as sleep } from "node:timers/promises"
 
@@ -92,35 +91,12 @@ const callsTo = (mcp: Mcp) =>
     arguments: message.params!.arguments as Record<string, unknown>
   }))
 
-/** Waits for the request to settle (the record as GET answers it once completed). */
-const settled = (api: Api, token: string, agentId: string, requestId: string) =>
-  Effect.gen(function*() {
-    const started = Date.now()
-    while (Date.now() - started < 45_000) {
-      const response = yield* api.get(`/v1/agents/${agentId}/requests/${requestId}?wait=20`, { token })
-      expect(response.status, response.text).toBe(200)
-      if (response.body.state === "completed") return response.body
-    }
-    return yield* Effect.die(new Error(`request ${requestId} did not settle`))
-  })
-
 /** Posts an execute request and waits for its outcome. */
 const execute = (api: Api, token: string, agentId: string, json: Record<string, unknown>) =>
   Effect.gen(function*() {
     const accepted = yield* api.post(`/v1/agents/${agentId}/execute`, { token, json })
     expect(accepted.status, accepted.text).toBe(202)
-    return yield* settled(api, token, agentId, accepted.body.id)
-  })
-
-/** Polls `check` until it holds or `timeoutMs` passes. */
-const waitFor = (check: () => Effect.Effect<boolean, any>, what: string, timeoutMs = 20_000) =>
-  Effect.gen(function*() {
-    const started = Date.now()
-    while (Date.now() - started < timeoutMs) {
-      if (yield* check()) return
-      yield* Effect.sleep("100 millis")
-    }
-    return yield* Effect.die(new Error(`${what}: not within ${timeoutMs} ms`))
+    return yield* Http.settled(api, token, agentId, accepted.body.id)
   })
 
 const historyTotal = (api: Api, token: string, agentId: string) =>
@@ -156,7 +132,7 @@ layer(TestWorld.layer(), { excludeTestServices: true })("code mode", (it) => {
       const before = modelRequests(world).length
       const accepted = yield* api.post(`/v1/agents/${agentId}/prompt`, { token, json: { text: "sum them up" } })
       expect(accepted.status, accepted.text).toBe(202)
-      const done = yield* settled(api, token, agentId, accepted.body.id)
+      const done = yield* Http.settled(api, token, agentId, accepted.body.id)
 
       // The model had one tool, codemode, whose description declares the three.
       const [first, second] = modelRequests(world).slice(before) as Array<any>
@@ -243,7 +219,7 @@ layer(TestWorld.layer(), { excludeTestServices: true })("code mode", (it) => {
       const accepted = yield* api.post(`/v1/agents/${agentId}/execute`, { token, json })
       expect(accepted.status, accepted.text).toBe(202)
       expect(accepted.body).toMatchObject({ id: "exec-1", method: "execute", metadata: { job: "nightly" } })
-      const done = yield* settled(api, token, agentId, "exec-1")
+      const done = yield* Http.settled(api, token, agentId, "exec-1")
       expect(done).toMatchObject({ id: "exec-1", method: "execute", state: "completed", metadata: { job: "nightly" } })
       expect(done.error).toBeUndefined()
       expect(done.outcome.result).toEqual({
@@ -270,7 +246,7 @@ layer(TestWorld.layer(), { excludeTestServices: true })("code mode", (it) => {
       const again = yield* api.post(`/v1/agents/${agentId}/execute`, { token, json })
       expect(again.status).toBe(202)
       expect(again.body).toMatchObject({ id: "exec-1", method: "execute", fingerprint: done.fingerprint })
-      expect((yield* settled(api, token, agentId, "exec-1")).outcome).toEqual(done.outcome)
+      expect((yield* Http.settled(api, token, agentId, "exec-1")).outcome).toEqual(done.outcome)
       const conflict = yield* api.post(`/v1/agents/${agentId}/execute`, {
         token,
         json: { ...json, code: "return 2" }
@@ -461,13 +437,13 @@ layer(TestWorld.layer(), { excludeTestServices: true })("code mode", (it) => {
         json: { code: "const held = await tools.hold({})\nreturn held", requestId: "exec-held" }
       })
       expect(accepted.status, accepted.text).toBe(202)
-      yield* waitFor(() => Effect.succeed(mcp.count("hold") === 1 && holding.count === 1), "the hold call arrived")
+      yield* Http.waitFor(() => Effect.succeed(mcp.count("hold") === 1 && holding.count === 1), "the hold call arrived")
       const running = (yield* api.get(`/v1/agents/${agentId}/requests/exec-held`, { token })).body
       expect(running.state).toBe("running")
 
       const aborted = yield* api.post(`/v1/agents/${agentId}/abort`, { token, json: {} })
       expect(aborted.status, aborted.text).toBeLessThan(300)
-      const done = yield* settled(api, token, agentId, "exec-held")
+      const done = yield* Http.settled(api, token, agentId, "exec-held")
       expect(done).toMatchObject({
         method: "execute",
         state: "completed",
@@ -479,7 +455,7 @@ layer(TestWorld.layer(), { excludeTestServices: true })("code mode", (it) => {
       const holdCall = mcp.received.find((message) =>
         message.method === "tools/call" && message.params?.name === "hold"
       )!
-      yield* waitFor(
+      yield* Http.waitFor(
         () => Effect.succeed(mcp.cancelled.includes(holdCall.id!) && holding.count === 0),
         "the hold call cancelled"
       )
@@ -501,9 +477,9 @@ layer(TestWorld.layer(), { excludeTestServices: true })("code mode", (it) => {
       expect(made.body).not.toHaveProperty("text")
       const scheduleId = made.body.id as string
 
-      yield* waitFor(() => Effect.succeed(mcp.count("record") >= 1), "the scheduled code ran", 30_000)
+      yield* Http.waitFor(() => Effect.succeed(mcp.count("record") >= 1), "the scheduled code ran", 30_000)
       const requestId = `sched_${scheduleId}_${Math.round(made.body.dueAt * 1000)}`
-      const done = yield* settled(api, token, agentId, requestId)
+      const done = yield* Http.settled(api, token, agentId, requestId)
       expect(done).toMatchObject({
         id: requestId,
         method: "execute",
@@ -533,3 +509,65 @@ layer(TestWorld.layer(), { excludeTestServices: true })("code mode", (it) => {
       expect(yield* historyTotal(api, token, agentId)).toBe(historyBefore)
     }))
 })
+
+it.scopedLive(
+  "kill -9 of the node running code mid-call: another node runs the code again, nothing sent twice, outcome uncertain",
+  () =>
+    Effect.gen(function*() {
+      const upstream = yield* FakeUpstream.start()
+      const databaseUrl = yield* TestDatabase.make
+      const cluster = yield* TestCluster.start({ size: 3, databaseUrl, env: { ALLOW_PRIVATE_URLS: "true" } })
+      const { api, token } = yield* TestWorld.tenantWithModel({ node: cluster.members[0]!.node, upstream }, "code-kill")
+      const mcp = yield* McpTestServer.start()
+      for (const tool of extraTools({ count: 0 })) yield* mcp.addTool(tool)
+      const definition = yield* api.post("/v1/definitions", {
+        token,
+        json: {
+          name: "code-kill",
+          model: "fake/m1",
+          toolSources: [{ kind: "mcp", name: "calc", url: mcp.url, exposure: "codemode" }]
+        }
+      })
+      const agentId = (yield* api.post("/v1/agents", { token, json: { definition: definition.body.id } })).body.id
+      const code = [
+        "const first = await tools.double({ n: 1 })",
+        "let held",
+        "try { held = await tools.hold({}) } catch (error) { held = `failed: ${error.message}` }",
+        "const second = await tools.double({ n: 2 })",
+        "return { first: first.doubled, held, second: second.doubled }"
+      ].join("\n")
+      const accepted = yield* api.post(`/v1/agents/${agentId}/execute`, {
+        token,
+        json: { code, requestId: "exec-kill" }
+      })
+      expect(accepted.status, accepted.text).toBe(202)
+      yield* Http.waitFor(() => Effect.succeed(mcp.count("hold") === 1), "the held call reached the server")
+
+      // The node running the code dies while the held call is out.
+      const [row] = yield* TestDatabase.query(databaseUrl, `SELECT owner FROM agents WHERE id = '${agentId}'`)
+      const owner = cluster.members.findIndex((member) => member.runnerAddress === row?.owner)
+      expect(owner).toBeGreaterThanOrEqual(0)
+      yield* cluster.stop(owner, "SIGKILL")
+      const survivor = Http.client(cluster.members[(owner + 1) % 3]!.node.rest)
+      const done = yield* Http.settled(survivor, token, agentId, "exec-kill")
+
+      // The code ran again elsewhere: double(1) answered from the journal, the held call unknown (not sent
+      // again), and only the call never sent before went out.
+      expect(callsTo(mcp)).toEqual([
+        { name: "double", arguments: { n: 1 } },
+        { name: "hold", arguments: {} },
+        { name: "double", arguments: { n: 2 } }
+      ])
+      expect(done.outcome.uncertain).toBe(true)
+      expect(done.outcome.result).toMatchObject({
+        ok: true,
+        value: { first: 2, held: expect.stringContaining("whether it took effect is unknown"), second: 4 }
+      })
+      expect(done.outcome.result.toolCalls).toEqual([
+        { tool: "double", innerCallId: "exec-kill:0", ok: true },
+        { tool: "hold", innerCallId: "exec-kill:1", ok: false, code: "unknown_outcome" },
+        { tool: "double", innerCallId: "exec-kill:2", ok: true }
+      ])
+    }),
+  { timeout: 120_000 }
+)

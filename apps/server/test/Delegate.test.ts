@@ -5,9 +5,8 @@
  * upstream (m1 the parent, m2 and m3 below), so each reply goes to the agent
  * it was written for whatever order the agents ask in.
  */
-import type { Http } from "@agent-runtime/testing"
-import { TestWorld } from "@agent-runtime/testing"
-import { expect, layer } from "@effect/vitest"
+import { FakeUpstream, Http, TestCluster, TestDatabase, TestWorld } from "@agent-runtime/testing"
+import { expect, it, layer } from "@effect/vitest"
 import { Effect } from "effect"
 
 type Api = ReturnType<typeof Http.client>
@@ -40,22 +39,11 @@ const setup = (name: string) =>
     return { world, api, token, define }
   })
 
-const settled = (api: Api, token: string, agentId: string, requestId: string) =>
-  Effect.gen(function*() {
-    const started = Date.now()
-    while (Date.now() - started < 45_000) {
-      const response = yield* api.get(`/v1/agents/${agentId}/requests/${requestId}?wait=20`, { token })
-      expect(response.status, response.text).toBe(200)
-      if (response.body.state === "completed") return response.body
-    }
-    return yield* Effect.die(new Error(`request ${requestId} did not settle`))
-  })
-
 const prompt = (api: Api, token: string, agentId: string, json: Record<string, unknown>) =>
   Effect.gen(function*() {
     const accepted = yield* api.post(`/v1/agents/${agentId}/prompt`, { token, json })
     expect(accepted.status, accepted.text).toBe(202)
-    return yield* settled(api, token, agentId, accepted.body.id)
+    return yield* Http.settled(api, token, agentId, accepted.body.id)
   })
 
 /** A sub-agent's run of its task (its one request). */
@@ -267,3 +255,66 @@ layer(TestWorld.layer(), { excludeTestServices: true })("delegate", (it) => {
       expect(requestsFor(world, "m1")).toHaveLength(1)
     }))
 })
+
+it.scopedLive(
+  "kill -9 of the parent's node while its sub-agent works: the resumed call re-attaches, the task is given once",
+  () =>
+    Effect.gen(function*() {
+      const upstream = yield* FakeUpstream.start()
+      const databaseUrl = yield* TestDatabase.make
+      const cluster = yield* TestCluster.start({ size: 3, databaseUrl, env: { ALLOW_PRIVATE_URLS: "true" } })
+      const { api, token } = yield* TestWorld.tenantWithModel({ node: cluster.members[0]!.node, upstream }, "dlg-kill")
+      yield* api.put("/v1/providers/fake", {
+        token,
+        json: {
+          type: "openai-completions",
+          baseUrl: `${upstream.url}/v1`,
+          models: [{ id: "m1", contextWindow: 100_000 }, { id: "m2", contextWindow: 100_000 }]
+        }
+      })
+      const worker = (yield* api.post("/v1/definitions", { token, json: { name: "worker", model: "fake/m2" } })).body.id
+      const boss = (yield* api.post("/v1/definitions", {
+        token,
+        json: { name: "boss", model: "fake/m1", builtins: ["delegate"], delegate: { agents: [worker] } }
+      })).body.id
+      const parent = (yield* api.post("/v1/agents", { token, json: { definition: boss } })).body.id as string
+      upstream.script({
+        toolCalls: [{ id: "call_kill", name: "delegate", arguments: { agent: "worker", task: "slow work" } }]
+      }, { model: "m1" })
+      // The sub-agent's answer takes a while (asked again if its own node goes too).
+      upstream.script([{ text: "work done", latencyMs: 4000 }, { text: "work done" }], { model: "m2" })
+      upstream.script({ text: "the worker finished" }, { model: "m1" })
+      const accepted = yield* api.post(`/v1/agents/${parent}/prompt`, { token, json: { text: "go", requestId: "p1" } })
+      expect(accepted.status, accepted.text).toBe(202)
+      const asked = () => upstream.requests().filter((request) => (request.body as any)?.model === "m2").length
+      yield* Http.waitFor(() => Effect.succeed(asked() === 1), "the sub-agent asked its model")
+
+      const [row] = yield* TestDatabase.query(databaseUrl, `SELECT owner FROM agents WHERE id = '${parent}'`)
+      const owner = cluster.members.findIndex((member) => member.runnerAddress === row?.owner)
+      expect(owner).toBeGreaterThanOrEqual(0)
+      yield* cluster.stop(owner, "SIGKILL")
+      const survivor = Http.client(cluster.members[(owner + 1) % 3]!.node.rest)
+      const done = yield* Http.settled(survivor, token, parent, "p1")
+
+      // The resumed turn ran the call again and found the same sub-agent and run: its reply, not "unknown".
+      expect(done.outcome.result.reply).toBe("the worker finished")
+      const [call] = done.outcome.result.toolCalls
+      expect(call).toMatchObject({ tool: "delegate", toolCallId: "call_kill", ok: true })
+      const subAgents = yield* TestDatabase.query(
+        databaseUrl,
+        `SELECT id FROM agents WHERE key = 'delegate-${parent}-call_kill'`
+      )
+      expect(subAgents.map((agent: any) => agent.id)).toEqual([call.agentId])
+      const requests = yield* TestDatabase.query(
+        databaseUrl,
+        `SELECT id, state FROM agent_requests WHERE agent_id = '${call.agentId}'`
+      )
+      expect(requests).toEqual([{ id: "req_delegated", state: "completed" }])
+      const user = yield* TestDatabase.query(
+        databaseUrl,
+        `SELECT count(*)::int AS n FROM agent_messages WHERE agent_id = '${call.agentId}' AND message->>'role' = 'user'`
+      )
+      expect(user[0].n).toBe(1)
+    }),
+  { timeout: 120_000 }
+)

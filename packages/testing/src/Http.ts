@@ -67,6 +67,31 @@ export const client = (base: string) => ({
   delete: (path: string, options?: RequestOptions) => request(base, "DELETE", path, options)
 })
 
+/** The request once it has completed, long-polling its record (45 s at most); status 200 is expected. */
+export const settled = (api: ReturnType<typeof client>, token: string, agentId: string, requestId: string) =>
+  Effect.gen(function*() {
+    const started = Date.now()
+    while (Date.now() - started < 45_000) {
+      const response = yield* api.get(`/v1/agents/${agentId}/requests/${requestId}?wait=20`, { token })
+      if (response.status !== 200) {
+        return yield* Effect.die(new Error(`request ${requestId} answered ${response.status}: ${response.text}`))
+      }
+      if (response.body.state === "completed") return response.body
+    }
+    return yield* Effect.die(new Error(`request ${requestId} did not settle`))
+  })
+
+/** Checks every 100 ms until `check` holds; dies naming `what` after `timeoutMs`. */
+export const waitFor = (check: () => Effect.Effect<boolean, any>, what: string, timeoutMs = 20_000) =>
+  Effect.gen(function*() {
+    const started = Date.now()
+    while (Date.now() - started < timeoutMs) {
+      if (yield* check()) return
+      yield* Effect.sleep("100 millis")
+    }
+    return yield* Effect.die(new Error(`${what}: not within ${timeoutMs} ms`))
+  })
+
 /** One server-sent event as a client sees it. */
 export interface SseFrame {
   readonly event?: string
