@@ -9,10 +9,12 @@ import {
   Agents,
   AgentStore,
   AgentTokens,
+  BrowserTokens,
   Definitions,
   Delegation,
   Drain,
   EventLog,
+  Inputs,
   ScheduleFiring,
   Schedules,
   Tools,
@@ -44,7 +46,9 @@ import * as Admin from "./http/Admin.ts"
 import * as AgentsHttp from "./http/Agents.ts"
 import * as Authentication from "./http/Authentication.ts"
 import * as Clients from "./http/Clients.ts"
+import * as Cors from "./http/Cors.ts"
 import * as DefinitionsHttp from "./http/Definitions.ts"
+import * as InputsHttp from "./http/Inputs.ts"
 import * as Errors from "./http/Errors.ts"
 import * as Health from "./http/Health.ts"
 import * as Me from "./http/Me.ts"
@@ -88,6 +92,7 @@ const layerApi = HttpApiBuilder.api(Api.Api).pipe(
     Models.layerKeyScopes,
     AgentsHttp.layer,
     DefinitionsHttp.layer,
+    InputsHttp.layer,
     SchedulesHttp.layer,
     Clients.layer,
     Admin.layer,
@@ -101,7 +106,7 @@ const layerApi = HttpApiBuilder.api(Api.Api).pipe(
  * listener in `layer`, `NodeHttpServer.layerTest` in tests that call it in
  * process. Needs the services of `layerServicesOn`.
  */
-export const layerRestApp = HttpApiBuilder.serve(HttpMiddleware.logger).pipe(
+export const layerRestApp = HttpApiBuilder.serve((app) => HttpMiddleware.logger(Cors.middleware(app))).pipe(
   Layer.provide([
     HttpApiBuilder.middlewareOpenApi({ path: "/v1/openapi.json" }),
     HttpApiScalar.layer({ path: "/docs" }),
@@ -182,8 +187,8 @@ const layerClusterRunner = layerCluster.pipe(Layer.provide(layerClusterTables), 
 
 /** The agent runtime: the entity on `cluster`'s runner and the service the API calls. */
 const layerAgentsOn = <ROut, E, RIn>(cluster: Layer.Layer<ROut, E, RIn>) =>
-  Layer.mergeAll(layerWakeups, ScheduleFiring.layer).pipe(
-    Layer.provideMerge(Layer.mergeAll(Agents.layer, Runners.layer)),
+  Layer.mergeAll(layerWakeups, ScheduleFiring.layer, Inputs.layerExpiry).pipe(
+    Layer.provideMerge(Layer.mergeAll(Agents.layer, BrowserTokens.layer, Runners.layer)),
     Layer.provideMerge(Layer.mergeAll(AgentEvents.layer, AgentTokens.layer)),
     Layer.provideMerge(AgentRuntime.layer),
     Layer.provideMerge(Layer.mergeAll(EventLog.LocalLogs.Default, Tools.Tools.Default)),
@@ -191,6 +196,7 @@ const layerAgentsOn = <ROut, E, RIn>(cluster: Layer.Layer<ROut, E, RIn>) =>
     Layer.provide(cluster),
     // Below the cluster runner, so it closes after the runner has let its shards go.
     Layer.provideMerge(AgentRuntime.layerReleaseAnnouncements),
+    Layer.provideMerge(Inputs.layer),
     Layer.provideMerge(Layer.mergeAll(AgentStore.layer, Drain.Drain.Default, Definitions.layer, Schedules.layer))
   )
 

@@ -10,6 +10,7 @@ import { Rpc } from "@effect/rpc"
 import { Schema } from "effect"
 import * as Crypto from "node:crypto"
 import {
+  AnswerRefused,
   ApplicationConnected,
   CallEnded,
   ConnectionReplaced,
@@ -77,6 +78,24 @@ export const ConfigurePayload = Schema.Struct({
   changes: Schema.Record({ key: Schema.String, value: Schema.Unknown })
 })
 
+/** Answers to an agent's inputs (see Inputs.answer), and who gave them: the credential used. */
+export const AnswerPayload = Schema.Struct({
+  answers: Schema.Array(Schema.Struct({
+    id: Schema.String,
+    action: Input.InputAction,
+    content: Schema.optional(Schema.Record({ key: Schema.String, value: Schema.Unknown })),
+    from: Schema.optional(Input.Sender),
+    actor: Schema.optional(Schema.String)
+  })),
+  by: Schema.Record({ key: Schema.String, value: Schema.Unknown })
+})
+
+/** The answered inputs as they stand, and the runs resuming turns whose last input settled. */
+export const AnswerResult = Schema.Struct({
+  inputs: Schema.Array(Input.Input),
+  requests: Schema.Array(Run.RequestRecord)
+})
+
 /** A definition's settings as a configure applies them to an agent made from it (see `applyChanges`). */
 export interface DefinitionSettings {
   readonly id: string
@@ -87,6 +106,7 @@ export interface DefinitionSettings {
   readonly fileTools?: boolean | undefined
   readonly builtins: ReadonlyArray<string>
   readonly delegate?: unknown
+  readonly humanInput?: AgentConfig["humanInput"]
 }
 
 /** What a definition's revision (as stored or as resolved) supplies to its agents: never its secrets. */
@@ -102,7 +122,8 @@ export const definitionSettings = (
   ...(definition.thinkingLevel === undefined ? {} : { thinkingLevel: definition.thinkingLevel }),
   ...(definition.fileTools === undefined ? {} : { fileTools: definition.fileTools }),
   builtins: definition.builtins,
-  ...(definition.delegate === undefined ? {} : { delegate: definition.delegate })
+  ...(definition.delegate === undefined ? {} : { delegate: definition.delegate }),
+  ...(definition.humanInput === undefined ? {} : { humanInput: definition.humanInput })
 })
 
 /** Settings an agent made from a definition may set for itself, kept when the definition is re-applied. */
@@ -136,7 +157,8 @@ export const applyChanges = (config: AgentConfig, changes: Readonly<Record<strin
       const [field, value] of Object.entries({
         systemPrompt: definition.systemPrompt,
         builtins: definition.builtins,
-        delegate: definition.delegate
+        delegate: definition.delegate,
+        humanInput: definition.humanInput
       })
     ) {
       if (value === undefined) delete next[field]
@@ -184,6 +206,13 @@ export const Agent = Entity.make("Agent", [
     success: Run.RequestRecord,
     primaryKey: (payload) => payload.requestId
   }).annotate(ClusterSchema.Persisted, true),
+  /**
+   * Records answers to the agent's inputs, all or none; the suspension whose last input they settle
+   * resumes, once. Not persisted: an answer is idempotent, so a caller that got no reply sends it again.
+   */
+  Rpc.make("Answer", { payload: AnswerPayload.fields, success: AnswerResult, error: AnswerRefused }),
+  /** Settles the agent's pending inputs whose time is up (sent by every node's expiry sweep). */
+  Rpc.make("ExpireInputs"),
   /** Loads unfinished work from the journal; sent after restarts so accepted work goes on. */
   Rpc.make("Wake"),
   Rpc.make("Status", { success: Status }),
@@ -228,7 +257,7 @@ export const toRecord = (row: RequestRow): Run.RequestRecord => {
     }
     | null
   const error = outcome?.error ?? outcome?.result?.error ?? undefined
-  const input = row.input as { text?: string; metadata?: Record<string, string> }
+  const input = row.input as { text?: string; metadata?: Record<string, string>; suspension?: string }
   return new Run.RequestRecord({
     id: row.id,
     method: row.method as Run.RequestMethod,
@@ -238,6 +267,7 @@ export const toRecord = (row: RequestRow): Run.RequestRecord => {
     ...(row.beganIndex === null ? {} : { began: row.beganIndex }),
     ...(row.endedAt === null ? {} : { endedAt: row.endedAt }),
     ...(input.text === undefined ? {} : { prompt: input.text }),
+    ...(input.suspension === undefined ? {} : { suspension: input.suspension }),
     ...(input.metadata === undefined ? {} : { metadata: input.metadata }),
     ...(row.steeredInto === null ? {} : { steeredInto: row.steeredInto }),
     ...(outcome?.code === undefined ? {} : { code: outcome.code }),

@@ -89,3 +89,18 @@ export class Draining extends Schema.TaggedError<Draining>()("Draining", {}) {
     return "the agent's runner is draining; the agent moves to another runner: connect again shortly"
   }
 }
+
+/**
+ * An answer to human input that cannot be recorded: `reason` says which of the API's refusals it is
+ * (not_found: no such input of the agent; forbidden: `from` is outside its audience and approvers;
+ * conflict: it settled otherwise; invalid: the content does not fit the input).
+ */
+export class AnswerRefused extends Schema.TaggedError<AnswerRefused>()("AnswerRefused", {
+  reason: Schema.Literal("not_found", "forbidden", "conflict", "invalid"),
+  inputId: Schema.String,
+  detail: Schema.String
+}) {
+  override get message() {
+    return `input ${this.inputId}: ${this.detail}`
+  }
+}

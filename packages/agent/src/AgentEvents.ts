@@ -75,11 +75,14 @@ export class AgentEvents extends Context.Tag("@agent-runtime/agent/AgentEvents")
     cursor: number,
     wait: Duration.Duration
   ) => Effect.Effect<EventLog.Poll, ApiError.ReplayGap | ApiError.Unavailable>
-  /** The body of an SSE response for `watch`, opened by a `ready` frame. */
+  /**
+   * The body of an SSE response for `watch`, opened by a `ready` frame;
+   * with `view`, each entry as that view shows it (a browser token's reader).
+   */
   readonly eventBody: (
     agentId: string,
     cursor: Option.Option<number>,
-    options: { readonly snapshot: boolean; readonly ready: unknown }
+    options: { readonly snapshot: boolean; readonly ready: unknown; readonly view?: Sse.View | undefined }
   ) => Effect.Effect<EventBody, ApiError.ReplayGap, Scope.Scope>
   /**
    * The body of an application connection's SSE response: the agent's events
@@ -229,17 +232,21 @@ export const make = Effect.gen(function*() {
   const eventBody = (
     agentId: string,
     cursor: Option.Option<number>,
-    options: { readonly snapshot: boolean; readonly ready: unknown }
+    options: { readonly snapshot: boolean; readonly ready: unknown; readonly view?: Sse.View | undefined }
   ) =>
     Effect.gen(function*() {
+      const { view } = options
       const local = localLogs.get(agentId)
       if (Option.isSome(local)) {
         const written = yield* Effect.either(
-          Sse.toNodeStream({ ready: options.ready, log: local.value, cursor, endWhen: onStreamsEnd })
+          Sse.toNodeStream({ ready: options.ready, log: local.value, cursor, endWhen: onStreamsEnd, view })
         )
         if (written._tag === "Right") return { _tag: "Node", body: written.right } as const
       }
-      const entries = yield* watch(agentId, cursor, options.snapshot)
+      const watched = yield* watch(agentId, cursor, options.snapshot)
+      const entries = view === undefined
+        ? watched
+        : Stream.filterMap(watched, (entry) => Option.fromNullable(view(entry)))
       return { _tag: "Stream", body: Sse.toStream({ ready: options.ready, entries }) } as const
     })
 

@@ -156,6 +156,38 @@ const delegation = Effect.gen(function*() {
   yield* sql`CREATE INDEX agents_delegated ON agents USING gin ((config -> 'delegation' -> 'ancestors') jsonb_path_ops)`
 })
 
+/**
+ * Human input: what a turn asked a person, who may answer, and how it
+ * settled. The pending ones of a suspended request resume its turn once the
+ * last settles; the partial index serves the expiry sweep.
+ */
+const inputs = Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
+  yield* sql`
+    CREATE TABLE agent_inputs (
+      id text PRIMARY KEY,
+      agent_id text NOT NULL REFERENCES agents (id) ON DELETE CASCADE,
+      tenant_id text NOT NULL,
+      request_id text NOT NULL,
+      tool_call_id text NOT NULL,
+      kind text NOT NULL CHECK (kind IN ('question', 'approval', 'form', 'url')),
+      message text NOT NULL,
+      detail jsonb NOT NULL,
+      audience jsonb NOT NULL,
+      approvers jsonb NOT NULL,
+      state text NOT NULL DEFAULT 'pending'
+        CHECK (state IN ('pending', 'answered', 'declined', 'cancelled', 'expired', 'superseded')),
+      answer jsonb,
+      created_at timestamptz NOT NULL DEFAULT now(),
+      expires_at timestamptz NOT NULL,
+      settled_at timestamptz
+    )`
+  yield* sql`CREATE INDEX agent_inputs_agent ON agent_inputs (agent_id, created_at DESC)`
+  yield* sql`CREATE INDEX agent_inputs_request ON agent_inputs (agent_id, request_id)`
+  yield* sql`CREATE INDEX agent_inputs_calls ON agent_inputs (agent_id, tool_call_id)`
+  yield* sql`CREATE INDEX agent_inputs_expiring ON agent_inputs (expires_at) WHERE state = 'pending'`
+})
+
 export const migrations = Migrations.make("agent_migrations", {
   "1_agents": Migrations.legacy(3, agents),
   "2_journal": Migrations.legacy(4, journal),
@@ -164,5 +196,6 @@ export const migrations = Migrations.make("agent_migrations", {
   "4_application": application,
   "5_definitions": definitions,
   "6_schedules": schedules,
-  "7_delegation": delegation
+  "7_delegation": delegation,
+  "8_inputs": inputs
 })

@@ -6,6 +6,7 @@
  * a turn cut short by a crash or a move is run again from its start, and
  * says so with turn_resumed.
  */
+import { Input } from "@agent-runtime/domain"
 import { IdentityTokens } from "@agent-runtime/identity"
 import { UsageLog } from "@agent-runtime/models"
 import { DatabaseHealth } from "@agent-runtime/store"
@@ -30,6 +31,7 @@ import { type AgentConfig, AgentStore, type RequestRow, type Write } from "./Age
 import * as ApplicationConnection from "./ApplicationConnection.ts"
 import { Drain } from "./Drain.ts"
 import * as EventLog from "./EventLog.ts"
+import * as Inputs from "./Inputs.ts"
 import * as RunnerReports from "./RunnerReports.ts"
 import * as Turn from "./Turn.ts"
 
@@ -43,6 +45,7 @@ export const layer = Layer.unwrapEffect(Effect.map(Agent.client, (makeClient) =>
       const address = yield* Entity.CurrentAddress
       const agentId = address.entityId
       const store = yield* AgentStore
+      const inputStore = yield* Inputs.InputStore
       const usage = yield* UsageLog.UsageLog
       const identity = yield* IdentityTokens.IdentityTokens
       const drain = yield* Drain
@@ -258,6 +261,7 @@ export const layer = Layer.unwrapEffect(Effect.map(Agent.client, (makeClient) =>
           active = row.id
           const input = row.input as unknown as { readonly text?: string } & Pick<Turn.TurnInput, "metadata" | "from">
           const resumed = row.state === "running"
+          const input_ = row.input as { readonly actor?: string; readonly suspension?: string }
           const began = row.beganIndex ?? history.length
           let unjournaled: Array<Turn.Steered> = []
           if (resumed) {
@@ -269,7 +273,7 @@ export const layer = Layer.unwrapEffect(Effect.map(Agent.client, (makeClient) =>
               )
             )
             const prompts = [
-              ...(row.method === "continue" || row.method === "execute" ? [] : [row]),
+              ...(row.method === "continue" || row.method === "execute" || row.method === "resume" ? [] : [row]),
               ...yield* journal(store.steeredInto(agentId, row.id))
             ]
             unjournaled = prompts.flatMap((prompt) =>
@@ -300,7 +304,9 @@ export const layer = Layer.unwrapEffect(Effect.map(Agent.client, (makeClient) =>
               agentId,
               config: agent.config,
               requestId: row.id,
-              continue: row.method === "continue",
+              // A resume goes on from the answers, without a new user message.
+              continue: row.method === "continue" || row.method === "resume",
+              suspension: input_.suspension,
               resume: resumed ? { began, unjournaled } : undefined,
               text: input.text ?? "",
               code: (row.input as { code?: string }).code,
@@ -345,7 +351,42 @@ export const layer = Layer.unwrapEffect(Effect.map(Agent.client, (makeClient) =>
                   })
                 ),
               historySize: () => history.length,
-              history: () => history
+              history: () => history,
+              askInputs: (asks) =>
+                Effect.gen(function*() {
+                  const asker = input_.actor ?? input.from?.id
+                  const humanInput = agent.config.humanInput
+                  yield* fenced(inputStore.ask(agent.tenantId, agentId, row.id, asks, {
+                    audience: asker === undefined ? [] : [asker],
+                    approvers: humanInput?.approvers ?? [],
+                    lifetimeSeconds: humanInput?.expiresInSeconds ?? Input.defaultInputLifetimeSeconds
+                  }))
+                  // In the order the calls were made.
+                  const found = new Map(
+                    (yield* journal(inputStore.forRequest(agentId, row.id))).map((input) => [input.toolCallId, input])
+                  )
+                  const rows = asks.flatMap((ask) => found.get(ask.toolCallId) ?? [])
+                  for (const asked of rows) {
+                    yield* frame(row.id)({
+                      type: "input_required",
+                      input: {
+                        id: asked.id,
+                        kind: asked.kind,
+                        message: asked.message,
+                        detail: asked.detail,
+                        expiresAt: asked.expiresAt,
+                        toolCallId: asked.toolCallId
+                      }
+                    })
+                  }
+                  return rows.map(Inputs.toInput)
+                }),
+              inputsFor: (toolCallIds, supersede) =>
+                Effect.gen(function*() {
+                  if (supersede) yield* afterSettled(yield* journal(inputStore.supersede(agentId, toolCallIds)))
+                  const found = yield* journal(inputStore.forCalls(agentId, toolCallIds))
+                  return new Map([...found].map(([toolCallId, row]) => [toolCallId, Inputs.toInput(row)]))
+                })
             }
           ))
           activeTurn = turn
@@ -388,6 +429,23 @@ export const layer = Layer.unwrapEffect(Effect.map(Agent.client, (makeClient) =>
           active = null
           activeTurn = undefined
         })))
+
+      /** Inputs that settled are told to watchers; a suspension they settled resumes as a queued request. */
+      const afterSettled = (settled: Inputs.Settled) =>
+        Effect.gen(function*() {
+          for (const row of settled.changed) {
+            yield* frame(row.requestId)({
+              type: "input_resolved",
+              inputId: row.id,
+              toolCallId: row.toolCallId,
+              kind: row.kind,
+              state: row.state
+            })
+          }
+          let added = false
+          for (const row of settled.resumes) added = enqueue(row) || added
+          if (added) yield* Queue.offer(wakeup, void 0)
+        })
 
       /** Ends a request with its outcome and tells watchers. */
       const settle = (requestId: string, outcome: Record<string, unknown>, steeredInto?: string) =>
@@ -562,6 +620,29 @@ export const layer = Layer.unwrapEffect(Effect.map(Agent.client, (makeClient) =>
               return { config: agent.config }
             })
           )),
+        Answer: ({ payload }) =>
+          current(Effect.gen(function*() {
+            const settled = yield* inputStore.answer(agentId, payload.answers, payload.by).pipe(
+              Effect.retry({
+                schedule: Schedule.spaced("500 millis"),
+                while: (error) => error instanceof PersistenceError
+              }),
+              Effect.catchIf((error): error is PersistenceError => error instanceof PersistenceError, Effect.die)
+            )
+            yield* afterSettled(settled)
+            // The resume of each suspension answered, also when this answer repeats one given before (an answer
+            // whose reply was lost): it is run if it is not already.
+            const resumes: Array<RequestRow> = []
+            for (const suspension of new Set(settled.inputs.map((row) => row.requestId))) {
+              const found = yield* journal(store.getRequest(agentId, Inputs.resumeRequestId(suspension)))
+              if (Option.isSome(found)) resumes.push(found.value)
+            }
+            let added = false
+            for (const row of resumes) added = enqueue(row) || added
+            if (added) yield* Queue.offer(wakeup, void 0)
+            return { inputs: settled.inputs.map(Inputs.toInput), requests: resumes.map(toRecord) }
+          })),
+        ExpireInputs: () => current(Effect.flatMap(journal(inputStore.expire(agentId)), afterSettled)),
         Wake: () => current(loadOpenWork),
         Status: () =>
           current(Effect.map(term.log.cursor, (cursor) => ({

@@ -23,6 +23,12 @@ export const AgentConfig = Schema.Struct({
   forkedFrom: Schema.optional(Schema.Struct({ agentId: Schema.String, atMessage: Schema.Number })),
   builtins: Schema.optional(Schema.Array(Schema.String)),
   delegate: Schema.optional(Schema.Unknown),
+  /** From the agent's definition: tools that need approval, who approves, how long inputs wait. */
+  humanInput: Schema.optional(Schema.Struct({
+    approvals: Schema.optional(Schema.Array(Schema.Struct({ tool: Schema.String, source: Schema.optional(Schema.String) }))),
+    approvers: Schema.optional(Schema.Array(Schema.String)),
+    expiresInSeconds: Schema.optional(Schema.Number)
+  })),
   /** false: the model gets present_file alone of the file tools. */
   fileTools: Schema.optional(Schema.Boolean),
   /** The definition (and its revision) the agent was made from or last moved to. */

@@ -10,6 +10,7 @@ import {
   CanonicalJson,
   Common,
   type Definition,
+  Input,
   Run,
   Session
 } from "@agent-runtime/domain"
@@ -32,6 +33,7 @@ import * as ApplicationConnection from "./ApplicationConnection.ts"
 import { Definitions } from "./Definitions.ts"
 import type * as EventLog from "./EventLog.ts"
 import * as HistoryPage from "./HistoryPage.ts"
+import * as Inputs from "./Inputs.ts"
 import { Tools } from "./Tools.ts"
 
 export class Agents extends Context.Tag("@agent-runtime/agent/Agents")<Agents, {
@@ -185,6 +187,25 @@ export class Agents extends Context.Tag("@agent-runtime/agent/Agents")<Agents, {
     | ApiError.ApplicationConnected
     | ApiError.Unavailable,
     Scope.Scope
+  >
+  /** The agent's inputs, newest first (at most 100), in one state if given. */
+  readonly inputs: (
+    tenantId: string,
+    agentId: string,
+    state?: Input.InputState
+  ) => Effect.Effect<Input.InputList, ApiError.NotFound | ApiError.Gone>
+  /**
+   * Answers inputs, all or none (see Inputs.answer), as the agent's owner records them; `by` says which
+   * credential answered. The suspensions they complete resume, once.
+   */
+  readonly answer: (
+    tenantId: string,
+    agentId: string,
+    answers: ReadonlyArray<Inputs.AnswerItem>,
+    by: Record<string, unknown>
+  ) => Effect.Effect<
+    Run.AnsweredAll,
+    ApiError.NotFound | ApiError.Gone | ApiError.Forbidden | ApiError.Conflict | ApiError.InvalidRequest | ApiError.Unavailable
   >
   /** A message from the application on its connection, handed to the agent's owner. */
   readonly mcp: (
@@ -686,6 +707,50 @@ export const make = Effect.gen(function*() {
 
   const status = events.status
 
+  const inputStore = yield* Inputs.InputStore
+
+  const inputs = (tenantId: string, agentId: string, state?: Input.InputState) =>
+    Effect.zipRight(
+      live(tenantId, agentId),
+      Effect.map(inputStore.list(agentId, state), (rows) => new Input.InputList({ data: rows.map(Inputs.toInput) }))
+    )
+
+  const answer = (
+    tenantId: string,
+    agentId: string,
+    answers: ReadonlyArray<Inputs.AnswerItem>,
+    by: Record<string, unknown>
+  ) =>
+    Effect.zipRight(
+      live(tenantId, agentId),
+      makeClient(agentId).Answer({ answers, by }).pipe(
+        Effect.timeoutFail({
+          duration: AgentEvents.ownerAnswerLimit,
+          onTimeout: () =>
+            new ApiError.Unavailable({ error: "the agent's runner did not answer in time; retry", retryAfter: 1 })
+        }),
+        Effect.catchTags({
+          AnswerRefused: (refused) => {
+            const error = refused.message
+            switch (refused.reason) {
+              case "not_found":
+                return Effect.fail(new ApiError.NotFound({ error }))
+              case "forbidden":
+                return Effect.fail(new ApiError.Forbidden({ error }))
+              case "conflict":
+                return Effect.fail(new ApiError.Conflict({ error }))
+              case "invalid":
+                return Effect.fail(new ApiError.InvalidRequest({ error }))
+            }
+          },
+          MailboxFull: (error) => Effect.die(error),
+          AlreadyProcessingMessage: (error) => Effect.die(error),
+          PersistenceError: (error) => Effect.die(error)
+        }),
+        Effect.map((answered) => new Run.AnsweredAll({ inputs: answered.inputs, requests: answered.requests }))
+      )
+    )
+
   const detail = (tenantId: string, agentId: string) =>
     Effect.gen(function*() {
       const agent = yield* live(tenantId, agentId)
@@ -878,6 +943,8 @@ export const make = Effect.gen(function*() {
     eventBody: method("eventBody", eventBody),
     connectionBody: method("connectionBody", connectionBody),
     mcp: method("mcp", mcp),
+    inputs: method("inputs", inputs),
+    answer: method("answer", answer),
     poll: method("poll", poll)
   })
 })

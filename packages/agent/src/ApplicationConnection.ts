@@ -57,7 +57,7 @@ type State = "initializing" | "ready" | "draining" | "replaced"
 
 type Answer =
   | { readonly _tag: "Result"; readonly result: unknown }
-  | { readonly _tag: "Error"; readonly code: number; readonly message: string }
+  | { readonly _tag: "Error"; readonly code: number; readonly message: string; readonly data?: unknown }
 
 /** Why a request to the application got no answer. */
 type Lost = "connection_lost" | "timeout"
@@ -94,6 +94,8 @@ export interface CallContext {
    * as not connected; a run that was allowed to run disconnected does not wait.
    */
   readonly waitForConnection: boolean
+  /** The answer to the input this call asked before, when it is made again with it. */
+  readonly answer?: Tools.ToolContext["answer"]
 }
 
 export interface ApplicationConnection {
@@ -182,7 +184,36 @@ export const parseTools = (listed: ReadonlyArray<unknown>): Array<ApplicationToo
   })
 
 /** A tools/call answer as the model reads it. */
+/** MCP's "URL elicitation required" error: the call needs a person first, then is made again. */
+export const inputRequiredCode = -32042
+
+/**
+ * What a call asks of a person, from the error MCP defines for it (`data.elicitations`, mode url); the
+ * runtime takes mode form with a `requestedSchema` the same way. Undefined when it asks nothing usable.
+ */
+export const askOf = (data: unknown): Tools.Ask | undefined => {
+  const elicitation = (data as { readonly elicitations?: ReadonlyArray<any> } | null)?.elicitations?.[0]
+  const message = typeof elicitation?.message === "string" ? elicitation.message : undefined
+  if (message === undefined) return undefined
+  if (elicitation.mode === "url" && typeof elicitation.url === "string" && URL.canParse(elicitation.url)) {
+    const url = new URL(elicitation.url)
+    if (url.protocol !== "https:" && !(url.protocol === "http:" && url.hostname === "localhost")) return undefined
+    return { kind: "url", message, detail: { url: url.href, origin: url.origin } }
+  }
+  const schema = elicitation.requestedSchema
+  if (elicitation.mode === "form" && typeof schema === "object" && schema !== null && !Array.isArray(schema)) {
+    return { kind: "form", message, detail: { requestedSchema: schema } }
+  }
+  return undefined
+}
+
 export const toToolResult = (answer: Answer): Tools.ToolResult => {
+  if (answer._tag === "Error" && answer.code === inputRequiredCode) {
+    const ask = askOf(answer.data)
+    return ask === undefined
+      ? text("the tool asked for input the runtime cannot show (an https url, or a form with a schema)", true, "failed")
+      : { ...text(ask.message), ask }
+  }
   if (answer._tag === "Error") return text(`the tool failed: ${answer.message}`, true, "failed")
   const result = answer.result as { content?: unknown; isError?: unknown; structuredContent?: unknown } | null
   const content = Array.isArray(result?.content) ? result.content : []
@@ -507,7 +538,7 @@ export const make = (options: Options): Effect.Effect<ApplicationConnection, nev
             connection.waiting.delete(callId)
             const answer: Answer = "result" in received
               ? { _tag: "Result", result: received.result }
-              : { _tag: "Error", code: received.error.code, message: received.error.message }
+              : { _tag: "Error", code: received.error.code, message: received.error.message, data: received.error.data }
             yield* Deferred.succeed(call.answer, answer)
             return
           }
@@ -562,7 +593,8 @@ export const make = (options: Options): Effect.Effect<ApplicationConnection, nev
             "agent-runtime/idempotencyKey": idempotencyKey(options.agentId, context.toolCallId),
             "agent-runtime/deadline": Date.now() + deadlineMs,
             ...(context.actor === undefined ? {} : { "agent-runtime/actor": context.actor }),
-            ...(Option.isSome(identity) ? { "agent-runtime/identity": identity.value } : {})
+            ...(Option.isSome(identity) ? { "agent-runtime/identity": identity.value } : {}),
+            ...(context.answer === undefined ? {} : { "agent-runtime/answer": context.answer })
           }
         }, { id: callId, deadlineMs, onProgress: context.update })
         return Either.match(answer, {
@@ -575,7 +607,12 @@ export const make = (options: Options): Effect.Effect<ApplicationConnection, nev
       asTools(
         listed,
         (tool, args, toolContext) =>
-          call(tool, args, { ...context, toolCallId: toolContext.toolCallId, update: toolContext.update })
+          call(tool, args, {
+            ...context,
+            toolCallId: toolContext.toolCallId,
+            update: toolContext.update,
+            ...(toolContext.answer === undefined ? {} : { answer: toolContext.answer })
+          })
       )
 
     const drain = Effect.suspend(() => {

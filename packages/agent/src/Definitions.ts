@@ -55,6 +55,7 @@ const Body = Schema.Struct({
   fileTools: Schema.optional(Schema.Boolean),
   builtins: Schema.Array(Schema.String),
   delegate: Schema.optional(Definition.Definition.fields.delegate.from),
+  humanInput: Schema.optional(Definition.Definition.fields.humanInput.from),
   toolSources: Schema.Array(StoredSource)
 })
 type Body = typeof Body.Type
@@ -78,6 +79,7 @@ export interface Resolved {
   readonly fileTools?: boolean | undefined
   readonly builtins: ReadonlyArray<string>
   readonly delegate?: Definition.Definition["delegate"]
+  readonly humanInput?: Definition.Definition["humanInput"]
   readonly toolSources: ReadonlyArray<ToolSources.Source & { readonly exposure?: "direct" | "codemode" | "both" }>
 }
 
@@ -128,6 +130,7 @@ const toRecord = (row: RevisionRow): Definition.Definition =>
     ...(row.body.fileTools === undefined ? {} : { fileTools: row.body.fileTools }),
     builtins: row.body.builtins as Definition.Definition["builtins"],
     ...(row.body.delegate === undefined ? {} : { delegate: row.body.delegate }),
+    ...(row.body.humanInput === undefined ? {} : { humanInput: row.body.humanInput }),
     toolSources: row.body.toolSources.map((source) =>
       new Definition.ToolSourceSettings({
         kind: source.kind,
@@ -347,6 +350,7 @@ export const make = Effect.gen(function*() {
               fileTools: row.body.fileTools,
               builtins: row.body.builtins,
               delegate: row.body.delegate,
+              humanInput: row.body.humanInput,
               toolSources
             })
           )

@@ -89,10 +89,18 @@ export const withHeartbeat = (
       )
     }), 64)
 
+/**
+ * A reader's view of the log: an entry as that reader sees it (the same
+ * entry when unchanged, so its encoding stays shared), or undefined to skip it.
+ */
+export type View = (entry: EventLog.Entry) => EventLog.Entry | undefined
+
 export interface WriterOptions {
   readonly ready: unknown
   readonly log: EventLog.EventLog
   readonly cursor: Option.Option<number>
+  /** Narrows what this reader sees (a browser token's reader); every entry as it is when absent. */
+  readonly view?: View | undefined
   readonly heartbeat?: Duration.DurationInput
   /** Bytes a watcher may leave unread before it is cut off with a reconnect frame. */
   readonly maxPendingBytes?: number
@@ -135,12 +143,17 @@ export const toNodeStream = (options: WriterOptions) =>
       clearInterval(timer)
     })
     body.write(ready(options.ready))
+    const { view } = options
+    const send = view === undefined ? (entry: EventLog.Entry) => write(encode(entry)) : (entry: EventLog.Entry) => {
+      const seen = view(entry)
+      if (seen !== undefined) write(encode(seen))
+    }
     const listening = yield* options.log.listen(options.cursor, {
-      entry: (entry) => write(encode(entry)),
+      entry: send,
       close: () => finish(reconnect)
     }).pipe(Effect.tapError(() => Effect.sync(() => finish(new Uint8Array()))))
     stop = listening.stop
-    for (const entry of listening.replay) write(encode(entry))
+    for (const entry of listening.replay) send(entry)
     unregister = options.endWhen?.(() => finish(reconnect)) ?? unregister
     return body
   })

@@ -11,6 +11,22 @@ export interface ToolResult {
   readonly code?: string
   /** The sub-agent a delegate call ran. */
   readonly agentId?: string
+  /** The call asks a person for input first: the turn stops waiting, and the call is answered once it settles. */
+  readonly ask?: Ask
+}
+
+/** What a call asks of a person: a question, an approval, a form's fields or a page to open. */
+export interface Ask {
+  readonly kind: "question" | "approval" | "form" | "url"
+  readonly message: string
+  readonly detail: Record<string, unknown>
+}
+
+/** A settled input a call asked for, given to the call when it is made again (a form's fields, a page opened). */
+export interface Answer {
+  readonly inputId: string
+  readonly action: "accept" | "decline" | "cancel"
+  readonly content?: unknown
 }
 
 export interface ToolContext {
@@ -21,6 +37,8 @@ export interface ToolContext {
   readonly emit: (event: Record<string, unknown>) => Effect.Effect<void>
   /** Whether the run is being aborted, rather than stopped for another node to continue. */
   readonly aborting: () => boolean
+  /** The answer to the input this call asked before, when it is made again with it. */
+  readonly answer?: Answer | undefined
 }
 
 export const text = (value: string, isError = false, code?: string): ToolResult => ({

@@ -18,7 +18,7 @@ import { defaultMaxParallel, Delegation } from "./Delegation.ts"
 import { Schedules } from "./Schedules.ts"
 import { text, type ToolContext, type ToolResult } from "./ToolResult.ts"
 
-export { text, type ToolContext, type ToolResult, unknownOutcome } from "./ToolResult.ts"
+export { type Ask, text, type ToolContext, type ToolResult, unknownOutcome } from "./ToolResult.ts"
 
 export interface Tool {
   readonly name: string
@@ -32,6 +32,8 @@ export interface Tool {
    * sent is run again to get its result instead of being answered as unknown.
    */
   readonly reattaches?: boolean
+  /** The source offering it, as approvals name it: builtins, application, or a tool source's name. */
+  readonly source?: string
 }
 
 export interface ToolSet {
@@ -177,9 +179,82 @@ const makeWebFetch = (egress: Egress.Service): Omit<Tool, "exposure"> => ({
     )
 })
 
-/** Why a builtin the agent has is not given to the model yet. */
-const notYetAvailable: Record<string, string> = {
-  ask_user: "human input is not available on this runtime yet"
+const askUserParameters = {
+  type: "object",
+  properties: {
+    questions: {
+      type: "array",
+      minItems: 1,
+      maxItems: 4,
+      items: {
+        type: "object",
+        properties: {
+          question: { type: "string", minLength: 1, maxLength: 1000, description: "the question, complete" },
+          header: { type: "string", maxLength: 40, description: "a short label for it" },
+          options: {
+            type: "array",
+            maxItems: 8,
+            description: "answers to choose from; the person may also answer in their own words",
+            items: {
+              type: "object",
+              properties: { label: { type: "string", minLength: 1, maxLength: 200 }, description: { type: "string" } },
+              required: ["label"],
+              additionalProperties: false
+            }
+          },
+          multiSelect: { type: "boolean", description: "several options may be chosen" }
+        },
+        required: ["question"],
+        additionalProperties: false
+      }
+    }
+  },
+  required: ["questions"],
+  additionalProperties: false
+}
+
+/** Whether ask_user's questions are well formed: each a distinct question, options with labels. */
+const questionsOf = (args: Record<string, unknown>) => {
+  const questions = args.questions
+  if (!Array.isArray(questions) || questions.length === 0 || questions.length > 4) return undefined
+  const seen = new Set<string>()
+  for (const question of questions) {
+    if (typeof question !== "object" || question === null || typeof question.question !== "string") return undefined
+    if (question.question === "" || seen.has(question.question)) return undefined
+    seen.add(question.question)
+    if (question.options !== undefined) {
+      if (!Array.isArray(question.options) || question.options.length > 8) return undefined
+      if (!question.options.every((option: any) => typeof option?.label === "string" && option.label !== "")) {
+        return undefined
+      }
+    }
+  }
+  return questions as ReadonlyArray<{ readonly question: string }>
+}
+
+/** ask_user: the run stops waiting for the answers, and goes on with them (see Inputs). */
+const askUser: Omit<Tool, "exposure"> = {
+  name: "ask_user",
+  description: "Ask the person you work for one to four questions and wait for their answers: for a decision, a " +
+    "preference or facts only they have. Offer options where you can; they may also answer in their own words. " +
+    "Your turn pauses until they answer, decline, or the question expires, and you are told which.",
+  parameters: askUserParameters,
+  executionMode: "sequential",
+  execute: (args) => {
+    const questions = questionsOf(args)
+    return Effect.succeed(
+      questions === undefined
+        ? text("questions must be 1 to 4 distinct questions, options with labels", true, "invalid_arguments")
+        : {
+          ...text("waiting for the person's answers"),
+          ask: {
+            kind: "question",
+            message: questions.map((question) => question.question).join("\n"),
+            detail: { questions }
+          }
+        }
+    )
+  }
 }
 
 const webSearchParameters = {
@@ -357,7 +432,8 @@ export class Tools extends Effect.Service<Tools>()("@agent-runtime/agent/Tools",
     const builtinsOf = (scope: Scope): Record<string, Omit<Tool, "exposure">> => ({
       web_fetch: webFetch,
       web_search: makeWebSearch(search, scope),
-      schedule: makeSchedule(schedules, scope)
+      schedule: makeSchedule(schedules, scope),
+      ask_user: askUser
     })
 
     /** A definition source's tools; calls go to the source as `caller`, once. */
@@ -433,24 +509,25 @@ export class Tools extends Effect.Service<Tools>()("@agent-runtime/agent/Tools",
         /** Offers `tool` from `source` to the model, unless an earlier source has one of its name. */
         const offer = (tool: Tool, source: string) => {
           const holder = taken.get(tool.name)
-          if (holder !== undefined) return describe(tool, `a tool of the same name from ${holder} takes precedence`)
+          if (holder !== undefined) return describe(tool, `a tool of the same name from source ${holder} takes precedence`)
           taken.set(tool.name, source)
-          if (isDirect(tool.exposure)) direct.set(tool.name, tool)
-          if (inCode(tool.exposure)) code.push(tool)
+          const offered = { ...tool, source }
+          if (isDirect(tool.exposure)) direct.set(tool.name, offered)
+          if (inCode(tool.exposure)) code.push(offered)
           return describe(tool)
         }
         const builtinTools: Array<AgentSchemas.ToolSourceTool> = []
         for (const name of names) {
           const builtin = builtins[name]
           if (builtin === undefined) {
-            const excluded = notYetAvailable[name] ??
-              (name === "delegate"
+            const excluded = (name === "delegate"
                 ? "no delegate setting names a definition it may use, or the depth is reached"
                 : "unknown")
             builtinTools.push(new AgentSchemas.ToolSourceTool({ name, description: name, excluded }))
             continue
           }
-          builtinTools.push(offer({ ...builtin, exposure }, "builtins"))
+          // A question waits on a person: only the model asks one, never code.
+          builtinTools.push(offer({ ...builtin, exposure: name === "ask_user" ? "direct" : exposure }, "builtins"))
         }
         const toolSources: Array<AgentSchemas.ToolSource> = names.length === 0 ? [] : [
           new AgentSchemas.ToolSource({ kind: "builtin", name: "builtins", status: "listed", tools: builtinTools })
@@ -487,7 +564,7 @@ export class Tools extends Effect.Service<Tools>()("@agent-runtime/agent/Tools",
               name: "application",
               status: "listed",
               tools: applicationTools.map((declared) =>
-                offer({ ...declared, exposure: declared.exposure ?? exposure }, "the application")
+                offer({ ...declared, exposure: declared.exposure ?? exposure }, "application")
               ),
               connected: application.connected
             })

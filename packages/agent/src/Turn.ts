@@ -5,10 +5,12 @@
  * before the next step, so another node can continue from there.
  */
 import { Codemode } from "@agent-runtime/codemode"
+import type { Input } from "@agent-runtime/domain"
 import type { ModelError } from "@agent-runtime/models"
 import { ModelClient } from "@agent-runtime/models"
 import { Effect, Option, Stream } from "effect"
 import type { AgentConfig } from "./AgentStore.ts"
+import { argumentsHash } from "./Inputs.ts"
 import * as Tools from "./Tools.ts"
 
 /** Stands in for every message before it: what compaction (or initialMessages) left of them. */
@@ -55,6 +57,8 @@ export interface TurnInput extends Steered {
   readonly origin?: string | undefined
   /** An execute request: runs this code with the agent's tools instead of asking the model. */
   readonly code?: string | undefined
+  /** A resume request: the request whose turn waited on input; its calls are answered from their inputs first. */
+  readonly suspension?: string | undefined
 }
 
 /** A call a lost node sent (the journal's row): its tool, and its result when it came back. */
@@ -94,6 +98,21 @@ export interface TurnHooks {
   readonly aborting: () => boolean
   /** Whether the node is handing its agents on: the turn stops after its current step. */
   readonly handingOff: () => boolean
+  /** Records the inputs this run's waiting calls ask and tells watchers; answers them as the API shows them. */
+  readonly askInputs: (asks: ReadonlyArray<Waiting>) => Effect.Effect<ReadonlyArray<Input.Input>>
+  /**
+   * The inputs of earlier calls left waiting, by call; with `supersede` (a new prompt came instead of the
+   * answers) those still pending are superseded first.
+   */
+  readonly inputsFor: (
+    toolCallIds: ReadonlyArray<string>,
+    supersede: boolean
+  ) => Effect.Effect<ReadonlyMap<string, Input.Input>>
+}
+
+/** A call waiting on a person: what it asks. */
+export interface Waiting extends Tools.Ask {
+  readonly toolCallId: string
 }
 
 export interface RunResult {
@@ -101,7 +120,9 @@ export interface RunResult {
   readonly replyIndex?: number
   readonly messages: number
   readonly error: string | null
-  readonly stopped?: "turn_limit" | "spend_limit"
+  readonly stopped?: "turn_limit" | "spend_limit" | "input_required"
+  /** The inputs the turn waits on, when it stopped for them. */
+  readonly inputs?: ReadonlyArray<Input.Input>
   /** Calls that failed (the tool's own error, unavailable, unknown outcome, aborted). */
   readonly toolErrors: number
   readonly toolCalls: ReadonlyArray<ToolCallRecord>
@@ -213,6 +234,51 @@ const codemodeTool = (tools: ReadonlyArray<Tools.Tool>): ModelClient.Tool => ({
 const reattaches = (tool: Tools.Tool | undefined, sent: SentCall | undefined) =>
   tool?.reattaches === true && sent !== undefined && sent.result === undefined
 
+/** What the model reads for a call whose input settled without running it again. */
+const settledResult = (input: Input.Input): Tools.ToolResult => {
+  const by = input.answer?.by as { readonly name?: string; readonly id?: string } | undefined
+  const who = by?.name ?? by?.id ?? "the person"
+  switch (input.state) {
+    case "answered": {
+      const answers = (input.answer?.content as { readonly answers?: Record<string, unknown> } | undefined)?.answers
+      return Tools.text(
+        `${who} answered:\n` +
+          Object.entries(answers ?? {}).map(([question, answer]) =>
+            `${question}\n→ ${Array.isArray(answer) ? answer.join(", ") : String(answer)}`
+          ).join("\n\n")
+      )
+    }
+    case "declined": {
+      const reason = (input.answer?.content as { readonly reason?: string } | undefined)?.reason
+      return Tools.text(
+        input.kind === "approval"
+          ? `${who} did not approve this call; it was not run.${reason === undefined ? "" : ` Reason: ${reason}`}`
+          : `${who} declined to answer.`,
+        true,
+        "declined"
+      )
+    }
+    case "cancelled":
+      return Tools.text(`${who} cancelled the request; the call was not run.`, true, "cancelled")
+    case "expired":
+      return Tools.text("No one answered in time and the request expired; the call was not run.", true, "expired")
+    case "superseded":
+      return Tools.text(
+        "The person sent a new message instead of answering; the call was not run.",
+        true,
+        "superseded"
+      )
+    case "pending":
+      return Tools.text("The request for input is still open; the call was not run.", true, "unavailable")
+  }
+}
+
+/** A call of an earlier turn that was never answered and asked nobody. */
+const neverAnswered = Tools.text("This call was never answered; whether it ran is unknown.", true, "unknown_outcome")
+
+/** Inputs that settle a call by their answer alone; the others (an accepted approval, form or page) run it. */
+const answersAlone = (input: Input.Input) => input.state !== "answered" || input.kind === "question"
+
 /** Permits of a code run's calls: a parallel call takes one, a sequential one all of them. */
 const lanesTotal = Codemode.defaultLimits.toolCalls
 
@@ -242,6 +308,14 @@ export const run = (input: TurnInput, hooks: TurnHooks) =>
     const toolCalls: Array<ToolCallRecord> = []
     let toolErrors = 0
     let uncertain = false
+    /** Calls of this run waiting on a person; the turn stops after their step. */
+    const waiting: Array<Waiting> = []
+    let inputs: ReadonlyArray<Input.Input> | undefined
+    const approvals = input.config.humanInput?.approvals ?? []
+    const needsApproval = (tool: Tools.Tool) =>
+      approvals.some((approval) =>
+        approval.tool === tool.name && (approval.source === undefined || approval.source === tool.source)
+      )
     const event = (type: string, fields: Record<string, unknown> = {}) => hooks.emit({ type, ...fields })
 
     const recordCall = (entry: ToolCallRecord, result: Tools.ToolResult) => {
@@ -283,6 +357,12 @@ export const run = (input: TurnInput, hooks: TurnHooks) =>
               result = journaled.tool === tool.name ? answerSent(journaled) : answerSent(undefined)
             } else if (typeof args !== "object" || args === null || Array.isArray(args)) {
               result = Tools.text("arguments must be an object", true, "invalid_arguments")
+            } else if (needsApproval(tool)) {
+              result = Tools.text(
+                `${tool.name} needs a person's approval first: call it directly, not from code`,
+                true,
+                "unavailable"
+              )
             } else {
               const update = (partialResult: unknown) =>
                 event("codemode", { stage: "call_update", ...ids, toolName: tool.name, partialResult })
@@ -296,7 +376,11 @@ export const run = (input: TurnInput, hooks: TurnHooks) =>
                     aborting: hooks.aborting
                   })
                   yield* hooks.toolFinished(innerCallId, done)
-                  return done
+                  return done.ask === undefined ? done : Tools.text(
+                    `${tool.name} asks a person for input (${done.ask.kind}): call it directly, not from code`,
+                    true,
+                    "unavailable"
+                  )
                 })
               )
             }
@@ -379,13 +463,28 @@ export const run = (input: TurnInput, hooks: TurnHooks) =>
         yield* event("compaction_end", { index, message })
       })
 
-    /** One call: answered from the journal when a lost node already sent it, else run once. */
-    const runCall = (call: ToolCall, sent: ReadonlyMap<string, SentCall>) =>
+    /**
+     * One call: answered from the journal when a lost node already sent it, else run once. A call of an
+     * earlier step left waiting (`earlier`) is answered from its settled input: an accepted approval runs
+     * it, an accepted form or page runs it again with the answer (journaled apart from its first run), any
+     * other state is told to the model; one that asked nobody is not run.
+     */
+    const runCall = (
+      call: ToolCall,
+      sent: ReadonlyMap<string, SentCall>,
+      earlier?: ReadonlyMap<string, Input.Input>
+    ) =>
       Effect.gen(function*() {
         yield* event("tool_execution_start", { toolCallId: call.id, toolName: call.name, args: call.arguments })
+        const settled = earlier?.get(call.id)
+        const journalId = settled === undefined || settled.kind === "approval" ? call.id : `${call.id}:${settled.id}`
         let result: Tools.ToolResult
-        if (sent.has(call.id) && !reattaches(toolSet.direct.get(call.name), sent.get(call.id))) {
-          result = answerSent(sent.get(call.id))
+        if (earlier !== undefined && settled === undefined) {
+          result = neverAnswered
+        } else if (settled !== undefined && answersAlone(settled)) {
+          result = settledResult(settled)
+        } else if (sent.has(journalId) && !reattaches(toolSet.direct.get(call.name), sent.get(journalId))) {
+          result = answerSent(sent.get(journalId))
         } else if (call.name === Tools.codemodeName && toolSet.code.length > 0) {
           const code = call.arguments.code
           result = typeof code !== "string"
@@ -398,6 +497,20 @@ export const run = (input: TurnInput, hooks: TurnHooks) =>
           const tool = toolSet.direct.get(call.name)
           if (tool === undefined) {
             result = Tools.text(`tool ${call.name} is not available`, true, "unavailable")
+          } else if (settled === undefined && needsApproval(tool)) {
+            result = {
+              ...Tools.text("waiting for a person's approval"),
+              ask: {
+                kind: "approval",
+                message: `Approve ${tool.name}?`,
+                detail: {
+                  tool: tool.name,
+                  source: tool.source ?? "builtins",
+                  arguments: call.arguments,
+                  argumentsHash: argumentsHash(call.arguments)
+                }
+              }
+            }
           } else {
             let lastUpdate = 0
             const update = (partialResult: unknown) =>
@@ -407,28 +520,44 @@ export const run = (input: TurnInput, hooks: TurnHooks) =>
                 lastUpdate = now
                 return event("tool_execution_update", { toolCallId: call.id, toolName: call.name, partialResult })
               })
-            yield* hooks.toolStarted(call.id, call.name)
+            yield* hooks.toolStarted(journalId, call.name)
             result = yield* tool.execute(call.arguments, {
               toolCallId: call.id,
               update,
               emit: hooks.emit,
-              aborting: hooks.aborting
+              aborting: hooks.aborting,
+              ...(settled === undefined || settled.kind === "approval" ? {} : {
+                answer: {
+                  inputId: settled.id,
+                  action: settled.answer?.action ?? "accept",
+                  ...(settled.answer?.content === undefined ? {} : { content: settled.answer.content })
+                }
+              })
             })
-            yield* hooks.toolFinished(call.id, result)
+            yield* hooks.toolFinished(journalId, result)
           }
         }
-        yield* event("tool_execution_end", {
-          toolCallId: call.id,
-          toolName: call.name,
-          result: result.content,
-          isError: result.isError
-        })
+        if (result.ask === undefined) {
+          yield* event("tool_execution_end", {
+            toolCallId: call.id,
+            toolName: call.name,
+            result: result.content,
+            isError: result.isError
+          })
+        }
         return result
       })
 
-    /** A response's tool calls, by their execution modes; the results join history in call order. */
-    const runCalls = (calls: ReadonlyArray<ToolCall>, sent: ReadonlyMap<string, SentCall>) => {
-      let appended = 0
+    /**
+     * A response's tool calls, by their execution modes; the results join history in call order. A call that
+     * asks a person waits (unless `mayAsk` is false: a new prompt came first, and the model is told).
+     */
+    const runCalls = (
+      calls: ReadonlyArray<ToolCall>,
+      sent: ReadonlyMap<string, SentCall>,
+      options: { readonly earlier?: ReadonlyMap<string, Input.Input>; readonly mayAsk?: boolean } = {}
+    ) => {
+      const done = new Set<string>()
       const appendResult = (call: ToolCall, result: Tools.ToolResult) =>
         Effect.gen(function*() {
           const index = hooks.historySize()
@@ -443,29 +572,66 @@ export const run = (input: TurnInput, hooks: TurnHooks) =>
           yield* event("message_start", { index, message })
           yield* hooks.append(index, message)
           yield* event("message_end", { index, message })
-          appended++
+          done.add(call.id)
           recordCall({ tool: call.name, toolCallId: call.id, ok: !result.isError }, result)
         })
       return Tools.executeAll(
         calls,
         (call) =>
           call.name === Tools.codemodeName ? "sequential" : toolSet.direct.get(call.name)?.executionMode ?? "parallel",
-        (call) => runCall(call, sent)
+        (call) => runCall(call, sent, options.earlier)
       ).pipe(
         Effect.flatMap((results) =>
-          Effect.forEach(calls, (call, i) => appendResult(call, results[i]!), { discard: true })
+          Effect.forEach(calls, (call, i) => {
+            const result = results[i]!
+            if (result.ask === undefined) return appendResult(call, result)
+            if (options.mayAsk !== false) {
+              return Effect.sync(() => {
+                waiting.push({ toolCallId: call.id, ...result.ask! })
+              })
+            }
+            return appendResult(
+              call,
+              Tools.text("The tool asked a person for input, but a new message came first.", true, "superseded")
+            )
+          }, { discard: true })
         ),
         // Aborted while tools ran: every call still gets an answer, so the history stays valid for the model.
         // A node stopping answers nothing: the next owner finds which calls were sent.
         Effect.onInterrupt(() =>
           !hooks.aborting() ? Effect.void : Effect.forEach(
-            calls.slice(appended),
+            calls.filter((call) => !done.has(call.id)),
             (call) => appendResult(call, Tools.text("aborted before this tool call finished", true, "aborted")),
             { discard: true }
           )
         )
       )
     }
+
+    /** Records what the waiting calls ask; the turn then stops until the inputs settle. */
+    const suspend = Effect.gen(function*() {
+      inputs = yield* hooks.askInputs(waiting)
+    })
+
+    /**
+     * Calls of the last step before this run that were left unanswered: waiting on a person (a resume answers
+     * them; a new prompt supersedes the pending ones) or cut off. Answered here before anything else.
+     */
+    const answerEarlier = (began: number) =>
+      Effect.gen(function*() {
+        const history = hooks.history()
+        const last = history.findLastIndex((message) => message.role === "assistant")
+        if (last === -1 || last >= began) return
+        const answered = new Set(
+          history.slice(last + 1).flatMap((entry) => entry.role === "toolResult" ? [entry.toolCallId] : [])
+        )
+        const calls = toolCallsOf(history[last]!).filter((call) => !answered.has(call.id))
+        if (calls.length === 0) return
+        const resuming = input.suspension !== undefined
+        const earlier = yield* hooks.inputsFor(calls.map((call) => call.id), !resuming)
+        const sent = input.resume === undefined ? new Map<string, SentCall>() : yield* hooks.sentToolCalls
+        yield* runCalls(calls, sent, { earlier, mayAsk: resuming })
+      })
 
     if (input.code !== undefined) {
       yield* event("codemode", { stage: "start", code: input.code })
@@ -492,7 +658,7 @@ export const run = (input: TurnInput, hooks: TurnHooks) =>
     let reply: { text: string; index: number } | undefined
     let error: string | null = null
     let code: string | undefined
-    let stopped: "turn_limit" | "spend_limit" | undefined
+    let stopped: "turn_limit" | "spend_limit" | "input_required" | undefined
     let handoff = false
     let finished = false
     const maxRounds = input.config.maxTurns ?? defaultMaxRounds
@@ -510,12 +676,25 @@ export const run = (input: TurnInput, hooks: TurnHooks) =>
         return true
       })
 
+    /** Calls answered before the turn goes on may ask a person again: then the turn waits once more. */
+    const suspendIfWaiting = Effect.gen(function*() {
+      if (waiting.length === 0) return false
+      yield* suspend
+      stopped = "input_required"
+      return true
+    })
+
     if (input.resume === undefined) {
+      const began = hooks.historySize()
+      yield* answerEarlier(began)
       yield* compactIfNeeded(input.text)
-      yield* event("turn_opened", { index: hooks.historySize() })
+      yield* event("turn_opened", { index: began })
       yield* event("agent_start")
-      if (!input.continue) yield* addUser(input)
+      finished = yield* suspendIfWaiting
+      if (!input.continue && !finished) yield* addUser(input)
     } else {
+      yield* answerEarlier(input.resume.began)
+      finished = yield* suspendIfWaiting
       for (const prompt of input.resume.unjournaled) yield* addUser(prompt)
       // The step the lost node was in: a final response ends the turn; unanswered calls are answered first.
       const history = hooks.history()
@@ -528,11 +707,13 @@ export const run = (input: TurnInput, hooks: TurnHooks) =>
         const calls = toolCallsOf(message).filter((call) => !answered.has(call.id))
         const text = textOf(message)
         if (text !== "") reply = { text, index: last }
-        if (toolCallsOf(message).length === 0 && last === history.length - 1) {
+        if (finished) {
+          // Waiting on a person again.
+        } else if (toolCallsOf(message).length === 0 && last === history.length - 1) {
           finished = !(yield* afterStep(0)) && !handoff
         } else if (calls.length > 0) {
           yield* runCalls(calls, yield* hooks.sentToolCalls)
-          finished = !(yield* afterStep(calls.length)) && !handoff
+          finished = (yield* suspendIfWaiting) || (!(yield* afterStep(calls.length)) && !handoff)
         }
       }
     }
@@ -628,6 +809,10 @@ export const run = (input: TurnInput, hooks: TurnHooks) =>
 
       const calls = toolCallsOf(message)
       if (calls.length > 0) yield* runCalls(calls, new Map())
+      if (yield* suspendIfWaiting) {
+        yield* event("turn_end")
+        break
+      }
       yield* event("turn_end")
       if (!(yield* afterStep(calls.length))) break
       if (round === maxRounds - 1) stopped = "turn_limit"
@@ -645,6 +830,7 @@ export const run = (input: TurnInput, hooks: TurnHooks) =>
       messages: hooks.historySize(),
       error,
       ...(stopped === undefined ? {} : { stopped }),
+      ...(inputs === undefined ? {} : { inputs }),
       toolErrors,
       toolCalls,
       ...(toolSet.sourceErrors.length === 0 ? {} : { sourceErrors: toolSet.sourceErrors })

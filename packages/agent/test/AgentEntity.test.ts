@@ -26,6 +26,7 @@ import * as AgentRuntime from "../src/AgentRuntime.ts"
 import * as AgentStore from "../src/AgentStore.ts"
 import { Drain } from "../src/Drain.ts"
 import * as EventLog from "../src/EventLog.ts"
+import * as Inputs from "../src/Inputs.ts"
 import type * as Turn from "../src/Turn.ts"
 
 const { ScriptedModel } = AgentFixtures
@@ -43,6 +44,7 @@ const DatabaseLive = Layer.unwrapEffect(
 )
 
 const EntityLive = AgentRuntime.layer.pipe(
+  Layer.provideMerge(Inputs.layer),
   Layer.provideMerge(AgentFixtures.layerTools.pipe(Layer.provideMerge(IdentityTokens.layer()))),
   Layer.provideMerge(TestRunner.layer),
   Layer.provideMerge(Layer.mergeAll(

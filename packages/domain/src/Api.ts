@@ -21,6 +21,7 @@ import { AgentAuthentication, Authentication, OperatorAuthentication } from "./A
 import { created, Deleted, Page, PageParams } from "./Common.ts"
 import { Definition, DefinitionApply, DefinitionInput, DefinitionUpdate } from "./Definition.ts"
 import { Jwks, KeyRotated } from "./Identity.ts"
+import { AnswerInput, AnswerInputs, InputList, InputState } from "./Input.ts"
 import { Me } from "./Me.ts"
 import { Model } from "./Model.ts"
 import {
@@ -32,10 +33,10 @@ import {
   KeySet,
   Provider
 } from "./Provider.ts"
-import { ExecuteInput, PromptInput, RequestRecord } from "./Run.ts"
+import { Answered, AnsweredAll, ExecuteInput, PromptInput, RequestRecord } from "./Run.ts"
 import { DrainStarted, RunnerList } from "./Runner.ts"
 import { Schedule, ScheduleInput } from "./Schedule.ts"
-import { EventPoll, HistoryPage, SessionState } from "./Session.ts"
+import { BrowserToken, BrowserTokenInput, EventPoll, HistoryPage, SessionState } from "./Session.ts"
 import { Tenant, TenantCreated, TenantInput } from "./Tenant.ts"
 import { Token, TokenCreated, TokenInput } from "./Token.ts"
 
@@ -514,6 +515,22 @@ export class AgentsGroup extends HttpApiGroup.make("agents")
           "comments about every 5 s. With poll=1 the answer is one JSON EventPoll after at most `wait` seconds."
       )
   )
+  .add(
+    HttpApiEndpoint.post("browserToken")`/v1/agents/${agentParam}/browser-tokens`
+      .setPayload(BrowserTokenInput)
+      .addSuccess(BrowserToken, created)
+      .addError(ApiError.NotFound.Wire)
+      .addError(ApiError.Gone.Wire)
+      .annotate(
+        OpenApi.Description,
+        "A short-lived token (5 to 3600 s, default 900; nothing revokes it sooner) a web page on any origin sends " +
+          "as bearer (never in a URL) to GET this agent's events, state, history and inputs, as its scopes allow " +
+          "(403 anywhere else). Its events show only the listed types (default: all but the runtime's own " +
+          "codemode, compaction_usage, spend_limit_reached); snapshots and response frames always arrive, an " +
+          "outcome (there and in state) only as {result: {stopped, error}, error, uncertain}. redact usage.cost " +
+          "removes provider cost from messages in events, snapshots and history. See docs/agents.md."
+      )
+  )
   .middleware(Authentication)
   .annotate(OpenApi.Title, "Agents")
 {}
@@ -521,6 +538,54 @@ export class AgentsGroup extends HttpApiGroup.make("agents")
 const clientParam = HttpApiSchema.param("id", Schema.String)
 
 /** A request to an agent over its own token: a prompt, a steer, an abort, a configure or a status. */
+const inputParam = HttpApiSchema.param("inputId", Schema.String)
+
+const InputListParams = Schema.Struct({
+  state: Schema.optional(InputState.annotations({ description: "only inputs in this state" }))
+})
+
+const answerDescription = "Answers an input: accept (with content: a question's answers, a form's fields), " +
+  "decline (an approval may give {reason}) or cancel. `from` must be in the input's audience or the " +
+  "definition's approvers (else 403). The same answer again is the same answer; another one for a settled " +
+  "input is 409. When it settles the suspension's last input, `request` is the run resuming the turn."
+
+const answersDescription = "Answers several inputs at once (1 to 100), each as the single answer route " +
+  "would; all are checked before any is recorded. `requests` are the runs resuming turns whose last input " +
+  "settled."
+
+/** An agent's human input: list it, answer one input, answer several. */
+export class InputsGroup extends HttpApiGroup.make("inputs")
+  .add(
+    HttpApiEndpoint.get("list")`/v1/agents/${agentParam}/inputs`
+      .setUrlParams(InputListParams)
+      .addSuccess(InputList)
+      .addError(ApiError.NotFound.Wire)
+      .addError(ApiError.Gone.Wire)
+      .annotate(OpenApi.Description, "The agent's inputs, newest first (at most 100); pending ones with ?state=pending.")
+  )
+  .add(
+    HttpApiEndpoint.post("answer")`/v1/agents/${agentParam}/inputs/${inputParam}/answer`
+      .setPayload(AnswerInput)
+      .addSuccess(Answered)
+      .addError(ApiError.Forbidden.Wire)
+      .addError(ApiError.NotFound.Wire)
+      .addError(ApiError.Gone.Wire)
+      .addError(ApiError.Conflict.Wire)
+      .annotate(OpenApi.Description, answerDescription)
+  )
+  .add(
+    HttpApiEndpoint.post("answerAll")`/v1/agents/${agentParam}/answers`
+      .setPayload(AnswerInputs)
+      .addSuccess(AnsweredAll)
+      .addError(ApiError.Forbidden.Wire)
+      .addError(ApiError.NotFound.Wire)
+      .addError(ApiError.Gone.Wire)
+      .addError(ApiError.Conflict.Wire)
+      .annotate(OpenApi.Description, answersDescription)
+  )
+  .middleware(Authentication)
+{}
+
 export const ClientRequest = Schema.Union(
   Schema.Struct({ method: Schema.Literal("prompt", "steer"), ...PromptInput.fields }),
   Schema.Struct({ method: Schema.Literal("execute"), ...ExecuteInput.fields }).annotations({
@@ -619,6 +684,33 @@ export class ClientsGroup extends HttpApiGroup.make("clients")
       .addSuccess(HistoryPage)
       .addError(ApiError.NotFound.Wire)
       .addError(ApiError.Gone.Wire)
+  )
+  .add(
+    HttpApiEndpoint.get("inputs")`/clients/${clientParam}/inputs`
+      .setUrlParams(InputListParams)
+      .addSuccess(InputList)
+      .addError(ApiError.NotFound.Wire)
+      .addError(ApiError.Gone.Wire)
+  )
+  .add(
+    HttpApiEndpoint.post("answer")`/clients/${clientParam}/inputs/${inputParam}/answer`
+      .setPayload(AnswerInput)
+      .addSuccess(Answered)
+      .addError(ApiError.Forbidden.Wire)
+      .addError(ApiError.NotFound.Wire)
+      .addError(ApiError.Gone.Wire)
+      .addError(ApiError.Conflict.Wire)
+      .annotate(OpenApi.Description, answerDescription)
+  )
+  .add(
+    HttpApiEndpoint.post("answerAll")`/clients/${clientParam}/answers`
+      .setPayload(AnswerInputs)
+      .addSuccess(AnsweredAll)
+      .addError(ApiError.Forbidden.Wire)
+      .addError(ApiError.NotFound.Wire)
+      .addError(ApiError.Gone.Wire)
+      .addError(ApiError.Conflict.Wire)
+      .annotate(OpenApi.Description, answersDescription)
   )
   .middleware(AgentAuthentication)
   .annotate(OpenApi.Title, "Agent connection")
@@ -751,6 +843,7 @@ export class Api extends HttpApi.make("agent-runtime")
   .add(KeysGroup)
   .add(KeyScopesGroup)
   .add(AgentsGroup)
+  .add(InputsGroup)
   .add(DefinitionsGroup)
   .add(SchedulesGroup)
   .add(ClientsGroup)

@@ -40,7 +40,8 @@ export const JsonRpcError = Schema.Struct({
 }).annotations({ identifier: "JsonRpcError" })
 
 /** One message from the application: a response to the runtime's request, a notification, or a request (ping). */
-export const JsonRpcMessage = Schema.Union(JsonRpcResult, JsonRpcError, JsonRpcRequest, JsonRpcNotification)
+// The error first: a result's `result` may be anything, so an error message would pass for a result without it.
+export const JsonRpcMessage = Schema.Union(JsonRpcError, JsonRpcResult, JsonRpcRequest, JsonRpcNotification)
   .annotations({ identifier: "JsonRpcMessage", description: "one JSON-RPC 2.0 message" })
 export type JsonRpcMessage = typeof JsonRpcMessage.Type
 

@@ -7,6 +7,7 @@ import type { Option } from "effect"
 import { Context, Schema } from "effect"
 import * as ApiError from "./ApiError.ts"
 import type { Via } from "./Me.ts"
+import type { BrowserScope } from "./Session.ts"
 
 /**
  * The operator names the tenant it acts for with this header on tenant
@@ -19,6 +20,23 @@ export interface Principal {
   readonly via: Via
   /** The API key used, when the caller used one. */
   readonly tokenId: Option.Option<string>
+  /**
+   * Present when the caller is a browser token: what it may see of its one
+   * agent. `Authentication` has already limited it to that agent's read
+   * routes within its scopes; the handlers narrow what they answer.
+   */
+  readonly browser?: BrowserGrant | undefined
+}
+
+/** What a browser token lets its holder see (see POST /v1/agents/{id}/browser-tokens). */
+export interface BrowserGrant {
+  readonly agentId: string
+  readonly scopes: ReadonlyArray<BrowserScope>
+  /** The event types shown; `"default"` is every type but the runtime's own (`Events.RuntimeEventType`). */
+  readonly events: "default" | ReadonlyArray<string>
+  readonly redact: ReadonlyArray<"usage.cost">
+  /** Who the token was made for, as its issuer named them. */
+  readonly subject: Option.Option<string>
 }
 
 /** The tenant a request acts for, provided by `Authentication`. */
@@ -30,13 +48,23 @@ export class CurrentPrincipal extends Context.Tag("@agent-runtime/domain/Current
 const bearer = HttpApiSecurity.bearer.pipe(
   HttpApiSecurity.annotate(
     OpenApi.Description,
-    `An API key (art_...), or the operator token with the \`${tenantHeader}\` header naming the tenant.`
+    `An API key (art_...), or the operator token with the \`${tenantHeader}\` header naming the tenant. ` +
+      "A browser token (abt_..., from POST /v1/agents/{id}/browser-tokens) is taken only on GET of its agent's " +
+      "events, state, history and inputs, within its scopes (403 elsewhere)."
   )
 )
 
-/** Tenant routes: an API key, or the operator token acting for a named tenant. */
+/**
+ * Tenant routes: an API key, or the operator token acting for a named
+ * tenant; a browser token on its agent's read routes only (403 elsewhere).
+ */
 export class Authentication extends HttpApiMiddleware.Tag<Authentication>()("Authentication", {
-  failure: Schema.Union(ApiError.Unauthorized.Wire, ApiError.InvalidRequest.Wire, ApiError.NotFound.Wire),
+  failure: Schema.Union(
+    ApiError.Unauthorized.Wire,
+    ApiError.Forbidden.Wire,
+    ApiError.InvalidRequest.Wire,
+    ApiError.NotFound.Wire
+  ),
   provides: CurrentPrincipal,
   security: { bearer }
 }) {}

@@ -123,6 +123,37 @@ const ToolSources = Schema.Array(ToolSourceInput).pipe(
   )
 )
 
+/**
+ * Human input a definition's agents ask for: the tools whose calls need a
+ * person's approval first, who may approve besides the turn's sender or
+ * actor, and how long an input waits before it expires.
+ */
+export class HumanInputSettings extends Schema.Class<HumanInputSettings>("HumanInputSettings")(
+  Schema.Struct({
+    approvals: Schema.optional(
+      Schema.Array(
+        Schema.Struct({
+          tool: Schema.String.pipe(Schema.minLength(1), Schema.maxLength(128)),
+          source: Schema.optional(
+            Schema.String.annotations({ description: "the tool source's name (builtins, application, or a source); default any" })
+          )
+        }).annotations({ parseOptions: { onExcessProperty: "error" } })
+      ).pipe(Schema.maxItems(64, { message: () => "at most 64 tools" })).annotations({
+        description: "tools whose calls wait for a person's approval; at most 64"
+      })
+    ),
+    approvers: Schema.optional(
+      Schema.Array(Schema.String.pipe(Schema.minLength(1), Schema.maxLength(200))).pipe(
+        Schema.maxItems(100, { message: () => "at most 100 approvers" })
+      ).annotations({ description: "ids (the `from.id` of answers) who may answer besides the input's audience" })
+    ),
+    expiresInSeconds: Schema.optional(
+      Schema.Int.pipe(Schema.between(5, 604800, { message: () => "must be an integer from 5 to 604800" }))
+        .annotations({ description: "how long an input waits before it expires; default 86400 (a day)" })
+    )
+  }).annotations({ parseOptions: { onExcessProperty: "error" } })
+) {}
+
 const prompt = Schema.String.pipe(Schema.maxLength(32000, { message: () => "must be at most 32000 characters" }))
 const name = Schema.String.pipe(Schema.minLength(1), Schema.maxLength(80))
 const description = Schema.String.pipe(Schema.maxLength(500))
@@ -138,6 +169,7 @@ export class DefinitionInput extends Schema.Class<DefinitionInput>("DefinitionIn
     fileTools: Schema.optional(Schema.Boolean),
     builtins: Schema.optional(Builtins),
     delegate: Schema.optional(DelegateSettings),
+    humanInput: Schema.optional(HumanInputSettings),
     toolSources: Schema.optional(ToolSources.annotations({ description: "in order of precedence; at most 16" }))
   }).annotations({ parseOptions: { onExcessProperty: "error" } })
 ) {}
@@ -153,6 +185,7 @@ export class DefinitionUpdate extends Schema.Class<DefinitionUpdate>("Definition
     fileTools: Schema.optional(Schema.NullOr(Schema.Boolean)),
     builtins: Schema.optional(Builtins.annotations({ description: "replaces; [] removes" })),
     delegate: Schema.optional(Schema.NullOr(DelegateSettings)),
+    humanInput: Schema.optional(Schema.NullOr(HumanInputSettings)),
     toolSources: Schema.optional(ToolSources.annotations({ description: "replaces the list" }))
   }).annotations({ parseOptions: { onExcessProperty: "error" } })
 ) {}
@@ -169,6 +202,7 @@ export class Definition extends Schema.Class<Definition>("Definition")({
   fileTools: Schema.optional(Schema.Boolean),
   builtins: Builtins,
   delegate: Schema.optional(DelegateSettings),
+  humanInput: Schema.optional(HumanInputSettings),
   toolSources: Schema.Array(ToolSourceSettings),
   createdAt: Timestamp,
   updatedAt: Timestamp.annotations({ description: "when this revision was made" })

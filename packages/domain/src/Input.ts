@@ -130,3 +130,11 @@ export class AnswerInputs extends Schema.Class<AnswerInputs>("AnswerInputs")({
     Schema.maxItems(100, { message: () => "must hold at most 100 answers" })
   ).annotations({ description: "1 to 100 answers" })
 }) {}
+
+/** Inputs of an agent, newest first. */
+export class InputList extends Schema.Class<InputList>("InputList")({
+  data: Schema.Array(Input)
+}) {}
+
+/** Default lifetime of an input: a day; a definition's humanInput.expiresInSeconds changes it. */
+export const defaultInputLifetimeSeconds = 86_400

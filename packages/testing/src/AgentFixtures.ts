@@ -16,6 +16,7 @@
  */
 import { AccountsMigrations } from "@agent-runtime/accounts"
 import { AgentMigrations, AgentStore, Definitions, Delegation, Schedules, Tools, type Turn } from "@agent-runtime/agent"
+import { Input } from "@agent-runtime/domain"
 import { Egress, Resolver } from "@agent-runtime/egress"
 import { IdentityMigrations, IdentityTokens } from "@agent-runtime/identity"
 import {
@@ -242,6 +243,8 @@ export interface RecordingOptions {
   readonly history?: ReadonlyArray<Turn.StoredMessage>
   /** The calls of this request a lost node sent, with their results where they came back. */
   readonly sentToolCalls?: ReadonlyMap<string, Turn.SentCall>
+  /** The inputs of earlier calls left waiting on a person, by call. */
+  readonly inputs?: ReadonlyMap<string, Input.Input>
 }
 
 /** What a turn did, in order, and the switches a test flips while it runs. */
@@ -252,6 +255,8 @@ export interface Recording {
   readonly events: Array<Record<string, unknown>>
   readonly toolsStarted: Array<{ readonly toolCallId: string; readonly tool: string }>
   readonly toolsFinished: Array<{ readonly toolCallId: string; readonly isError: boolean }>
+  /** What the turn asked people, in order. */
+  readonly asked: Array<Turn.Waiting>
   /** The types of the events so far. */
   readonly eventTypes: () => ReadonlyArray<string>
   /** Queues a steered prompt for the turn's next step. */
@@ -270,6 +275,7 @@ export const recordingHooks = (options: RecordingOptions = {}): Recording => {
   const events: Array<Record<string, unknown>> = []
   const toolsStarted: Recording["toolsStarted"] = []
   const toolsFinished: Recording["toolsFinished"] = []
+  const asked: Array<Turn.Waiting> = []
   let steered: Array<Turn.Steered> = []
   let aborting = false
   let handingOff = false
@@ -294,7 +300,35 @@ export const recordingHooks = (options: RecordingOptions = {}): Recording => {
       Effect.sync(() => void toolsFinished.push({ toolCallId, isError: result.isError })),
     sentToolCalls: Effect.succeed(options.sentToolCalls ?? new Map()),
     aborting: () => aborting,
-    handingOff: () => handingOff
+    handingOff: () => handingOff,
+    askInputs: (asks) =>
+      Effect.sync(() => {
+        asked.push(...asks)
+        const now = Math.floor(Date.now() / 1000)
+        return asks.map((ask) =>
+          new Input.Input({
+            id: `in_${ask.toolCallId}`,
+            agent: "client_recording",
+            tenant: "tenant_recording",
+            requestId: "req_recording",
+            toolCallId: ask.toolCallId,
+            kind: ask.kind,
+            message: ask.message,
+            detail: ask.detail as unknown as Input.InputDetail,
+            responders: new Input.Responders({ audience: [] }),
+            state: "pending",
+            createdAt: now,
+            expiresAt: now + Input.defaultInputLifetimeSeconds
+          })
+        )
+      }),
+    inputsFor: (toolCallIds) =>
+      Effect.sync(() =>
+        new Map(toolCallIds.flatMap((id) => {
+          const found = options.inputs?.get(id)
+          return found === undefined ? [] : [[id, found] as const]
+        }))
+      )
   }
   return {
     hooks,
@@ -303,6 +337,7 @@ export const recordingHooks = (options: RecordingOptions = {}): Recording => {
     events,
     toolsStarted,
     toolsFinished,
+    asked,
     eventTypes: () => events.map((event) => String(event.type)),
     steer: (prompt) => void steered.push(prompt),
     abort: () => {

@@ -29,6 +29,13 @@ export interface Options {
 
 const now = () => performance.timeOrigin + performance.now()
 
+/** A call answered with a JSON-RPC error instead of a result (for `Options.answer`). */
+export const rpcError = (code: number, message: string, data?: unknown) => ({
+  [rpcErrorMark]: { code, message, ...(data === undefined ? {} : { data }) }
+})
+
+const rpcErrorMark = "__rpcError"
+
 export const connect = (options: Options) =>
   Effect.gen(function*() {
     const controller = new AbortController()
@@ -86,7 +93,10 @@ export const connect = (options: Options) =>
       if (call !== undefined) calls.push(call)
       const result = reply(message)
       if (call !== undefined) call.answeredAt = now()
-      Runtime.runFork(runtime)(post({ jsonrpc: "2.0", id: message.id, result }))
+      const error = (result as Record<string, unknown> | null)?.[rpcErrorMark]
+      Runtime.runFork(runtime)(
+        post(error === undefined ? { jsonrpc: "2.0", id: message.id, result } : { jsonrpc: "2.0", id: message.id, error })
+      )
     }
     void Http.readFrames(response, onFrame)
     yield* Deferred.await(ready)

@@ -1,7 +1,8 @@
-import { Agents } from "@agent-runtime/agent"
-import { Api, Auth } from "@agent-runtime/domain"
+import { Agents, BrowserTokens } from "@agent-runtime/agent"
+import { Api, Auth, Session } from "@agent-runtime/domain"
 import { HttpApiBuilder, HttpServerResponse } from "@effect/platform"
 import { type Context, Duration, Effect, Option } from "effect"
+import { ServerConfig } from "../ServerConfig.ts"
 
 /** Version of the event stream's frames, sent in the ready frame. */
 export const streamVersion = 1
@@ -9,6 +10,9 @@ export const streamVersion = 1
 export const layer = HttpApiBuilder.group(Api.Api, "agents", (handlers) =>
   Effect.gen(function*() {
     const agents = yield* Agents.Agents
+    const browserTokens = yield* BrowserTokens.BrowserTokens
+    // Where browsers reach the runtime, when the node is told (PUBLIC_URL).
+    const publicUrl = Option.flatMap(yield* Effect.serviceOption(ServerConfig), (config) => config.publicUrl)
     const tenant = Effect.map(Auth.CurrentPrincipal, (principal) => principal.tenantId)
     return handlers
       .handle("create", ({ headers, payload }) =>
@@ -44,11 +48,19 @@ export const layer = HttpApiBuilder.group(Api.Api, "agents", (handlers) =>
         Effect.flatMap(tenant, (tenantId) =>
           agents.request(tenantId, path.id, path.requestId, Duration.seconds(urlParams.wait ?? 0))))
       .handle("state", ({ path }) =>
-        Effect.flatMap(tenant, (tenantId) =>
-          agents.state(tenantId, path.id)))
+        Effect.flatMap(Auth.CurrentPrincipal, ({ browser, tenantId }) =>
+          Effect.map(
+            agents.state(tenantId, path.id),
+            (state) =>
+              browser === undefined ? state : BrowserTokens.viewState(browser, state)
+          )))
       .handle("history", ({ path, urlParams }) =>
-        Effect.flatMap(tenant, (tenantId) =>
-          agents.history(tenantId, path.id, urlParams)))
+        Effect.flatMap(Auth.CurrentPrincipal, ({ browser, tenantId }) =>
+          Effect.map(
+            agents.history(tenantId, path.id, urlParams),
+            (page) =>
+              browser === undefined ? page : BrowserTokens.viewHistory(browser, page)
+          )))
       .handle("upsert", ({ path, payload }) =>
         Effect.flatMap(tenant, (tenantId) =>
           agents.upsert(tenantId, path.key, payload)))
@@ -56,11 +68,22 @@ export const layer = HttpApiBuilder.group(Api.Api, "agents", (handlers) =>
         Effect.flatMap(tenant, (tenantId) =>
           agents.credentials(tenantId, path.keyOrId)))
       .handle("events", ({ headers, path, urlParams }) =>
+        Effect.flatMap(Auth.CurrentPrincipal, ({ browser, tenantId }) => {
+          const cursor = Option.fromNullable(headers["last-event-id"])
+          const options = { ...urlParams, snapshot: urlParams.snapshot !== undefined }
+          return browser === undefined
+            ? events(agents, tenantId, path.id, cursor, options)
+            : browserEvents(agents, browserTokens, tenantId, browser, cursor, options)
+        }))
+      .handle("browserToken", ({ path, payload }) =>
         Effect.flatMap(tenant, (tenantId) =>
-          events(agents, tenantId, path.id, Option.fromNullable(headers["last-event-id"]), {
-            ...urlParams,
-            snapshot: urlParams.snapshot !== undefined
-          })))
+          Effect.map(browserTokens.issue(tenantId, path.id, payload), (issued) =>
+            Option.match(publicUrl, {
+              onNone: () =>
+                issued,
+              onSome: (url) =>
+                new Session.BrowserToken({ ...issued, url })
+            }))))
   }))
 
 /** The event stream of an agent: one JSON poll, or server-sent events from the cursor on. */
@@ -93,6 +116,34 @@ export const events = (
     const sse = yield* agents.eventBody(tenantId, agentId, cursor, {
       snapshot: options.snapshot ?? false,
       ready: { version: streamVersion, agentId, connection: null }
+    })
+    return sse._tag === "Node"
+      ? HttpServerResponse.raw(sse.body, sseInit)
+      : HttpServerResponse.stream(sse.body, sseInit)
+  })
+
+/** The event stream as a browser token sees it (see BrowserTokens.frameView). */
+const browserEvents = (
+  agents: Context.Tag.Service<Agents.Agents>,
+  browserTokens: Context.Tag.Service<BrowserTokens.BrowserTokens>,
+  tenantId: string,
+  grant: Auth.BrowserGrant,
+  cursor: Option.Option<number>,
+  options: { readonly poll?: string | undefined; readonly wait?: number | undefined; readonly snapshot: boolean }
+) =>
+  Effect.gen(function*() {
+    if (options.poll !== undefined) {
+      const polled = yield* agents.poll(
+        tenantId,
+        grant.agentId,
+        Option.getOrElse(cursor, () => 0),
+        Duration.seconds(options.wait ?? 0)
+      )
+      return BrowserTokens.viewPoll(grant, polled)
+    }
+    const sse = yield* browserTokens.eventBody(tenantId, grant, cursor, {
+      snapshot: options.snapshot,
+      ready: { version: streamVersion, agentId: grant.agentId, connection: null }
     })
     return sse._tag === "Node"
       ? HttpServerResponse.raw(sse.body, sseInit)

@@ -1,14 +1,39 @@
 /**
- * The security middlewares: API keys and the operator token.
+ * The security middlewares: API keys, the operator token, browser tokens
+ * (on their agent's read routes only) and agent tokens.
  */
 import { Operator, Tenants, Tokens } from "@agent-runtime/accounts"
-import { Agents } from "@agent-runtime/agent"
-import { ApiError, Auth } from "@agent-runtime/domain"
+import { Agents, BrowserTokens } from "@agent-runtime/agent"
+import { ApiError, Auth, type Session } from "@agent-runtime/domain"
 import { HttpServerRequest } from "@effect/platform"
 import { Effect, Layer, Option, Redacted } from "effect"
 
 const missing = new ApiError.Unauthorized({ error: "missing bearer token" })
 const invalid = new ApiError.Unauthorized({ error: "invalid or revoked token" })
+
+const browserRoutePattern = /^\/v1\/agents\/([^/]+)\/(events|state|history|inputs)$/
+
+/**
+ * The agent and scope of a route a browser token may read (any method; the
+ * token is taken on GET only): `/v1/agents/{id}/events`, `state`, `history`,
+ * `inputs`. CORS is granted on these routes and no others.
+ */
+export const browserRoute = (
+  url: string
+): Option.Option<{ readonly agentId: string; readonly scope: Session.BrowserScope }> => {
+  const query = url.indexOf("?")
+  const match = browserRoutePattern.exec(query === -1 ? url : url.slice(0, query))
+  if (match === null) return Option.none()
+  try {
+    return Option.some({ agentId: decodeURIComponent(match[1]!), scope: match[2] as Session.BrowserScope })
+  } catch {
+    return Option.none()
+  }
+}
+
+const browserOnly = new ApiError.Forbidden({
+  error: "a browser token reads only GET /v1/agents/{id}/events, state, history and inputs of its own agent"
+})
 
 export const layer = Layer.effect(
   Auth.Authentication,
@@ -16,6 +41,7 @@ export const layer = Layer.effect(
     const operator = yield* Operator.Operator
     const tokens = yield* Tokens.Tokens
     const tenants = yield* Tenants.Tenants
+    const browserTokens = yield* BrowserTokens.BrowserTokens
 
     const asOperator = Effect.gen(function*() {
       const request = yield* Effect.serviceOption(HttpServerRequest.HttpServerRequest)
@@ -30,11 +56,35 @@ export const layer = Layer.effect(
       return { tenantId: tenant.value.id, via: "operator", tokenId: Option.none() } satisfies Auth.Principal
     })
 
+    /** A browser token: genuine and unexpired (else 401), on a route its grant covers (else 403). */
+    const asBrowser = (secret: string) =>
+      Effect.gen(function*() {
+        const grant = browserTokens.verify(secret)
+        if (Option.isNone(grant)) return yield* new ApiError.Unauthorized({ error: "invalid or expired browser token" })
+        const request = yield* Effect.serviceOption(HttpServerRequest.HttpServerRequest)
+        if (Option.isNone(request) || request.value.method !== "GET") return yield* browserOnly
+        const route = browserRoute(request.value.url)
+        if (Option.isNone(route)) return yield* browserOnly
+        if (route.value.agentId !== grant.value.agentId) {
+          return yield* new ApiError.Forbidden({ error: "this browser token is for another agent" })
+        }
+        if (!grant.value.scopes.includes(route.value.scope)) {
+          return yield* new ApiError.Forbidden({ error: `this browser token has no ${route.value.scope} scope` })
+        }
+        return {
+          tenantId: grant.value.tenantId,
+          via: "token",
+          tokenId: Option.none(),
+          browser: grant.value
+        } satisfies Auth.Principal
+      })
+
     return Auth.Authentication.of({
       bearer: (token) =>
         Effect.gen(function*() {
           const secret = Redacted.value(token)
           if (secret === "") return yield* missing
+          if (BrowserTokens.isToken(secret)) return yield* asBrowser(secret)
           if (operator.verify(secret)) return yield* asOperator
           const key = yield* tokens.authenticate(secret)
           if (Option.isNone(key)) return yield* invalid

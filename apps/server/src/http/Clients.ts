@@ -3,6 +3,7 @@ import { Agent, Api, Application, Auth, Run } from "@agent-runtime/domain"
 import { HttpApiBuilder, HttpServerResponse } from "@effect/platform"
 import { Duration, Effect, Option } from "effect"
 import { events, sseInit, streamVersion } from "./Agents.ts"
+import { answered } from "./Inputs.ts"
 
 export const layer = HttpApiBuilder.group(Api.Api, "clients", (handlers) =>
   Effect.gen(function*() {
@@ -80,4 +81,16 @@ export const layer = HttpApiBuilder.group(Api.Api, "clients", (handlers) =>
       .handle("history", ({ urlParams }) =>
         Effect.flatMap(Auth.CurrentAgent, ({ agentId, tenantId }) =>
           agents.history(tenantId, agentId, urlParams)))
+      .handle("inputs", ({ urlParams }) =>
+        Effect.flatMap(Auth.CurrentAgent, ({ agentId, tenantId }) =>
+          agents.inputs(tenantId, agentId, urlParams.state)))
+      .handle("answer", ({ path, payload }) =>
+        Effect.flatMap(Auth.CurrentAgent, ({ agentId, tenantId }) =>
+          Effect.map(
+            agents.answer(tenantId, agentId, [{ ...payload, id: path.inputId }], { via: "agent" }),
+            (all) => answered(all, path.inputId)
+          )))
+      .handle("answerAll", ({ payload }) =>
+        Effect.flatMap(Auth.CurrentAgent, ({ agentId, tenantId }) =>
+          agents.answer(tenantId, agentId, payload.answers, { via: "agent" })))
   }))
