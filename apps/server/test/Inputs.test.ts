@@ -5,8 +5,17 @@
  * it as a request of method resume, once. Every state an input settles in:
  * answered, declined, cancelled, expired, superseded.
  */
-import { BareApplication, FakeUpstream, Http, TestWorld } from "@agent-runtime/testing"
-import { expect, layer } from "@effect/vitest"
+import {
+  BareApplication,
+  FakeUpstream,
+  Http,
+  McpTestServer,
+  TestCluster,
+  TestDatabase,
+  TestWorld
+} from "@agent-runtime/testing"
+import { McpError } from "@modelcontextprotocol/sdk/types.js"
+import { expect, it, layer } from "@effect/vitest"
 import { Effect } from "effect"
 
 type Api = ReturnType<typeof Http.client>
@@ -108,7 +117,11 @@ layer(TestWorld.layer(), { excludeTestServices: true })("human input", (it) => {
       expect((yield* api.get(`/v1/agents/${id}/inputs?state=pending`, { token })).body.data).toHaveLength(1)
 
       world.upstream.script({ text: "Blue it is." })
-      const json = { action: "accept", content: { answers: { "Which color?": "blue" } }, from: { id: "u1", name: "Ada" } }
+      const json = {
+        action: "accept",
+        content: { answers: { "Which color?": "blue" } },
+        from: { id: "u1", name: "Ada" }
+      }
       const answered = yield* answer(api, token, id, pending.id, json)
       expect(answered.status, answered.text).toBe(200)
       expect(answered.body.input).toMatchObject({
@@ -122,7 +135,10 @@ layer(TestWorld.layer(), { excludeTestServices: true })("human input", (it) => {
       const again = yield* answer(api, token, id, pending.id, json)
       expect(again.status, again.text).toBe(200)
       expect(again.body.request.id).toBe(resume.id)
-      const other = yield* answer(api, token, id, pending.id, { ...json, content: { answers: { "Which color?": "red" } } })
+      const other = yield* answer(api, token, id, pending.id, {
+        ...json,
+        content: { answers: { "Which color?": "red" } }
+      })
       expect(other.status, other.text).toBe(409)
 
       const done = yield* Http.settled(api, token, id, resume.id)
@@ -167,7 +183,12 @@ layer(TestWorld.layer(), { excludeTestServices: true })("human input", (it) => {
       const [approval] = stopped.outcome.result.inputs
       expect(approval).toMatchObject({
         kind: "approval",
-        detail: { tool: "schedule", source: "builtins", arguments: args, argumentsHash: expect.stringMatching(/^sha256:/) }
+        detail: {
+          tool: "schedule",
+          source: "builtins",
+          arguments: args,
+          argumentsHash: expect.stringMatching(/^sha256:/)
+        }
       })
       // Nothing ran before the approval.
       expect((yield* api.get(`/v1/agents/${id}/schedules`, { token })).body.data).toHaveLength(0)
@@ -371,8 +392,10 @@ layer(TestWorld.layer(), { excludeTestServices: true })("human input", (it) => {
       })
       yield* Http.waitFor(
         () =>
-          Effect.map(api.get(`/v1/agents/${made.id}`, { token }), (detail) =>
-            detail.body.connected === true && detail.body.tools.length === 2),
+          Effect.map(
+            api.get(`/v1/agents/${made.id}`, { token }),
+            (detail) => detail.body.connected === true && detail.body.tools.length === 2
+          ),
         "the application's tools to be listed"
       )
       world.upstream.script({
@@ -381,7 +404,11 @@ layer(TestWorld.layer(), { excludeTestServices: true })("human input", (it) => {
       const stopped = yield* prompt(api, token, made.id, { text: "book it", from: { id: "u1" } })
       expect(stopped.stopped, JSON.stringify(stopped)).toBe("input_required")
       const [form, url] = stopped.outcome.result.inputs
-      expect(form).toMatchObject({ kind: "form", message: "How many guests?", detail: { requestedSchema: { required: ["guests"] } } })
+      expect(form).toMatchObject({
+        kind: "form",
+        message: "How many guests?",
+        detail: { requestedSchema: { required: ["guests"] } }
+      })
       expect(url).toMatchObject({
         kind: "url",
         detail: { url: "https://login.example.com/start?x=1", origin: "https://login.example.com" }
@@ -411,6 +438,53 @@ layer(TestWorld.layer(), { excludeTestServices: true })("human input", (it) => {
       yield* app.close
     }))
 
+  it.scoped("form from a remote MCP server: its -32042 error asks, the answer reaches it in the call made again", () =>
+    Effect.gen(function*() {
+      const { agent, api, define, token, world } = yield* setup("inputs-mcp-form")
+      const server = yield* McpTestServer.start()
+      const answers: Array<unknown> = []
+      yield* server.addTool({
+        name: "transfer",
+        description: "moves money",
+        inputSchema: { type: "object", properties: {} },
+        run: async (_args, context) => {
+          const answered = context.meta["agent-runtime/answer"] as { content?: { confirm?: string } } | undefined
+          answers.push(answered)
+          if (answered === undefined) {
+            throw new McpError(-32042, "confirmation needed", {
+              elicitations: [{
+                mode: "form",
+                message: "Type the amount to confirm",
+                requestedSchema: { type: "object", properties: { confirm: { type: "string" } }, required: ["confirm"] }
+              }]
+            })
+          }
+          return { content: [{ type: "text", text: `transferred ${answered.content?.confirm}` }] }
+        }
+      })
+      const definition = yield* define({
+        name: "bank",
+        toolSources: [{ kind: "mcp", name: "bank", url: server.url, tools: { include: ["transfer"] } }]
+      })
+      const { id } = yield* agent({ definition, model: undefined })
+      world.upstream.script({ toolCalls: [{ id: "call_t", name: "transfer", arguments: {} }] })
+      const stopped = yield* prompt(api, token, id, { text: "send 10", from: { id: "u1" } })
+      expect(stopped.stopped, JSON.stringify(stopped)).toBe("input_required")
+      const [form] = stopped.outcome.result.inputs
+      expect(form).toMatchObject({ kind: "form", message: "Type the amount to confirm", toolCallId: "call_t" })
+      world.upstream.script({ text: "Done." })
+      const answered = yield* answer(api, token, id, form.id, {
+        action: "accept",
+        content: { confirm: "10" },
+        from: { id: "u1" }
+      })
+      const done = yield* Http.settled(api, token, id, answered.body.request.id)
+      expect(done.outcome.result.reply).toBe("Done.")
+      expect(server.count("transfer")).toBe(2)
+      expect(answers[1]).toEqual({ inputId: form.id, action: "accept", content: { confirm: "10" } })
+      expect(lastToolResults(world.upstream).map((result) => result.content)).toEqual(["transferred 10"])
+    }))
+
   it.scoped("the agent's own token answers on /clients; another tenant cannot see or answer the inputs", () =>
     Effect.gen(function*() {
       const { agent, api, token, world } = yield* setup("inputs-clients")
@@ -434,3 +508,89 @@ layer(TestWorld.layer(), { excludeTestServices: true })("human input", (it) => {
       yield* Http.settled(api, token, made.id, answered.body.request.id)
     }))
 })
+
+/** Sends until an answer other than 5xx comes, through any live node, as a client retrying a lost reply would. */
+const retrying = (bases: ReadonlyArray<string>, path: string, token: string, json: unknown) =>
+  Effect.gen(function*() {
+    for (let attempt = 0; attempt < 120; attempt++) {
+      const base = bases[attempt % bases.length]!
+      const sent = yield* Effect.either(Http.attempt(base, "POST", path, { token, json }, 8_000))
+      if (sent._tag === "Right" && sent.right.status < 500) return sent.right
+      yield* Effect.sleep("250 millis")
+    }
+    return yield* Effect.die(new Error(`${path} got no answer`))
+  })
+
+it.scopedLive(
+  "two answers at two nodes at the moment the owner is killed -9: every answer lands and the turn resumes once",
+  () =>
+    Effect.gen(function*() {
+      const upstream = yield* FakeUpstream.start()
+      const databaseUrl = yield* TestDatabase.make
+      const cluster = yield* TestCluster.start({ size: 3, databaseUrl, env: { ALLOW_PRIVATE_URLS: "true" } })
+      const { api, token } = yield* TestWorld.tenantWithModel({ node: cluster.members[0]!.node, upstream }, "in-kill")
+      const agentId = (yield* api.post("/v1/agents", { token, json: { model: "fake/m1", builtins: ["ask_user"] } }))
+        .body.id as string
+      upstream.script({
+        toolCalls: [askUser("call_1", [{ question: "First?" }]), askUser("call_2", [{ question: "Second?" }])]
+      })
+      const accepted = yield* api.post(`/v1/agents/${agentId}/prompt`, {
+        token,
+        json: { text: "ask twice", requestId: "p1", from: { id: "u1" } }
+      })
+      expect(accepted.status, accepted.text).toBe(202)
+      const stopped = yield* Http.settled(api, token, agentId, "p1")
+      const [first, second] = stopped.outcome.result.inputs as Array<any>
+      upstream.script({ text: "both answered" })
+
+      const [row] = yield* TestDatabase.query(databaseUrl, `SELECT owner FROM agents WHERE id = '${agentId}'`)
+      const owner = cluster.members.findIndex((member) => member.runnerAddress === row?.owner)
+      expect(owner).toBeGreaterThanOrEqual(0)
+      const others = [1, 2].map((step) => cluster.members[(owner + step) % 3]!.node.rest)
+      const answerAt = (node: number, input: any, text: string) =>
+        retrying([others[node]!, others[1 - node]!], `/v1/agents/${agentId}/inputs/${input.id}/answer`, token, {
+          action: "accept",
+          content: { answers: { [input.message]: text } },
+          from: { id: "u1" }
+        })
+      const [a, b] = yield* Effect.all([
+        answerAt(0, first, "one"),
+        answerAt(1, second, "two"),
+        Effect.zipRight(Effect.sleep("5 millis"), cluster.stop(owner, "SIGKILL"))
+      ], { concurrency: "unbounded" })
+      expect(a.status, a.text).toBe(200)
+      expect(b.status, b.text).toBe(200)
+      // Whichever settled the last input names the resume; the other may have come first (then null).
+      const resumeId = `resume_${stopped.id}`
+      expect([a.body.request?.id, b.body.request?.id]).toContain(resumeId)
+
+      const survivor = Http.client(others[0]!)
+      const done = yield* Http.settled(survivor, token, agentId, resumeId)
+      expect(done).toMatchObject({ method: "resume", suspension: "p1", state: "completed" })
+      expect(done.outcome.result.reply).toBe("both answered")
+      const resumes = yield* TestDatabase.query(
+        databaseUrl,
+        `SELECT id FROM agent_requests WHERE agent_id = '${agentId}' AND method = 'resume'`
+      )
+      expect(resumes).toEqual([{ id: resumeId }])
+      // The model was asked once to start and once to go on: the turn resumed exactly once.
+      expect(upstream.requests()).toHaveLength(2)
+      const results = ((upstream.requests().at(-1)!.body as any).messages as Array<any>).filter((message) =>
+        message.role === "tool"
+      )
+      expect(results.map((result) => result.tool_call_id)).toEqual(["call_1", "call_2"])
+      expect(results[0].content).toContain("one")
+      expect(results[1].content).toContain("two")
+      const inputs = (yield* survivor.get(`/v1/agents/${agentId}/inputs`, { token })).body.data as Array<any>
+      expect(inputs.map((input) => input.state)).toEqual(["answered", "answered"])
+      const history = (yield* survivor.get(`/v1/agents/${agentId}/history`, { token })).body.entries as Array<any>
+      expect(history.map((entry) => entry.message.role)).toEqual([
+        "user",
+        "assistant",
+        "toolResult",
+        "toolResult",
+        "assistant"
+      ])
+    }),
+  { timeout: 120_000 }
+)

@@ -25,7 +25,9 @@ export const AgentConfig = Schema.Struct({
   delegate: Schema.optional(Schema.Unknown),
   /** From the agent's definition: tools that need approval, who approves, how long inputs wait. */
   humanInput: Schema.optional(Schema.Struct({
-    approvals: Schema.optional(Schema.Array(Schema.Struct({ tool: Schema.String, source: Schema.optional(Schema.String) }))),
+    approvals: Schema.optional(
+      Schema.Array(Schema.Struct({ tool: Schema.String, source: Schema.optional(Schema.String) }))
+    ),
     approvers: Schema.optional(Schema.Array(Schema.String)),
     expiresInSeconds: Schema.optional(Schema.Number)
   })),

@@ -205,7 +205,12 @@ export class Agents extends Context.Tag("@agent-runtime/agent/Agents")<Agents, {
     by: Record<string, unknown>
   ) => Effect.Effect<
     Run.AnsweredAll,
-    ApiError.NotFound | ApiError.Gone | ApiError.Forbidden | ApiError.Conflict | ApiError.InvalidRequest | ApiError.Unavailable
+    | ApiError.NotFound
+    | ApiError.Gone
+    | ApiError.Forbidden
+    | ApiError.Conflict
+    | ApiError.InvalidRequest
+    | ApiError.Unavailable
   >
   /** A message from the application on its connection, handed to the agent's owner. */
   readonly mcp: (

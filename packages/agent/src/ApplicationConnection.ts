@@ -10,6 +10,7 @@
  * the outcome is unknown, and the call is never sent again.
  */
 import { Application } from "@agent-runtime/domain"
+import { Elicitation } from "@agent-runtime/toolsources"
 import type { Scope } from "effect"
 import { Deferred, Duration, Effect, Either, Option, Queue, Schedule, Schema, Stream } from "effect"
 import * as Crypto from "node:crypto"
@@ -184,35 +185,10 @@ export const parseTools = (listed: ReadonlyArray<unknown>): Array<ApplicationToo
   })
 
 /** A tools/call answer as the model reads it. */
-/** MCP's "URL elicitation required" error: the call needs a person first, then is made again. */
-export const inputRequiredCode = -32042
-
-/**
- * What a call asks of a person, from the error MCP defines for it (`data.elicitations`, mode url); the
- * runtime takes mode form with a `requestedSchema` the same way. Undefined when it asks nothing usable.
- */
-export const askOf = (data: unknown): Tools.Ask | undefined => {
-  const elicitation = (data as { readonly elicitations?: ReadonlyArray<any> } | null)?.elicitations?.[0]
-  const message = typeof elicitation?.message === "string" ? elicitation.message : undefined
-  if (message === undefined) return undefined
-  if (elicitation.mode === "url" && typeof elicitation.url === "string" && URL.canParse(elicitation.url)) {
-    const url = new URL(elicitation.url)
-    if (url.protocol !== "https:" && !(url.protocol === "http:" && url.hostname === "localhost")) return undefined
-    return { kind: "url", message, detail: { url: url.href, origin: url.origin } }
-  }
-  const schema = elicitation.requestedSchema
-  if (elicitation.mode === "form" && typeof schema === "object" && schema !== null && !Array.isArray(schema)) {
-    return { kind: "form", message, detail: { requestedSchema: schema } }
-  }
-  return undefined
-}
-
 export const toToolResult = (answer: Answer): Tools.ToolResult => {
-  if (answer._tag === "Error" && answer.code === inputRequiredCode) {
-    const ask = askOf(answer.data)
-    return ask === undefined
-      ? text("the tool asked for input the runtime cannot show (an https url, or a form with a schema)", true, "failed")
-      : { ...text(ask.message), ask }
+  if (answer._tag === "Error" && answer.code === Elicitation.inputRequiredCode) {
+    const ask = Elicitation.askOf(answer.data)
+    return ask === undefined ? text(Elicitation.unusable, true, "failed") : { ...text(ask.message), ask }
   }
   if (answer._tag === "Error") return text(`the tool failed: ${answer.message}`, true, "failed")
   const result = answer.result as { content?: unknown; isError?: unknown; structuredContent?: unknown } | null
@@ -594,7 +570,7 @@ export const make = (options: Options): Effect.Effect<ApplicationConnection, nev
             "agent-runtime/deadline": Date.now() + deadlineMs,
             ...(context.actor === undefined ? {} : { "agent-runtime/actor": context.actor }),
             ...(Option.isSome(identity) ? { "agent-runtime/identity": identity.value } : {}),
-            ...(context.answer === undefined ? {} : { "agent-runtime/answer": context.answer })
+            ...(context.answer === undefined ? {} : { [Elicitation.answerKey]: context.answer })
           }
         }, { id: callId, deadlineMs, onProgress: context.update })
         return Either.match(answer, {

@@ -9,9 +9,9 @@
  * inputs at the same moment.
  */
 import { CanonicalJson, Input } from "@agent-runtime/domain"
+import { DatabaseHealth } from "@agent-runtime/store"
 import { SqlClient } from "@effect/sql"
 import { Ajv } from "ajv"
-import { DatabaseHealth } from "@agent-runtime/store"
 import { Context, Duration, Effect, flow, Layer, Schedule } from "effect"
 import * as Crypto from "node:crypto"
 import { Agent } from "./Agent.ts"
@@ -353,7 +353,10 @@ export const make = Effect.gen(function*() {
           const same = settled !== null && settled.action === item.action &&
             CanonicalJson.equals(settled.content ?? null, item.content ?? null)
           if (same) continue
-          return yield* refuse("conflict", `it is already ${row.state === "pending" ? stateOf(settled!.action) : row.state}`)
+          return yield* refuse(
+            "conflict",
+            `it is already ${row.state === "pending" ? stateOf(settled!.action) : row.state}`
+          )
         }
         if (row.expiresAt <= now) return yield* refuse("conflict", "it expired")
         const wrong = misfit(row, item)
@@ -364,7 +367,11 @@ export const make = Effect.gen(function*() {
           answer: {
             action: item.action,
             ...(item.content === undefined ? {} : { content: item.content }),
-            by: { ...by, ...(item.from === undefined ? {} : item.from), ...(item.actor === undefined ? {} : { actor: item.actor }) },
+            by: {
+              ...by,
+              ...(item.from === undefined ? {} : item.from),
+              ...(item.actor === undefined ? {} : { actor: item.actor })
+            },
             at: Math.floor(now)
           } as Input.InputAnswer
         })

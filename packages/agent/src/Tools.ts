@@ -447,7 +447,11 @@ export class Tools extends Effect.Service<Tools>()("@agent-runtime/agent/Tools",
         description: listed.description,
         parameters: listed.parameters,
         executionMode: listed.executionMode ?? "parallel",
-        execute: (args, context) => sources.call(source, caller, listed.name, args, { onProgress: context.update })
+        execute: (args, context) =>
+          sources.call(source, caller, listed.name, args, {
+            onProgress: context.update,
+            ...(context.answer === undefined ? {} : { answer: context.answer })
+          })
       }))
 
     /**
@@ -509,7 +513,9 @@ export class Tools extends Effect.Service<Tools>()("@agent-runtime/agent/Tools",
         /** Offers `tool` from `source` to the model, unless an earlier source has one of its name. */
         const offer = (tool: Tool, source: string) => {
           const holder = taken.get(tool.name)
-          if (holder !== undefined) return describe(tool, `a tool of the same name from source ${holder} takes precedence`)
+          if (holder !== undefined) {
+            return describe(tool, `a tool of the same name from source ${holder} takes precedence`)
+          }
           taken.set(tool.name, source)
           const offered = { ...tool, source }
           if (isDirect(tool.exposure)) direct.set(tool.name, offered)
@@ -520,9 +526,9 @@ export class Tools extends Effect.Service<Tools>()("@agent-runtime/agent/Tools",
         for (const name of names) {
           const builtin = builtins[name]
           if (builtin === undefined) {
-            const excluded = (name === "delegate"
-                ? "no delegate setting names a definition it may use, or the depth is reached"
-                : "unknown")
+            const excluded = name === "delegate"
+              ? "no delegate setting names a definition it may use, or the depth is reached"
+              : "unknown"
             builtinTools.push(new AgentSchemas.ToolSourceTool({ name, description: name, excluded }))
             continue
           }

@@ -660,7 +660,7 @@ export const run = (input: TurnInput, hooks: TurnHooks) =>
     let code: string | undefined
     let stopped: "turn_limit" | "spend_limit" | "input_required" | undefined
     let handoff = false
-    let finished = false
+    let finished: boolean
     const maxRounds = input.config.maxTurns ?? defaultMaxRounds
 
     /** After a step: steered prompts join, and a node handing on stops here. Whether the turn goes on. */

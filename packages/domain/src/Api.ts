@@ -561,7 +561,10 @@ export class InputsGroup extends HttpApiGroup.make("inputs")
       .addSuccess(InputList)
       .addError(ApiError.NotFound.Wire)
       .addError(ApiError.Gone.Wire)
-      .annotate(OpenApi.Description, "The agent's inputs, newest first (at most 100); pending ones with ?state=pending.")
+      .annotate(
+        OpenApi.Description,
+        "The agent's inputs, newest first (at most 100); pending ones with ?state=pending."
+      )
   )
   .add(
     HttpApiEndpoint.post("answer")`/v1/agents/${agentParam}/inputs/${inputParam}/answer`

@@ -135,7 +135,9 @@ export class HumanInputSettings extends Schema.Class<HumanInputSettings>("HumanI
         Schema.Struct({
           tool: Schema.String.pipe(Schema.minLength(1), Schema.maxLength(128)),
           source: Schema.optional(
-            Schema.String.annotations({ description: "the tool source's name (builtins, application, or a source); default any" })
+            Schema.String.annotations({
+              description: "the tool source's name (builtins, application, or a source); default any"
+            })
           )
         }).annotations({ parseOptions: { onExcessProperty: "error" } })
       ).pipe(Schema.maxItems(64, { message: () => "at most 64 tools" })).annotations({

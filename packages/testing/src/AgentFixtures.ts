@@ -303,7 +303,7 @@ export const recordingHooks = (options: RecordingOptions = {}): Recording => {
     handingOff: () => handingOff,
     askInputs: (asks) =>
       Effect.sync(() => {
-        asked.push(...asks)
+        for (const ask of asks) asked.push(ask)
         const now = Math.floor(Date.now() / 1000)
         return asks.map((ask) =>
           new Input.Input({

@@ -95,7 +95,9 @@ export const connect = (options: Options) =>
       if (call !== undefined) call.answeredAt = now()
       const error = (result as Record<string, unknown> | null)?.[rpcErrorMark]
       Runtime.runFork(runtime)(
-        post(error === undefined ? { jsonrpc: "2.0", id: message.id, result } : { jsonrpc: "2.0", id: message.id, error })
+        post(
+          error === undefined ? { jsonrpc: "2.0", id: message.id, result } : { jsonrpc: "2.0", id: message.id, error }
+        )
       )
     }
     void Http.readFrames(response, onFrame)

@@ -47,6 +47,8 @@ export interface RunContext {
   readonly signal: AbortSignal
   /** Sends `notifications/progress` when the caller asked for progress. */
   readonly progress: (progress: number) => Promise<void>
+  /** The request's `_meta` (the runtime's ids, and the answer to what the call asked before). */
+  readonly meta: Record<string, unknown>
 }
 
 export interface Tool extends ToolDefinition {
@@ -203,6 +205,7 @@ export const start = (options: Options = {}): Effect.Effect<McpTestServer, never
         const token = request.params._meta?.progressToken
         return tool.run(args, {
           signal: extra.signal,
+          meta: request.params._meta ?? {},
           progress: (progress) =>
             token === undefined
               ? Promise.resolve()

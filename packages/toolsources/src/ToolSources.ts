@@ -20,6 +20,7 @@ import { IdentityTokens } from "@agent-runtime/identity"
 import type { Scope } from "effect"
 import { Clock, Context, Deferred, Duration, Effect, FiberId, Layer, Redacted, Runtime, Schedule } from "effect"
 import * as Crypto from "node:crypto"
+import type * as Elicitation from "./Elicitation.ts"
 import * as Driver from "./internal/driver.ts"
 import * as Mcp from "./internal/mcp.ts"
 import * as OpenApi from "./internal/openapi.ts"
@@ -113,6 +114,8 @@ export interface CallResult {
    * `invalid_arguments` (not sent).
    */
   readonly code?: string
+  /** The tool needs a person first (see Elicitation): the call is made again with the answer. */
+  readonly ask?: Elicitation.Ask
 }
 
 export interface ListOptions {
@@ -123,6 +126,8 @@ export interface ListOptions {
 export interface CallOptions {
   /** An MCP server's progress notifications, as they come; each also restarts the call's deadline. */
   readonly onProgress?: (progress: unknown) => Effect.Effect<void>
+  /** The answer to what this call asked before (see Elicitation), when it is made again with it. */
+  readonly answer?: unknown
 }
 
 export interface Service {
@@ -357,7 +362,7 @@ export const make = (
         const listed = listing.tools.find((candidate) => candidate.name === tool)
         if (listed === undefined) return Outcome.unavailable(`the tool source ${source.name} offers no tool ${tool}`)
         entry.calls++
-        return yield* entry.driver.call(caller, listed, args, options?.onProgress).pipe(
+        return yield* entry.driver.call(caller, listed, args, options?.onProgress, options?.answer).pipe(
           Effect.ensuring(Effect.sync(() => entry.calls--))
         )
       }

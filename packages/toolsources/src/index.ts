@@ -1,1 +1,2 @@
+export * as Elicitation from "./Elicitation.ts"
 export * as ToolSources from "./ToolSources.ts"

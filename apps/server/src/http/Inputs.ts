@@ -33,7 +33,8 @@ export const layer = HttpApiBuilder.group(Api.Api, "inputs", (handlers) =>
         Effect.flatMap(Auth.CurrentPrincipal, (principal) =>
           Effect.map(
             agents.answer(principal.tenantId, path.id, [{ ...payload, id: path.inputId }], answeredBy(principal)),
-            (all) => answered(all, path.inputId)
+            (all) =>
+              answered(all, path.inputId)
           )))
       .handle("answerAll", ({ path, payload }) =>
         Effect.flatMap(Auth.CurrentPrincipal, (principal) =>

@@ -28,7 +28,8 @@ export interface Driver {
     caller: Caller,
     tool: SourceTool,
     args: Record<string, unknown>,
-    onProgress: ((progress: unknown) => Effect.Effect<void>) | undefined
+    onProgress: ((progress: unknown) => Effect.Effect<void>) | undefined,
+    answer?: unknown
   ) => Effect.Effect<CallResult>
   readonly close: Effect.Effect<void>
 }

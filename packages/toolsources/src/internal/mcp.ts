@@ -24,6 +24,7 @@ import { StreamableHTTPClientTransport, StreamableHTTPError } from "@modelcontex
 import { ErrorCode, McpError, type Tool } from "@modelcontextprotocol/sdk/types.js"
 import { Deferred, Duration, Effect, Either, FiberId, Runtime } from "effect"
 import * as Crypto from "node:crypto"
+import * as Elicitation from "../Elicitation.ts"
 import type { Caller, CallResult, McpSource, SourceTool } from "../ToolSources.ts"
 import * as Driver from "./driver.ts"
 import * as Names from "./names.ts"
@@ -266,6 +267,10 @@ export const driver = (
         return Outcome.timeout(total ? Driver.maxCallMs : deadlineMs)
       }
       if (error.code === ErrorCode.ConnectionClosed) return Outcome.connectionLost
+      if (error.code === Elicitation.inputRequiredCode) {
+        const ask = Elicitation.askOf(error.data)
+        return ask === undefined ? Outcome.failed(Elicitation.unusable) : { ...Outcome.result(ask.message, false), ask }
+      }
       return Outcome.failed(`The MCP server refused the call: ${error.message}`)
     }
     if (error instanceof StreamableHTTPError) {
@@ -281,7 +286,8 @@ export const driver = (
     caller: Caller,
     tool: SourceTool,
     args: Record<string, unknown>,
-    onProgress: ((progress: unknown) => Effect.Effect<void>) | undefined
+    onProgress: ((progress: unknown) => Effect.Effect<void>) | undefined,
+    answer: unknown
   ) =>
     Effect.async<CallResult>((resume, interrupted) => {
       const deadlineMs = tool.deadlineMs ?? defaultDeadlineMs
@@ -311,7 +317,11 @@ export const driver = (
         }
       })
       session.client.callTool(
-        { name: serverNames.get(tool.name) ?? tool.name, arguments: args, _meta: { [callIdKey]: callId } },
+        {
+          name: serverNames.get(tool.name) ?? tool.name,
+          arguments: args,
+          _meta: { [callIdKey]: callId, ...(answer === undefined ? {} : { [Elicitation.answerKey]: answer }) }
+        },
         undefined,
         {
           signal: AbortSignal.any([interrupted, abandon.signal]),
@@ -332,14 +342,14 @@ export const driver = (
 
   return {
     list,
-    call: (caller, tool, args, onProgress) =>
+    call: (caller, tool, args, onProgress, answer) =>
       Effect.suspend(() => {
         latest = caller
         return Effect.either(sessionNow)
       }).pipe(Effect.flatMap((session) =>
         Either.isLeft(session)
           ? Effect.succeed(Outcome.unavailable(`the MCP server could not be reached (${session.left.reason})`))
-          : callOn(session.right, caller, tool, args, onProgress)
+          : callOn(session.right, caller, tool, args, onProgress, answer)
       )),
     close: Effect.suspend(() => {
       closed = true
