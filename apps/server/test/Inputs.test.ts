@@ -14,8 +14,8 @@ import {
   TestDatabase,
   TestWorld
 } from "@agent-runtime/testing"
-import { McpError } from "@modelcontextprotocol/sdk/types.js"
 import { expect, it, layer } from "@effect/vitest"
+import { McpError } from "@modelcontextprotocol/sdk/types.js"
 import { Effect } from "effect"
 
 type Api = ReturnType<typeof Http.client>

@@ -66,13 +66,20 @@ const routes = [
   ["get", "/v1/agents/{id}/state"],
   ["get", "/v1/agents/{id}/history"],
   ["get", "/v1/agents/{id}/events"],
+  ["post", "/v1/agents/{id}/browser-tokens"],
+  ["get", "/v1/agents/{id}/inputs"],
+  ["post", "/v1/agents/{id}/inputs/{inputId}/answer"],
+  ["post", "/v1/agents/{id}/answers"],
   ["put", "/v1/agents/by-key/{key}"],
   ["get", "/v1/agents/{keyOrId}/credentials"],
   ["post", "/clients/{id}/requests"],
   ["get", "/clients/{id}/requests/{requestId}"],
   ["get", "/clients/{id}/events"],
   ["post", "/clients/{id}/mcp"],
-  ["get", "/clients/{id}/history"]
+  ["get", "/clients/{id}/history"],
+  ["get", "/clients/{id}/inputs"],
+  ["post", "/clients/{id}/inputs/{inputId}/answer"],
+  ["post", "/clients/{id}/answers"]
 ] as const
 
 layer(NodeLive, { excludeTestServices: true })("openapi", (it) => {
