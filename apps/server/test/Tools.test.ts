@@ -28,7 +28,8 @@ layer(TestWorld.layer(), { excludeTestServices: true })("tools", (it) => {
         status: "listed",
         tools: [
           { name: "web_fetch", exposure: "both", executionMode: "parallel" },
-          { name: "ask_user", excluded: expect.stringContaining("not available") }
+          // A question waits on a person: the model asks it directly, never from code.
+          { name: "ask_user", exposure: "direct", executionMode: "sequential" }
         ]
       }])
 
@@ -61,7 +62,7 @@ layer(TestWorld.layer(), { excludeTestServices: true })("tools", (it) => {
       // The model was given the tool, and got both results back in call order, as text without the page's script.
       const [first, second] = chatRequests(world.upstream).slice(before) as Array<any>
       // web_fetch is exposed both ways (the default up to 10 tools): directly, and to code through codemode.
-      expect(first.body.tools.map((tool: any) => tool.function.name)).toEqual(["web_fetch", "codemode"])
+      expect(first.body.tools.map((tool: any) => tool.function.name)).toEqual(["web_fetch", "ask_user", "codemode"])
       const results = second.body.messages.filter((message: any) => message.role === "tool")
       expect(results.map((message: any) => message.tool_call_id)).toEqual(["call_a", "call_b"])
       const resultText = JSON.stringify(results[0].content)

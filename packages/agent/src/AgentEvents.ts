@@ -32,8 +32,8 @@ const followIdleLimit = Duration.seconds(6)
 const ownerUnavailable = () =>
   new ApiError.Unavailable({ error: "the agent's runner did not answer in time; retry", retryAfter: 1 })
 
-/** A read from the agent's owner, bounded: an owner that is stopping or cut off must not hold the caller. */
-const fromOwner = <A, E, R>(effect: Effect.Effect<A, E, R>, limit: Duration.DurationInput = ownerAnswerLimit) =>
+/** A call to the agent's owner, bounded: an owner that is stopping or cut off must not hold the caller (503). */
+export const fromOwner = <A, E, R>(effect: Effect.Effect<A, E, R>, limit: Duration.DurationInput = ownerAnswerLimit) =>
   Effect.timeoutFail(effect, { duration: limit, onTimeout: ownerUnavailable })
 
 /** An SSE response body: written straight from the local log, or a stream of frames. */

@@ -729,11 +729,7 @@ export const make = Effect.gen(function*() {
     Effect.zipRight(
       live(tenantId, agentId),
       makeClient(agentId).Answer({ answers, by }).pipe(
-        Effect.timeoutFail({
-          duration: AgentEvents.ownerAnswerLimit,
-          onTimeout: () =>
-            new ApiError.Unavailable({ error: "the agent's runner did not answer in time; retry", retryAfter: 1 })
-        }),
+        AgentEvents.fromOwner,
         Effect.catchTags({
           AnswerRefused: (refused) => {
             const error = refused.message
@@ -910,11 +906,7 @@ export const make = Effect.gen(function*() {
     Effect.zipRight(
       live(tenantId, agentId),
       makeClient(agentId).Mcp({ connection, message }).pipe(
-        Effect.timeoutFail({
-          duration: AgentEvents.ownerAnswerLimit,
-          onTimeout: () =>
-            new ApiError.Unavailable({ error: "the agent's runner did not answer in time; retry", retryAfter: 1 })
-        }),
+        AgentEvents.fromOwner,
         Effect.catchTags({
           ConnectionUnknown: (error) => Effect.fail(new ApiError.NotFound({ error: error.message })),
           ConnectionReplaced: (error) => Effect.fail(new ApiError.ApplicationReplaced({ error: error.message })),
