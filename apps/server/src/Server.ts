@@ -53,6 +53,7 @@ import * as Health from "./http/Health.ts"
 import * as InputsHttp from "./http/Inputs.ts"
 import * as Me from "./http/Me.ts"
 import * as Models from "./http/Models.ts"
+import * as Page from "./http/Page.ts"
 import * as SchedulesHttp from "./http/Schedules.ts"
 import * as Tokens_ from "./http/Tokens.ts"
 import * as WellKnown from "./http/WellKnown.ts"
@@ -110,6 +111,7 @@ export const layerRestApp = HttpApiBuilder.serve((app) => HttpMiddleware.logger(
   Layer.provide([
     HttpApiBuilder.middlewareOpenApi({ path: "/v1/openapi.json" }),
     HttpApiScalar.layer({ path: "/docs" }),
+    Page.layer,
     Errors.layer
   ]),
   Layer.provide(layerApi)

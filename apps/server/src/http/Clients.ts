@@ -88,7 +88,8 @@ export const layer = HttpApiBuilder.group(Api.Api, "clients", (handlers) =>
         Effect.flatMap(Auth.CurrentAgent, ({ agentId, tenantId }) =>
           Effect.map(
             agents.answer(tenantId, agentId, [{ ...payload, id: path.inputId }], { via: "agent" }),
-            (all) => answered(all, path.inputId)
+            (all) =>
+              answered(all, path.inputId)
           )))
       .handle("answerAll", ({ payload }) =>
         Effect.flatMap(Auth.CurrentAgent, ({ agentId, tenantId }) =>
