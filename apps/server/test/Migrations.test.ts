@@ -23,7 +23,7 @@ const migrated = (url: string) => Migrations.run(...migrations).pipe(Effect.prov
  * had a step on it): a database the list made gets them when taken over, so
  * they are left out where it is compared with what the list made.
  */
-const sinceTheList = ["identity_keys", "definitions", "definition_revisions", "schedules"]
+const sinceTheList = ["identity_keys", "definitions", "definition_revisions", "schedules", "agent_inputs"]
 
 /** Columns added since the list to tables it made (agents' application tools): likewise left out. */
 const columnsSinceTheList = ["application_tools", "tools_hash", "connection"].map((column) => `agents.${column}`)
