@@ -259,9 +259,10 @@ export const layer = Layer.unwrapEffect(Effect.map(Agent.client, (makeClient) =>
       const runOne = (row: RequestRow) =>
         Effect.gen(function*() {
           active = row.id
-          const input = row.input as unknown as { readonly text?: string } & Pick<Turn.TurnInput, "metadata" | "from">
+          const input = row.input as unknown as
+            & { readonly text?: string; readonly actor?: string; readonly suspension?: string }
+            & Pick<Turn.TurnInput, "metadata" | "from">
           const resumed = row.state === "running"
-          const input_ = row.input as { readonly actor?: string; readonly suspension?: string }
           const began = row.beganIndex ?? history.length
           let unjournaled: Array<Turn.Steered> = []
           if (resumed) {
@@ -306,18 +307,18 @@ export const layer = Layer.unwrapEffect(Effect.map(Agent.client, (makeClient) =>
               requestId: row.id,
               // A resume goes on from the answers, without a new user message.
               continue: row.method === "continue" || row.method === "resume",
-              suspension: input_.suspension,
+              suspension: input.suspension,
               resume: resumed ? { began, unjournaled } : undefined,
               text: input.text ?? "",
               code: (row.input as { code?: string }).code,
               metadata: input.metadata,
               from: input.from,
-              actor: (row.input as { actor?: string }).actor,
+              actor: input.actor,
               origin: row.method,
               application: declared.length === 0 ? undefined : {
                 tools: application.tools(declared, {
                   requestId: row.id,
-                  actor: (row.input as { actor?: string }).actor ?? input.from?.id,
+                  actor: input.actor ?? input.from?.id,
                   origin: row.method,
                   waitForConnection: (row.input as { allowDisconnected?: boolean }).allowDisconnected !== true
                 }),
@@ -354,7 +355,7 @@ export const layer = Layer.unwrapEffect(Effect.map(Agent.client, (makeClient) =>
               history: () => history,
               askInputs: (asks) =>
                 Effect.gen(function*() {
-                  const asker = input_.actor ?? input.from?.id
+                  const asker = input.actor ?? input.from?.id
                   const humanInput = agent.config.humanInput
                   yield* fenced(inputStore.ask(agent.tenantId, agentId, row.id, asks, {
                     audience: asker === undefined ? [] : [asker],
