@@ -353,12 +353,7 @@ const newAgent = (api: Api, token: string, json: Record<string, unknown>) =>
     return made.body.id as string
   })
 
-const prompt = (api: Api, token: string, agentId: string, json: Record<string, unknown>) =>
-  Effect.gen(function*() {
-    const accepted = yield* api.post(`/v1/agents/${agentId}/prompt`, { token, json })
-    expect(accepted.status, accepted.text).toBe(202)
-    return yield* Http.settled(api, token, agentId, accepted.body.id)
-  })
+const prompt = Http.prompted
 
 const waitForForwarded = (app: Application, count: number) =>
   Http.waitFor(() => Effect.succeed(app.forwarded.length >= count), `${count} answer(s) forwarded`)

@@ -39,12 +39,7 @@ const setup = (name: string) =>
     return { world, api, token, define }
   })
 
-const prompt = (api: Api, token: string, agentId: string, json: Record<string, unknown>) =>
-  Effect.gen(function*() {
-    const accepted = yield* api.post(`/v1/agents/${agentId}/prompt`, { token, json })
-    expect(accepted.status, accepted.text).toBe(202)
-    return yield* Http.settled(api, token, agentId, accepted.body.id)
-  })
+const prompt = Http.prompted
 
 /** A sub-agent's run of its task (its one request). */
 const delegated = (api: Api, token: string, agentId: string) =>

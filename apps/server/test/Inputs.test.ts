@@ -38,12 +38,7 @@ const setup = (name: string) =>
     return { world, api, token, define, agent }
   })
 
-const prompt = (api: Api, token: string, agentId: string, json: Record<string, unknown>) =>
-  Effect.gen(function*() {
-    const accepted = yield* api.post(`/v1/agents/${agentId}/prompt`, { token, json })
-    expect(accepted.status, accepted.text).toBe(202)
-    return yield* Http.settled(api, token, agentId, accepted.body.id)
-  })
+const prompt = Http.prompted
 
 const answer = (api: Api, token: string, agentId: string, inputId: string, json: Record<string, unknown>) =>
   api.post(`/v1/agents/${agentId}/inputs/${inputId}/answer`, { token, json })

@@ -3,6 +3,7 @@
  * their history, and the blocks of event ids they hand out. Whatever node
  * owns an agent rebuilds its state from here.
  */
+import { ApiError } from "@agent-runtime/domain"
 import { SqlClient, type Statement } from "@effect/sql"
 import { Context, Effect, flow, Layer, Option, Schema } from "effect"
 import { Fenced, PersistenceError } from "./AgentError.ts"
@@ -590,5 +591,16 @@ export const make = Effect.gen(function*() {
     messages: flow(messages, PersistenceError.refail)
   })
 })
+
+/** A live agent of the tenant: NotFound when it has none by that id, Gone once it expired. */
+export const findLive = (store: AgentStore["Type"], tenantId: string, id: string) =>
+  Effect.gen(function*() {
+    const agent = yield* store.find(tenantId, id)
+    if (Option.isNone(agent)) return yield* new ApiError.NotFound({ error: `no agent ${id}` })
+    if (agent.value.expiresAt !== null && agent.value.expiresAt * 1000 <= Date.now()) {
+      return yield* new ApiError.Gone({ error: `agent ${id} expired` })
+    }
+    return agent.value
+  })
 
 export const layer: Layer.Layer<AgentStore, never, SqlClient.SqlClient> = Layer.effect(AgentStore, make)

@@ -27,7 +27,7 @@ import {
 } from "./Agent.ts"
 import { PersistenceError } from "./AgentError.ts"
 import * as AgentEvents from "./AgentEvents.ts"
-import { type AgentConfig, type AgentRow, AgentStore } from "./AgentStore.ts"
+import { type AgentConfig, type AgentRow, AgentStore, findLive } from "./AgentStore.ts"
 import * as AgentTokens from "./AgentTokens.ts"
 import * as ApplicationConnection from "./ApplicationConnection.ts"
 import { Definitions } from "./Definitions.ts"
@@ -253,15 +253,7 @@ export const make = Effect.gen(function*() {
   const usage = yield* UsageLog.UsageLog
   const makeClient = yield* Agent.client
 
-  const live = (tenantId: string, id: string) =>
-    Effect.gen(function*() {
-      const agent = yield* store.find(tenantId, id)
-      if (Option.isNone(agent)) return yield* new ApiError.NotFound({ error: `no agent ${id}` })
-      if (agent.value.expiresAt !== null && agent.value.expiresAt * 1000 <= Date.now()) {
-        return yield* new ApiError.Gone({ error: `agent ${id} expired` })
-      }
-      return agent.value
-    })
+  const live = (tenantId: string, id: string) => findLive(store, tenantId, id)
 
   const resumeOf = (agent: AgentRow) =>
     agent.resumeFailures === 0 || agent.resumeAfter === null

@@ -18,7 +18,7 @@ import type { Scope } from "effect"
 import { Context, Effect, Layer, Option, Schema } from "effect"
 import { Buffer } from "node:buffer"
 import * as AgentEvents from "./AgentEvents.ts"
-import { AgentStore } from "./AgentStore.ts"
+import { AgentStore, findLive } from "./AgentStore.ts"
 import type * as EventLog from "./EventLog.ts"
 
 export const prefix = "abt_"
@@ -81,14 +81,7 @@ export const make = Effect.gen(function*() {
   const events = yield* AgentEvents.AgentEvents
 
   const live = (tenantId: string, agentId: string) =>
-    Effect.gen(function*() {
-      const agent = yield* Effect.orDie(store.find(tenantId, agentId))
-      if (Option.isNone(agent)) return yield* new ApiError.NotFound({ error: `no agent ${agentId}` })
-      if (agent.value.expiresAt !== null && agent.value.expiresAt * 1000 <= Date.now()) {
-        return yield* new ApiError.Gone({ error: `agent ${agentId} expired` })
-      }
-      return agent.value
-    })
+    findLive(store, tenantId, agentId).pipe(Effect.catchTag("PersistenceError", Effect.die))
 
   const issue = (tenantId: string, agentId: string, input: Session.BrowserTokenInput) =>
     Effect.gen(function*() {

@@ -81,6 +81,21 @@ export const settled = (api: ReturnType<typeof client>, token: string, agentId: 
     return yield* Effect.die(new Error(`request ${requestId} did not settle`))
   })
 
+/** Sends a prompt and answers its request once settled; dies unless the prompt is accepted (202). */
+export const prompted = (
+  api: ReturnType<typeof client>,
+  token: string,
+  agentId: string,
+  json: Record<string, unknown>
+) =>
+  Effect.gen(function*() {
+    const accepted = yield* api.post(`/v1/agents/${agentId}/prompt`, { token, json })
+    if (accepted.status !== 202) {
+      return yield* Effect.die(new Error(`the prompt answered ${accepted.status}: ${accepted.text}`))
+    }
+    return yield* settled(api, token, agentId, accepted.body.id)
+  })
+
 /** Checks every 100 ms until `check` holds; dies naming `what` after `timeoutMs`. */
 export const waitFor = (check: () => Effect.Effect<boolean, any>, what: string, timeoutMs = 20_000) =>
   Effect.gen(function*() {
