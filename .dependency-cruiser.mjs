@@ -4,7 +4,8 @@
  *
  * Packages, bottom to top; a package imports only packages of lower layers:
  *
- *   domain  ->  store, egress, codemode  ->  accounts, models, identity  ->  toolsources  ->  agent, gateway
+ *   domain  ->  store, egress, codemode  ->  webhooks  ->  accounts, models, identity  ->  toolsources
+ *     ->  agent, gateway
  *     ->  apps/server
  *
  * `sdk` (the client SDK, published on its own) imports only `domain`, and no
@@ -27,6 +28,7 @@ import * as Path from "node:path"
 const layers = [
   ["domain"],
   ["store", "egress", "codemode"],
+  ["webhooks"],
   ["accounts", "models", "identity"],
   ["toolsources"],
   ["agent", "gateway"]

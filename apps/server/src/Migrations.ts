@@ -11,9 +11,11 @@ import { GatewayMigrations } from "@agent-runtime/gateway"
 import { IdentityMigrations } from "@agent-runtime/identity"
 import { ModelsMigrations } from "@agent-runtime/models"
 import type { Migrations } from "@agent-runtime/store"
+import { WebhookMigrations } from "@agent-runtime/webhooks"
 
 export const migrations: ReadonlyArray<Migrations.Migrations> = [
   AccountsMigrations.migrations,
+  WebhookMigrations.migrations,
   ModelsMigrations.migrations,
   AgentMigrations.migrations,
   GatewayMigrations.migrations,

@@ -36,6 +36,7 @@ import {
 } from "@agent-runtime/models"
 import { Database, DatabaseHealth, SealedSecret } from "@agent-runtime/store"
 import { ToolSources } from "@agent-runtime/toolsources"
+import { WebhookDelivery, WebhookEndpoints } from "@agent-runtime/webhooks"
 import { RunnerAddress, ShardingConfig, SqlMessageStorage, SqlRunnerStorage } from "@effect/cluster"
 import { HttpApiBuilder, HttpApiScalar, HttpMiddleware, HttpServer } from "@effect/platform"
 import { NodeClusterHttp, NodeHttpServer } from "@effect/platform-node"
@@ -56,6 +57,7 @@ import * as Models from "./http/Models.ts"
 import * as Page from "./http/Page.ts"
 import * as SchedulesHttp from "./http/Schedules.ts"
 import * as Tokens_ from "./http/Tokens.ts"
+import * as WebhooksHttp from "./http/Webhooks.ts"
 import * as WellKnown from "./http/WellKnown.ts"
 import { migrations } from "./Migrations.ts"
 import * as Readiness from "./Readiness.ts"
@@ -97,6 +99,7 @@ const layerApi = HttpApiBuilder.api(Api.Api).pipe(
     SchedulesHttp.layer,
     Clients.layer,
     Admin.layer,
+    WebhooksHttp.layer,
     WellKnown.layer
   ]),
   Layer.provide([Authentication.layer, Authentication.layerOperator, Authentication.layerAgent])
@@ -202,6 +205,14 @@ const layerAgentsOn = <ROut, E, RIn>(cluster: Layer.Layer<ROut, E, RIn>) =>
     Layer.provideMerge(Layer.mergeAll(AgentStore.layer, Drain.Drain.Default, Definitions.layer, Schedules.layer))
   )
 
+/** Webhook senders, holding their endpoints' leases under the runner's address. */
+const layerWebhookDelivery = Layer.unwrapEffect(
+  Effect.map(
+    ServerConfig.ServerConfig,
+    (config) => WebhookDelivery.layerConfig({ holder: `${config.runnerAddress.host}:${config.runnerAddress.port}` })
+  )
+)
+
 /**
  * Everything a node needs but its configuration, logger and database, on a
  * cluster runner (Sharding, the cluster's Runners, ShardingConfig): the
@@ -209,6 +220,7 @@ const layerAgentsOn = <ROut, E, RIn>(cluster: Layer.Layer<ROut, E, RIn>) =>
  */
 export const layerServicesOn = <ROut, E, RIn>(cluster: Layer.Layer<ROut, E, RIn>) =>
   layerAgentsOn(cluster).pipe(
+    Layer.provideMerge(Layer.mergeAll(WebhookEndpoints.layer, layerWebhookDelivery)),
     Layer.provideMerge(
       Layer.mergeAll(
         Tenants.Tenants.Default,

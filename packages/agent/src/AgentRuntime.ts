@@ -32,6 +32,7 @@ import * as ApplicationConnection from "./ApplicationConnection.ts"
 import { Drain } from "./Drain.ts"
 import * as EventLog from "./EventLog.ts"
 import * as Inputs from "./Inputs.ts"
+import * as RunEvents from "./RunEvents.ts"
 import * as RunnerReports from "./RunnerReports.ts"
 import * as Turn from "./Turn.ts"
 
@@ -281,7 +282,7 @@ export const layer = Layer.unwrapEffect(Effect.map(Agent.client, (makeClient) =>
               inHistory.has(prompt.id) ? [] : [{ requestId: prompt.id, ...(prompt.input as any) }]
             )
             // Another node began this turn: continue from what it journaled.
-            yield* fenced(store.markResumed(agentId, row.id))
+            yield* fenced(store.markResumed(agentId, row.id, RunEvents.started(agent.tenantId, row)))
             yield* Effect.logInfo("turn resumed here").pipe(Effect.annotateLogs({
               agentId,
               requestId: row.id,
@@ -294,7 +295,7 @@ export const layer = Layer.unwrapEffect(Effect.map(Agent.client, (makeClient) =>
               ...(row.handoff === null ? {} : { handoff: row.handoff })
             })
           } else {
-            yield* fenced(store.markRunning(agentId, row.id, history.length))
+            yield* fenced(store.markRunning(agentId, row.id, history.length, RunEvents.started(agent.tenantId, row)))
           }
           activeBegan = began
           aborting = false
@@ -416,11 +417,11 @@ export const layer = Layer.unwrapEffect(Effect.map(Agent.client, (makeClient) =>
                 ? { result: { messages: history.length, error: "aborted" }, error: "aborted", code: "aborted" }
                 : { error: `the runtime could not run the turn: ${Cause.pretty(cause).split("\n")[0]}` }
           })
-          yield* settle(row.id, stored)
+          yield* settle(row, stored)
           // Steered prompts the turn took (here or on a node before) end with it; those it did not reach
           // run as their own turns.
           for (const steered of yield* journal(store.steeredInto(agentId, row.id))) {
-            yield* settle(steered.id, stored, row.id)
+            yield* settle(steered, stored, row.id)
           }
           taken = []
           pending.unshift(...steering)
@@ -449,11 +450,12 @@ export const layer = Layer.unwrapEffect(Effect.map(Agent.client, (makeClient) =>
         })
 
       /** Ends a request with its outcome and tells watchers. */
-      const settle = (requestId: string, outcome: Record<string, unknown>, steeredInto?: string) =>
+      const settle = (row: RequestRow, outcome: Record<string, unknown>, steeredInto?: string) =>
         Effect.gen(function*() {
-          yield* fenced(store.complete(agentId, requestId, outcome, steeredInto))
-          const finished = Option.getOrThrow(yield* journal(store.getRequest(agentId, requestId)))
-          yield* term.log.publish({ type: "response", id: requestId, outcome: toRecord(finished).outcome })
+          const report = RunEvents.ended(agent.tenantId, row, outcome, usage.runUsage(agentId, row.id), steeredInto)
+          yield* fenced(store.complete(agentId, row.id, outcome, report, steeredInto))
+          const finished = Option.getOrThrow(yield* journal(store.getRequest(agentId, row.id)))
+          yield* term.log.publish({ type: "response", id: row.id, outcome: toRecord(finished).outcome })
           return finished
         })
 
@@ -473,7 +475,7 @@ export const layer = Layer.unwrapEffect(Effect.map(Agent.client, (makeClient) =>
             input
           }))
           if (row.state === "completed" || row.fingerprint !== payload.fingerprint) return toRecord(row)
-          return toRecord(yield* settle(row.id, { result: yield* apply }))
+          return toRecord(yield* settle(row, { result: yield* apply }))
         })
 
       // The runner: one request at a time, in arrival order. The entity is kept alive while a turn runs; the
@@ -600,7 +602,7 @@ export const layer = Layer.unwrapEffect(Effect.map(Agent.client, (makeClient) =>
               pending.length = 0
               steering = []
               for (const row of cancelled) {
-                yield* settle(row.id, { error: "cancelled by an abort request", code: "cancelled" })
+                yield* settle(row, { error: "cancelled by an abort request", code: "cancelled" })
               }
               const stopped = active
               if (activeTurn !== undefined) {

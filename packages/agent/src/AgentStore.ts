@@ -4,6 +4,7 @@
  * owns an agent rebuilds its state from here.
  */
 import { ApiError } from "@agent-runtime/domain"
+import { Outbox } from "@agent-runtime/webhooks"
 import { SqlClient, type Statement } from "@effect/sql"
 import { Context, Effect, flow, Layer, Option, Schema } from "effect"
 import { Fenced, PersistenceError } from "./AgentError.ts"
@@ -134,7 +135,9 @@ export const eventBlockSize = 100_000
  * A journal write that happens only under `guard`, a condition `fenced`
  * supplies: it holds while the writer's epoch is still the agent's.
  */
-export type Write = (guard: Statement.Fragment) => Statement.Statement<unknown>
+export type Write = (
+  guard: Statement.Fragment
+) => Statement.Statement<unknown> | ReadonlyArray<Statement.Statement<unknown>>
 
 /** A new agent's row; the store sets its times. */
 export interface NewAgent extends
@@ -229,9 +232,10 @@ export class AgentStore extends Context.Tag("@agent-runtime/agent/AgentStore")<A
    * statement; a stale owner's write fails with Fenced and changes nothing.
    */
   readonly fenced: (agentId: string, epoch: number, write: Write) => Effect.Effect<void, Fenced | PersistenceError>
-  readonly markRunning: (agentId: string, id: string, beganIndex: number) => Write
-  /** A node took over the running turn: its handoff note is consumed. */
-  readonly markResumed: (agentId: string, id: string) => Write
+  /** The request's turn begins; `report` (run.started) is written with it, once. */
+  readonly markRunning: (agentId: string, id: string, beganIndex: number, report: Outbox.NewEvent) => Write
+  /** A node took over the running turn: its handoff note is consumed; `report` gets the count of `resumes`. */
+  readonly markResumed: (agentId: string, id: string, report: Outbox.NewEvent) => Write
   /** The owner stops the running turn between steps, for another node to continue it. */
   readonly markHandoff: (agentId: string, id: string, reason: string) => Write
   /** Steered prompts a running turn took: they end with it. */
@@ -239,7 +243,14 @@ export class AgentStore extends Context.Tag("@agent-runtime/agent/AgentStore")<A
   /** Recorded before a tool call is sent: a call with a start and no result has an unknown outcome. */
   readonly startToolCall: (agentId: string, requestId: string, toolCallId: string, tool: string) => Write
   readonly finishToolCall: (agentId: string, toolCallId: string, result: unknown) => Write
-  readonly complete: (agentId: string, id: string, outcome: Record<string, unknown>, steeredInto?: string) => Write
+  /** Settles the request; `report` (run.completed or run.failed) is written with it, once. */
+  readonly complete: (
+    agentId: string,
+    id: string,
+    outcome: Record<string, unknown>,
+    report: Outbox.NewEvent | undefined,
+    steeredInto?: string
+  ) => Write
   readonly updateConfig: (agentId: string, config: AgentConfig) => Write
   /** The tools the application listed, and their hash. */
   readonly setApplicationTools: (agentId: string, tools: ReadonlyArray<ApplicationTool>, hash: string) => Write
@@ -443,20 +454,51 @@ export const make = Effect.gen(function*() {
   ) =>
     sql<{ epoch: number | null }>`
       WITH fence AS (SELECT owner_epoch FROM agents WHERE id = ${agentId} FOR NO KEY UPDATE),
-        written AS (${write(sql`EXISTS (SELECT 1 FROM fence WHERE owner_epoch = ${epoch})`)})
+        ${
+      sql.csv(
+        [write(sql`EXISTS (SELECT 1 FROM fence WHERE owner_epoch = ${epoch})`)].flat().map((statement, index) =>
+          sql`${sql(`written_${index}`)} AS (${statement})`
+        )
+      )
+    }
       SELECT (SELECT owner_epoch::float8 FROM fence) AS epoch`.pipe(
       Effect.flatMap((rows) => rows[0]?.epoch === epoch ? Effect.void : Effect.fail(new Fenced({ agentId, epoch }))),
       Effect.catchTag("SqlError", (cause) => Effect.fail(new PersistenceError({ cause })))
     )
 
-  const markRunning = (agentId: string, id: string, beganIndex: number): Write => (guard) =>
+  /**
+   * The request's event, written only where `guard` holds and the request is in one of `states`: the
+   * statement's snapshot is the one its update sees, so the event goes with the change and only with it.
+   */
+  const reported = (
+    guard: Statement.Fragment,
+    agentId: string,
+    id: string,
+    states: ReadonlyArray<string>,
+    report: Outbox.NewEvent
+  ) =>
+    Outbox.insert(sql, [{
+      ...report,
+      when: sql`${guard} AND EXISTS (SELECT 1 FROM agent_requests
+        WHERE agent_id = ${agentId} AND id = ${id} AND state IN ${sql.in(states)})`
+    }])
+
+  const markRunning = (agentId: string, id: string, beganIndex: number, report: Outbox.NewEvent): Write => (guard) => [
     sql`UPDATE agent_requests SET state = 'running', began_index = ${beganIndex}, began_at = coalesce(began_at, now())
-      WHERE agent_id = ${agentId} AND id = ${id} AND ${guard}`
+      WHERE agent_id = ${agentId} AND id = ${id} AND ${guard}`,
+    reported(guard, agentId, id, ["queued"], report)
+  ]
 
   /** A node took over the running turn: its handoff note is consumed. */
-  const markResumed = (agentId: string, id: string): Write => (guard) =>
+  const markResumed = (agentId: string, id: string, report: Outbox.NewEvent): Write => (guard) => [
     sql`UPDATE agent_requests SET handoff = NULL, resumes = resumes + 1
-      WHERE agent_id = ${agentId} AND id = ${id} AND ${guard}`
+      WHERE agent_id = ${agentId} AND id = ${id} AND ${guard}`,
+    reported(guard, agentId, id, ["running"], {
+      ...report,
+      merge: sql`jsonb_build_object('resumes', (SELECT resumes + 1 FROM agent_requests
+        WHERE agent_id = ${agentId} AND id = ${id}))`
+    })
+  ]
 
   /** The owner stops the running turn between steps, for another node to continue it. */
   const markHandoff = (agentId: string, id: string, reason: string): Write => (guard) =>
@@ -484,11 +526,19 @@ export const make = Effect.gen(function*() {
       Effect.map((rows) => new Map(rows.map((row) => [row.toolCallId, row.result === null ? { tool: row.tool } : row])))
     )
 
-  const complete =
-    (agentId: string, id: string, outcome: Record<string, unknown>, steeredInto?: string): Write => (guard) =>
-      sql`UPDATE agent_requests SET state = 'completed', outcome = ${JSON.stringify(outcome)}::jsonb,
+  const complete = (
+    agentId: string,
+    id: string,
+    outcome: Record<string, unknown>,
+    report: Outbox.NewEvent | undefined,
+    steeredInto?: string
+  ): Write =>
+  (guard) => [
+    sql`UPDATE agent_requests SET state = 'completed', outcome = ${JSON.stringify(outcome)}::jsonb,
         steered_into = coalesce(${steeredInto ?? null}, steered_into), ended_at = now()
-      WHERE agent_id = ${agentId} AND id = ${id} AND state <> 'completed' AND ${guard}`
+      WHERE agent_id = ${agentId} AND id = ${id} AND state <> 'completed' AND ${guard}`,
+    ...(report === undefined ? [] : [reported(guard, agentId, id, ["queued", "running"], report)])
+  ]
 
   /** Agents with work not yet completed: what a restarted cluster must pick up again. */
   /**

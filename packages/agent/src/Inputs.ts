@@ -10,6 +10,7 @@
  */
 import { CanonicalJson, Input } from "@agent-runtime/domain"
 import { DatabaseHealth } from "@agent-runtime/store"
+import { Outbox } from "@agent-runtime/webhooks"
 import { SqlClient } from "@effect/sql"
 import { Ajv } from "ajv"
 import { Context, Duration, Effect, flow, Layer, Schedule } from "effect"
@@ -243,23 +244,40 @@ export const make = Effect.gen(function*() {
     asks: ReadonlyArray<Ask>,
     responders: Responders
   ): Write =>
-  (guard) =>
-    sql`INSERT INTO agent_inputs (id, agent_id, tenant_id, request_id, tool_call_id, kind, message, detail, audience,
+  (guard) => {
+    const expiresAt = sql`now() + make_interval(secs => ${responders.lifetimeSeconds})`
+    return [
+      sql`INSERT INTO agent_inputs (id, agent_id, tenant_id, request_id, tool_call_id, kind, message, detail, audience,
         approvers, expires_at)
       SELECT a.id, ${agentId}, ${tenantId}, ${requestId}, a.tool_call_id, a.kind, a.message, a.detail,
-        ${JSON.stringify(responders.audience)}::jsonb, ${JSON.stringify(responders.approvers)}::jsonb,
-        now() + make_interval(secs => ${responders.lifetimeSeconds})
+        ${JSON.stringify(responders.audience)}::jsonb, ${JSON.stringify(responders.approvers)}::jsonb, ${expiresAt}
       FROM jsonb_to_recordset(${
-      JSON.stringify(asks.map((asked) => ({
-        id: inputId(agentId, requestId, asked.toolCallId),
-        tool_call_id: asked.toolCallId,
-        kind: asked.kind,
-        message: asked.message,
-        detail: asked.detail
-      })))
-    }::jsonb) AS a(id text, tool_call_id text, kind text, message text, detail jsonb)
+        JSON.stringify(asks.map((asked) => ({
+          id: inputId(agentId, requestId, asked.toolCallId),
+          tool_call_id: asked.toolCallId,
+          kind: asked.kind,
+          message: asked.message,
+          detail: asked.detail
+        })))
+      }::jsonb) AS a(id text, tool_call_id text, kind text, message text, detail jsonb)
       WHERE ${guard}
-      ON CONFLICT (id) DO NOTHING`
+      ON CONFLICT (id) DO NOTHING`,
+      // input.requested for each input this write makes (not for one a repeated write finds made).
+      Outbox.insert(
+        sql,
+        asks.map((asked): Outbox.NewEvent => {
+          const id = inputId(agentId, requestId, asked.toolCallId)
+          return {
+            tenantId,
+            type: "input.requested",
+            data: { agentId, requestId, inputId: id, toolCallId: asked.toolCallId, kind: asked.kind },
+            merge: sql`jsonb_build_object('expiresAt', floor(extract(epoch from ${expiresAt})))`,
+            when: sql`${guard} AND NOT EXISTS (SELECT 1 FROM agent_inputs WHERE id = ${id})`
+          }
+        })
+      )
+    ]
+  }
 
   const forRequest = (agentId: string, requestId: string) =>
     sql<InputRow>`SELECT ${fields} FROM agent_inputs WHERE agent_id = ${agentId} AND request_id = ${requestId}
@@ -296,7 +314,18 @@ export const make = Effect.gen(function*() {
         FROM jsonb_to_recordset(${JSON.stringify(changes)}::jsonb) AS c(id text, state text, answer jsonb)
         WHERE i.agent_id = ${agentId} AND i.id = c.id AND i.state = 'pending'`.pipe(
         Effect.zipRight(sql<InputRow>`SELECT ${fields} FROM agent_inputs
-          WHERE agent_id = ${agentId} AND id IN ${sql.in(changes.map((change) => change.id))} ORDER BY id`)
+          WHERE agent_id = ${agentId} AND id IN ${sql.in(changes.map((change) => change.id))} ORDER BY id`),
+        // In the settling's transaction; the callers change only inputs they locked pending.
+        Effect.tap((rows) =>
+          Outbox.insert(
+            sql,
+            rows.map((row): Outbox.NewEvent => ({
+              tenantId: row.tenantId,
+              type: "input.resolved",
+              data: { agentId, requestId: row.requestId, inputId: row.id, state: row.state }
+            }))
+          )
+        )
       )
 
   /**

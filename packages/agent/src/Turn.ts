@@ -199,6 +199,15 @@ const compactionPrompt =
   "Summarize the conversation above for your own later use: the user's goals, decisions made, facts learned, " +
   "open questions and work in progress. Be complete but brief; the summary replaces the conversation."
 
+/** Who a response's usage is counted for: the agent, the run, and who acts in it. */
+const usageOf = (input: TurnInput) => ({
+  agentId: input.agentId,
+  requestId: input.requestId,
+  subject: input.config.subject,
+  actor: input.actor ?? input.from?.id,
+  context: input.config.context
+})
+
 const runErrorCode = (error: ModelError.ModelError) =>
   error._tag === "ModelKeyMissing"
     ? "model_key_missing"
@@ -446,7 +455,7 @@ export const run = (input: TurnInput, hooks: TurnHooks) =>
             messages: [...context, { role: "user", content: compactionPrompt, timestamp: Date.now() }]
           },
           modelHeaders: input.config.modelHeaders,
-          usage: { kind: "compaction", agentId: input.agentId, requestId: input.requestId }
+          usage: { kind: "compaction", ...usageOf(input) }
         }).pipe(Effect.either)
         if (summary._tag === "Left") {
           yield* event("compaction_end", { skipped: summary.left.message })
@@ -742,7 +751,7 @@ export const run = (input: TurnInput, hooks: TurnHooks) =>
           ? undefined
           : input.config.thinkingLevel as ModelClient.ThinkingLevel,
         modelHeaders: input.config.modelHeaders,
-        usage: { kind: "response", agentId: input.agentId, requestId: input.requestId }
+        usage: { kind: "response", ...usageOf(input) }
       }).pipe(
         Stream.runFoldEffect(
           Option.none<ModelClient.AssistantMessage>(),

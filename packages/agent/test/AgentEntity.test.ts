@@ -16,6 +16,7 @@ import { IdentityMigrations, IdentityTokens } from "@agent-runtime/identity"
 import { ModelsMigrations, UsageLog } from "@agent-runtime/models"
 import { Database, SealedSecret } from "@agent-runtime/store"
 import { AgentFixtures, TestDatabase, ToolServer } from "@agent-runtime/testing"
+import { WebhookMigrations } from "@agent-runtime/webhooks"
 import { ShardingConfig, TestRunner } from "@effect/cluster"
 import { expect, layer } from "@effect/vitest"
 import { Effect, Fiber, Layer, Option, Redacted, Schedule, Stream } from "effect"
@@ -36,6 +37,7 @@ const DatabaseLive = Layer.unwrapEffect(
     Database.layerClient(Redacted.make(url), {
       migrations: [
         AccountsMigrations.migrations,
+        WebhookMigrations.migrations,
         ModelsMigrations.migrations,
         AgentMigrations.migrations,
         IdentityMigrations.migrations
@@ -356,7 +358,7 @@ layer(EntityLive, { timeout: 60_000, excludeTestServices: true })("Agent entity"
       model.script({ text: "Picked up where it stopped." })
       const pages = yield* ToolServer.start
       // Made, not yet messaged: the entity is built on the first message.
-      const { agentId, client } = yield* newAgent("resume", { builtins: ["web_fetch"] })
+      const { agentId, client, tenantId } = yield* newAgent("resume", { builtins: ["web_fetch"] })
       // A runner that is gone now claimed the agent, began the turn, journaled the model's tool call and sent it,
       // and was lost before its result came back.
       const store = yield* AgentStore.AgentStore
@@ -369,7 +371,7 @@ layer(EntityLive, { timeout: 60_000, excludeTestServices: true })("Agent entity"
         input: { text: "fetch it" }
       })
       const write = (statement: AgentStore.Write) => store.fenced(agentId, lost.epoch, statement)
-      yield* write(store.markRunning(agentId, "req_lost", 0))
+      yield* write(store.markRunning(agentId, "req_lost", 0, { tenantId, type: "run.started", data: {} }))
       yield* write(
         store.appendMessage(agentId, 0, "req_lost", {
           role: "user",

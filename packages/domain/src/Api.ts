@@ -39,6 +39,21 @@ import { Schedule, ScheduleInput } from "./Schedule.ts"
 import { BrowserToken, BrowserTokenInput, EventPoll, HistoryPage, SessionState } from "./Session.ts"
 import { Tenant, TenantCreated, TenantInput } from "./Tenant.ts"
 import { Token, TokenCreated, TokenInput } from "./Token.ts"
+import {
+  AttemptParams,
+  DeliveryParams,
+  Resent,
+  UsageWebhook,
+  UsageWebhookCreated,
+  UsageWebhookInput,
+  WebhookAttempt,
+  WebhookDelivery,
+  WebhookEndpoint,
+  WebhookEndpointCreated,
+  WebhookEndpointInput,
+  WebhookEndpointUpdate,
+  WebhookSecret
+} from "./Webhook.ts"
 
 const idParam = HttpApiSchema.param("id", Schema.String)
 const providerParam = HttpApiSchema.param("provider", Schema.String)
@@ -723,6 +738,110 @@ export class ClientsGroup extends HttpApiGroup.make("clients")
   )
 {}
 
+const webhookParam = HttpApiSchema.param("webhookId", Schema.String)
+const eventParam = HttpApiSchema.param("eventId", Schema.String)
+
+const attempts = <const Name extends string>(name: Name, root: `/${string}`) =>
+  HttpApiEndpoint.get(name, `${root}/webhooks/:webhookId/attempts`)
+    .setPath(Schema.Struct({ webhookId: Schema.String }))
+    .setUrlParams(AttemptParams)
+    .addSuccess(List(WebhookAttempt))
+    .addError(ApiError.NotFound.Wire)
+    .annotate(
+      OpenApi.Description,
+      "An endpoint's latest delivery attempts, newest first (status, latency, why it did not count, next try); " +
+        "also for the usage webhook's id."
+    )
+
+export class WebhooksGroup extends HttpApiGroup.make("webhooks")
+  .add(
+    HttpApiEndpoint.post("create", "/v1/webhooks")
+      .setPayload(WebhookEndpointInput)
+      .addSuccess(WebhookEndpointCreated, created)
+      .addError(ApiError.Conflict.Wire)
+      .annotate(
+        OpenApi.Description,
+        "Registers an endpoint (https, a public address; at most 16). Its signing secret is shown only in this " +
+          "answer. Events are signed per Standard Webhooks and delivered at least once (see docs/webhooks.md)."
+      )
+  )
+  .add(HttpApiEndpoint.get("list", "/v1/webhooks").addSuccess(List(WebhookEndpoint)))
+  .add(
+    HttpApiEndpoint.get("get")`/v1/webhooks/${webhookParam}`
+      .addSuccess(WebhookEndpoint)
+      .addError(ApiError.NotFound.Wire)
+  )
+  .add(
+    HttpApiEndpoint.patch("update")`/v1/webhooks/${webhookParam}`
+      .setPayload(WebhookEndpointUpdate)
+      .addSuccess(WebhookEndpoint)
+      .addError(ApiError.NotFound.Wire)
+      .annotate(OpenApi.Description, "Changes the url, events or description; events already queued still go out.")
+  )
+  .add(
+    HttpApiEndpoint.del("remove")`/v1/webhooks/${webhookParam}`
+      .addSuccess(Deleted)
+      .addError(ApiError.NotFound.Wire)
+      .annotate(OpenApi.Description, "Removes the endpoint; its undelivered events are dropped.")
+  )
+  .add(
+    HttpApiEndpoint.post("rotateSecret")`/v1/webhooks/${webhookParam}/secret`
+      .addSuccess(WebhookSecret)
+      .addError(ApiError.NotFound.Wire)
+      .annotate(
+        OpenApi.Description,
+        "A new signing secret, shown only here; the old one also signs (a second signature in " +
+          "webhook-signature) for 24 hours."
+      )
+  )
+  .add(attempts("attempts", "/v1"))
+  .add(
+    HttpApiEndpoint.get("deliveries")`/v1/webhooks/${webhookParam}/deliveries`
+      .setUrlParams(DeliveryParams)
+      .addSuccess(List(WebhookDelivery))
+      .addError(ApiError.NotFound.Wire)
+      .annotate(OpenApi.Description, "The endpoint's latest events and how their delivery stands, newest first.")
+  )
+  .add(
+    HttpApiEndpoint.post("resend")`/v1/webhooks/${webhookParam}/deliveries/${eventParam}/resend`
+      .addSuccess(Resent, { status: 202 })
+      .addError(ApiError.NotFound.Wire)
+      .annotate(
+        OpenApi.Description,
+        "Sends an event to the endpoint again under the same id (delivered or failed ones too), with a fresh " +
+          "3 days of retries."
+      )
+  )
+  .add(
+    HttpApiEndpoint.get("getUsage", "/v1/usage-webhook")
+      .addSuccess(UsageWebhook)
+      .addError(ApiError.NotFound.Wire)
+  )
+  .add(
+    HttpApiEndpoint.put("putUsage", "/v1/usage-webhook")
+      .setPayload(UsageWebhookInput)
+      .addSuccess(UsageWebhookCreated)
+      .annotate(
+        OpenApi.Description,
+        "Sets the usage webhook: every model response's usage (agents' and the gateway's) as usage.recorded. " +
+          "The answer shows its secret once; setting it again keeps the secret and its queued events."
+      )
+  )
+  .add(
+    HttpApiEndpoint.del("removeUsage", "/v1/usage-webhook")
+      .addSuccess(Deleted)
+      .addError(ApiError.NotFound.Wire)
+  )
+  .add(
+    HttpApiEndpoint.post("rotateUsageSecret", "/v1/usage-webhook/secret")
+      .addSuccess(WebhookSecret)
+      .addError(ApiError.NotFound.Wire)
+      .annotate(OpenApi.Description, "A new secret for the usage webhook; the old one also signs for 24 hours.")
+  )
+  .middleware(Authentication)
+  .annotate(OpenApi.Title, "Webhooks")
+{}
+
 export class AdminGroup extends HttpApiGroup.make("admin")
   .add(
     HttpApiEndpoint.post("createTenant", "/v1/admin/tenants")
@@ -771,6 +890,7 @@ export class AdminGroup extends HttpApiGroup.make("admin")
           "the process exits. Idempotent while it drains."
       )
   )
+  .add(attempts("webhookAttempts", "/v1/admin"))
   .add(
     HttpApiEndpoint.post("rotateIdentityKey", "/v1/admin/identity-keys/rotate")
       .addSuccess(KeyRotated)
@@ -850,6 +970,7 @@ export class Api extends HttpApi.make("agent-runtime")
   .add(DefinitionsGroup)
   .add(SchedulesGroup)
   .add(ClientsGroup)
+  .add(WebhooksGroup)
   .add(AdminGroup)
   .add(WellKnownGroup)
   // Any route can meet these: unreadable or invalid input, unknown routes, oversized bodies, defects, and a

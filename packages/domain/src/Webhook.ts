@@ -87,11 +87,12 @@ export class WebhookSecret extends Schema.Class<WebhookSecret>("WebhookSecret")(
 }) {}
 
 /** The per-tenant usage webhook: receives each model response's usage. */
-export class UsageWebhookInput extends Schema.Class<UsageWebhookInput>("UsageWebhookInput")({
-  url: HttpUrl
-}) {}
+export class UsageWebhookInput extends Schema.Class<UsageWebhookInput>("UsageWebhookInput")(
+  Schema.Struct({ url: HttpUrl }).annotations({ parseOptions: { onExcessProperty: "error" } })
+) {}
 
 export class UsageWebhook extends Schema.Class<UsageWebhook>("UsageWebhook")({
+  id: WebhookId.annotations({ description: "its id in /v1/webhooks/{webhookId}/attempts, deliveries and re-sends" }),
   url: Schema.String,
   createdAt: Timestamp
 }) {}
@@ -265,3 +266,70 @@ export const WebhookEvent = Schema.Union(
   BillingEvent
 )
 export type WebhookEvent = typeof WebhookEvent.Type
+
+/**
+ * The usage webhook's body: `usage.recorded` for every model response the
+ * tenant's credentials paid for, agents' and the gateway's (`agentId` null).
+ */
+export class UsageReport extends Schema.Class<UsageReport>("UsageReport")({
+  ...envelope,
+  type: Schema.Literal("usage.recorded"),
+  data: Schema.Struct({
+    ...UsageRecorded.fields,
+    agentId: Schema.NullOr(Schema.String).annotations({ description: "null for a gateway call" })
+  })
+}) {}
+
+// Delivery views
+
+export const DeliveryState = Schema.Literal("pending", "delivered", "failed")
+export type DeliveryState = typeof DeliveryState.Type
+
+/** One try at delivering an event to an endpoint. */
+export class WebhookAttempt extends Schema.Class<WebhookAttempt>("WebhookAttempt")({
+  eventId: WebhookEventId,
+  type: Schema.String,
+  attempt: Schema.Number.annotations({
+    description: "1 for the first try of the event (again from 1 after a re-send)"
+  }),
+  at: Timestamp,
+  status: Schema.NullOr(Schema.Number).annotations({ description: "the receiver's HTTP status; null when none came" }),
+  latencyMs: Schema.Number,
+  error: Schema.optional(
+    Schema.String.annotations({ description: "why it did not count: timeout, redirect, refused address, ..." })
+  ),
+  outcome: Schema.Literal("delivered", "retrying", "failed"),
+  nextAt: Schema.optional(Timestamp.annotations({ description: "when the next try is due, when retrying" }))
+}) {}
+
+/** An event's delivery to one endpoint. */
+export class WebhookDelivery extends Schema.Class<WebhookDelivery>("WebhookDelivery")({
+  eventId: WebhookEventId,
+  type: Schema.String,
+  created: Timestamp,
+  state: DeliveryState,
+  attempts: Schema.Number,
+  nextAt: Schema.NullOr(Timestamp).annotations({ description: "when the next try is due; null once settled" }),
+  lastStatus: Schema.NullOr(Schema.Number),
+  lastError: Schema.NullOr(Schema.String)
+}) {}
+
+export const AttemptParams = Schema.Struct({
+  limit: Schema.optional(
+    Schema.NumberFromString.pipe(Schema.int(), Schema.between(1, 100)).annotations({
+      description: "1 to 100, default 50"
+    })
+  )
+})
+
+export const DeliveryParams = Schema.Struct({
+  state: Schema.optional(DeliveryState),
+  limit: AttemptParams.fields.limit
+})
+
+/** Answer of a re-send: the event goes out again under its id, tried from now. */
+export class Resent extends Schema.Class<Resent>("Resent")({
+  eventId: WebhookEventId,
+  endpointId: WebhookId,
+  nextAt: Timestamp
+}) {}

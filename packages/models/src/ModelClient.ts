@@ -57,6 +57,9 @@ export interface Call {
     readonly kind: "response" | "compaction"
     readonly agentId?: string | undefined
     readonly requestId?: string | undefined
+    readonly subject?: string | undefined
+    readonly actor?: string | undefined
+    readonly context?: Record<string, unknown> | undefined
   }
 }
 
@@ -189,6 +192,9 @@ export class ModelClient extends Effect.Service<ModelClient>()("@agent-runtime/m
         tenantId: call.tenantId,
         agentId: call.usage.agentId,
         requestId: call.usage.requestId,
+        subject: call.usage.subject,
+        actor: call.usage.actor,
+        context: call.usage.context,
         keyScope: Option.getOrUndefined(target.keyScope),
         keySource: target.source,
         provider: target.provider,

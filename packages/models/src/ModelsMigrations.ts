@@ -82,6 +82,13 @@ const models = Effect.gen(function*() {
   yield* sql`CREATE INDEX usage_records_tenant ON usage_records (tenant_id, at)`
 })
 
+/** A run's and an agent's usage are read back by agent and request (spend limits, run.completed's usage). */
+const usageByAgent = Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
+  yield* sql`CREATE INDEX usage_records_agent ON usage_records (agent_id, request_id) WHERE agent_id IS NOT NULL`
+})
+
 export const migrations = Migrations.make("models_migrations", {
-  "1_models": Migrations.legacy(2, models)
+  "1_models": Migrations.legacy(2, models),
+  "2_usage_by_agent": usageByAgent
 })

@@ -2,6 +2,7 @@
  * Usage and cost of every model response, per tenant, key scope, provider
  * and model: what limits, billing and webhooks read.
  */
+import { Outbox } from "@agent-runtime/webhooks"
 import { SqlClient } from "@effect/sql"
 import { Effect } from "effect"
 
@@ -9,6 +10,10 @@ export interface Entry {
   readonly tenantId: string
   readonly agentId?: string | undefined
   readonly requestId?: string | undefined
+  /** The agent's subject, the turn's actor and the agent's context: for the usage.recorded event. */
+  readonly subject?: string | undefined
+  readonly actor?: string | undefined
+  readonly context?: Record<string, unknown> | undefined
   readonly keyScope?: string | undefined
   readonly keySource: string
   readonly provider: string
@@ -54,14 +59,39 @@ export class UsageLog extends Effect.Service<UsageLog>()("@agent-runtime/models/
       costSource: entry.costSource
     })
 
-    const record = (entry: Entry) =>
-      sql`INSERT INTO usage_records ${sql.insert(row(entry))}`.pipe(Effect.asVoid, Effect.orDie)
+    /** usage.recorded: for subscribed endpoints when an agent made the call, for the usage webhook always. */
+    const event = (entry: Entry): Outbox.NewEvent => ({
+      tenantId: entry.tenantId,
+      type: "usage.recorded",
+      audience: entry.agentId === undefined ? "usage" : "all",
+      data: {
+        agentId: entry.agentId ?? null,
+        requestId: entry.requestId ?? null,
+        subject: entry.subject ?? null,
+        actor: entry.actor ?? null,
+        context: entry.context ?? {},
+        keyScope: entry.keyScope ?? null,
+        provider: entry.provider,
+        model: entry.model,
+        kind: entry.kind,
+        input: entry.input,
+        output: entry.output,
+        cacheRead: entry.cacheRead,
+        cacheWrite: entry.cacheWrite,
+        ...(entry.reasoning === undefined ? {} : { reasoning: entry.reasoning }),
+        cost: { usd: entry.costUsd, source: entry.costSource }
+      },
+      merge: sql`jsonb_build_object('at', floor(extract(epoch from now())))`
+    })
 
-    /** Many entries in one statement: the gateway records in batches off the response path. */
+    /** Many entries (and their events) in one statement: the gateway records in batches off the response path. */
     const recordAll = (entries: ReadonlyArray<Entry>) =>
       entries.length === 0
         ? Effect.void
-        : sql`INSERT INTO usage_records ${sql.insert(entries.map(row))}`.pipe(Effect.asVoid, Effect.orDie)
+        : sql`WITH recorded AS (INSERT INTO usage_records ${sql.insert(entries.map(row))})
+          ${Outbox.insert(sql, entries.map(event))}`.pipe(Effect.asVoid, Effect.orDie)
+
+    const record = (entry: Entry) => recordAll([entry])
 
     const totals = (tenantId: string) =>
       sql<Totals>`
@@ -92,6 +122,16 @@ export class UsageLog extends Effect.Service<UsageLog>()("@agent-runtime/models/
         Effect.orDie
       )
 
-    return { record, recordAll, totals, spent } as const
+    /**
+     * A jsonb expression for another statement: `{usage}`, the run's usage as run.completed and run.failed
+     * carry it ({responses, input, output, cacheRead, cacheWrite, costUsd}), or null when it made no response.
+     */
+    const runUsage = (agentId: string, requestId: string) =>
+      sql`jsonb_build_object('usage', (SELECT CASE WHEN count(*) = 0 THEN 'null'::jsonb
+          ELSE jsonb_build_object('responses', count(*), 'input', sum(input), 'output', sum(output),
+            'cacheRead', sum(cache_read), 'cacheWrite', sum(cache_write), 'costUsd', sum(cost_usd)) END
+        FROM usage_records WHERE agent_id = ${agentId} AND request_id = ${requestId}))`
+
+    return { record, recordAll, totals, spent, runUsage } as const
   })
 }) {}

@@ -18,6 +18,7 @@ import {
 } from "@agent-runtime/models"
 import { Database, Migrations, SealedSecret } from "@agent-runtime/store"
 import { FakeUpstream, TestDatabase } from "@agent-runtime/testing"
+import { WebhookMigrations } from "@agent-runtime/webhooks"
 import { SqlClient } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
 import { Chunk, Duration, Effect, Either, Layer, Option, Redacted, Stream } from "effect"
@@ -49,7 +50,7 @@ const layerFor = (databaseUrl: string, egress: { allowPrivate: boolean; resolver
       SealedSecret.layer(SealedSecret.parseKey(Crypto.randomBytes(32).toString("base64")))
     )),
     Layer.provideMerge(Database.layerClient(Redacted.make(databaseUrl), {
-      migrations: [tenants, ModelsMigrations.migrations]
+      migrations: [tenants, WebhookMigrations.migrations, ModelsMigrations.migrations]
     }))
   )
 

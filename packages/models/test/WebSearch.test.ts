@@ -10,6 +10,7 @@ import { Catalog, Keys, KeyScopes, ModelsMigrations, WebSearch } from "@agent-ru
 import type { WebSearch as WebSearchModule } from "@agent-runtime/models"
 import { Database, Migrations, SealedSecret } from "@agent-runtime/store"
 import { FakeSearch, TestDatabase } from "@agent-runtime/testing"
+import { WebhookMigrations } from "@agent-runtime/webhooks"
 import { SqlClient } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
 import { Effect, Fiber, Layer, Option, Redacted, type Scope, TestClock } from "effect"
@@ -41,7 +42,7 @@ const layerFor = (databaseUrl: string, options: WebSearchModule.Options, allowPr
       SealedSecret.layer(SealedSecret.parseKey(Crypto.randomBytes(32).toString("base64")))
     )),
     Layer.provideMerge(Database.layerClient(Redacted.make(databaseUrl), {
-      migrations: [tenants, ModelsMigrations.migrations]
+      migrations: [tenants, WebhookMigrations.migrations, ModelsMigrations.migrations]
     }))
   )
 

@@ -30,6 +30,7 @@ import {
 } from "@agent-runtime/models"
 import { Database, SealedSecret } from "@agent-runtime/store"
 import { ToolSources } from "@agent-runtime/toolsources"
+import { WebhookMigrations } from "@agent-runtime/webhooks"
 import { TestRunner } from "@effect/cluster"
 import { Context, Deferred, Effect, Layer, Option, Queue, Redacted, Stream } from "effect"
 import * as Crypto from "node:crypto"
@@ -383,6 +384,7 @@ export const layerToolsLive = layerTools.pipe(
       Database.layerClient(Redacted.make(url), {
         migrations: [
           AccountsMigrations.migrations,
+          WebhookMigrations.migrations,
           ModelsMigrations.migrations,
           AgentMigrations.migrations,
           IdentityMigrations.migrations

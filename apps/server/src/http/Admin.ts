@@ -3,6 +3,7 @@ import { RunnerReports } from "@agent-runtime/agent"
 import { Api } from "@agent-runtime/domain"
 import { IdentityTokens } from "@agent-runtime/identity"
 import { Keys } from "@agent-runtime/models"
+import { WebhookDelivery } from "@agent-runtime/webhooks"
 import { HttpApiBuilder } from "@effect/platform"
 import { Effect } from "effect"
 
@@ -12,6 +13,7 @@ export const layer = HttpApiBuilder.group(Api.Api, "admin", (handlers) =>
     const keys = yield* Keys.Keys
     const runners = yield* RunnerReports.RunnerReports
     const identity = yield* IdentityTokens.IdentityTokens
+    const delivery = yield* WebhookDelivery.WebhookDelivery
     return handlers
       .handle("createTenant", ({ payload }) => tenants.create(payload))
       .handle("listTenants", ({ urlParams }) => tenants.list(urlParams))
@@ -20,5 +22,8 @@ export const layer = HttpApiBuilder.group(Api.Api, "admin", (handlers) =>
       .handle("deletePlatformKey", ({ path }) => keys.deletePlatformKey(path.provider))
       .handle("listRunners", () => runners.list)
       .handle("drainRunner", ({ path }) => runners.requestDrain(path.address))
-      .handle("rotateIdentityKey", () => identity.rotate)
+      .handle("webhookAttempts", ({ path, urlParams }) =>
+        Effect.map(delivery.attempts(path.webhookId, urlParams.limit ?? 50), (data) => ({ data, next: null })))
+      .handle("rotateIdentityKey", () =>
+        identity.rotate)
   }))

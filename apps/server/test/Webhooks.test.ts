@@ -1,0 +1,226 @@
+/**
+ * Webhooks over real HTTP, as a tenant's receiver sees them: every delivery
+ * is checked with the `standardwebhooks` library against the endpoint's
+ * secret, and every payload is decoded with the spec's schemas, no field
+ * more. Endpoints and the usage webhook are managed through the API; the
+ * receiver goes down, answers slowly, with 500s and with redirects.
+ */
+import { Webhook } from "@agent-runtime/domain"
+import { Http, TestWorld, WebhookReceiver } from "@agent-runtime/testing"
+import { expect, layer } from "@effect/vitest"
+import { Effect, Schema } from "effect"
+
+type Api = ReturnType<typeof Http.client>
+
+const decodeEvent = Schema.decodeUnknownSync(Webhook.WebhookEvent, { onExcessProperty: "error" })
+const decodeReport = Schema.decodeUnknownSync(Webhook.UsageReport, { onExcessProperty: "error" })
+
+const runTypes = ["run.started", "run.completed", "run.failed", "input.requested", "input.resolved", "usage.recorded"]
+
+const setup = (name: string) =>
+  Effect.gen(function*() {
+    const world = yield* TestWorld.TestWorld
+    world.upstream.reset()
+    const { api, tenantId, token } = yield* TestWorld.tenantWithModel(world, name)
+    const receiver = yield* WebhookReceiver.start
+    /** An endpoint at `path` of the receiver, its secret trusted there. */
+    const endpoint = (path: string, events: ReadonlyArray<string> = runTypes) =>
+      Effect.map(api.post("/v1/webhooks", { token, json: { url: `${receiver.url}${path}`, events } }), (made) => {
+        expect(made.status, made.text).toBe(201)
+        receiver.trust(path, [made.body.secret])
+        return made.body as { id: string; secret: string }
+      })
+    const agent = (json: Record<string, unknown> = {}) =>
+      Effect.map(api.post("/v1/agents", { token, json: { model: "fake/m1", ...json } }), (made) => {
+        expect(made.status, made.text).toBe(201)
+        return made.body as { id: string }
+      })
+    return { world, api, token, tenantId, receiver, endpoint, agent }
+  })
+
+/** Every delivery verified with the endpoint's secret; the events, deduplicated by id, in `created` order. */
+const verifiedEvents = (deliveries: ReadonlyArray<WebhookReceiver.Delivery>) => {
+  for (const delivery of deliveries) {
+    expect(delivery.verifiedWith.length, delivery.body).toBeGreaterThan(0)
+    expect(delivery.headers.id).toBe(delivery.event.id)
+  }
+  const byId = new Map(deliveries.map((delivery) => [delivery.event.id, delivery.event]))
+  return [...byId.values()].sort((a, b) => a.created - b.created)
+}
+
+const typesOf = (events: ReadonlyArray<{ readonly type: string }>) => events.map((event) => event.type)
+
+const attempts = (api: Api, token: string, webhookId: string) =>
+  Effect.map(api.get(`/v1/webhooks/${webhookId}/attempts`, { token }), (response) => {
+    expect(response.status, response.text).toBe(200)
+    return response.body.data as Array<Webhook.WebhookAttempt>
+  })
+
+layer(TestWorld.layer(), { excludeTestServices: true })("webhooks", (it) => {
+  it.scoped("endpoints: create shows the secret once; list, read, change, rotate, remove; bad input changes nothing", () =>
+    Effect.gen(function*() {
+      const { api, receiver, token } = yield* setup("hooks-crud")
+      const made = yield* api.post("/v1/webhooks", {
+        token,
+        json: { url: `${receiver.url}/a`, events: ["run.completed", "billing.balance.low"], description: "ops" }
+      })
+      expect(made.status, made.text).toBe(201)
+      expect(made.body.id).toMatch(/^we_/)
+      expect(made.body.secret).toMatch(/^whsec_/)
+      expect(made.body).toMatchObject({ events: ["run.completed", "billing.balance.low"], description: "ops" })
+      const read = yield* api.get(`/v1/webhooks/${made.body.id}`, { token })
+      expect(read.status).toBe(200)
+      expect(read.body).not.toHaveProperty("secret")
+      expect(read.text).not.toContain(made.body.secret.slice(6))
+      const listed = yield* api.get("/v1/webhooks", { token })
+      expect(listed.body.data.map((endpoint: any) => endpoint.id)).toEqual([made.body.id])
+      expect(listed.text).not.toContain(made.body.secret.slice(6))
+
+      const changed = yield* api.patch(`/v1/webhooks/${made.body.id}`, { token, json: { events: ["run.failed"] } })
+      expect(changed.status, changed.text).toBe(200)
+      expect(changed.body).toMatchObject({ url: `${receiver.url}/a`, events: ["run.failed"], description: "ops" })
+      const rotated = yield* api.post(`/v1/webhooks/${made.body.id}/secret`, { token })
+      expect(rotated.status).toBe(200)
+      expect(rotated.body.secret).toMatch(/^whsec_/)
+      expect(rotated.body.secret).not.toBe(made.body.secret)
+
+      // Refused before anything is written.
+      const bad: ReadonlyArray<Record<string, unknown>> = [
+        { url: `${receiver.url}/b`, events: ["run.exploded"] },
+        { url: `${receiver.url}/b` },
+        { url: "not a url", events: ["run.started"] },
+        { url: "ftp://example.com/hook", events: ["run.started"] },
+        { url: `${receiver.url}/b`, events: ["run.started"], description: "x".repeat(501) },
+        { url: `${receiver.url}/b`, events: ["run.started"], secret: "whsec_mine" }
+      ]
+      for (const json of bad) {
+        const refused = yield* api.post("/v1/webhooks", { token, json })
+        expect(refused.status, JSON.stringify(json)).toBe(400)
+        expect(refused.body.code).toBe("INVALID_REQUEST")
+      }
+      const badPatch = yield* api.patch(`/v1/webhooks/${made.body.id}`, { token, json: { events: ["nope"] } })
+      expect(badPatch.status).toBe(400)
+      expect((yield* api.get("/v1/webhooks", { token })).body.data).toHaveLength(1)
+      expect((yield* api.get(`/v1/webhooks/${made.body.id}`, { token })).body.events).toEqual(["run.failed"])
+
+      // At most 16.
+      for (let index = 1; index < 16; index++) {
+        const more = yield* api.post("/v1/webhooks", { token, json: { url: `${receiver.url}/n${index}`, events: [] } })
+        expect(more.status).toBe(201)
+      }
+      const over = yield* api.post("/v1/webhooks", { token, json: { url: `${receiver.url}/17`, events: [] } })
+      expect(over.status).toBe(409)
+      expect(over.body.code).toBe("CONFLICT")
+      expect((yield* api.get("/v1/webhooks", { token })).body.data).toHaveLength(16)
+
+      const removed = yield* api.delete(`/v1/webhooks/${made.body.id}`, { token })
+      expect(removed.body).toEqual({ id: made.body.id, deleted: true })
+      expect((yield* api.get(`/v1/webhooks/${made.body.id}`, { token })).status).toBe(404)
+      expect((yield* api.delete(`/v1/webhooks/${made.body.id}`, { token })).status).toBe(404)
+    }))
+
+  it.scoped("another tenant's endpoints are not found on any route", () =>
+    Effect.gen(function*() {
+      const { api, endpoint, receiver, token, world } = yield* setup("hooks-owner")
+      const { id } = yield* endpoint("/owner")
+      const other = (yield* TestWorld.tenantWithModel(world, "hooks-other")).token
+      const usage = yield* api.put("/v1/usage-webhook", { token, json: { url: `${receiver.url}/usage` } })
+      expect(usage.status).toBe(200)
+      const routes = [
+        api.get(`/v1/webhooks/${id}`, { token: other }),
+        api.patch(`/v1/webhooks/${id}`, { token: other, json: { events: [] } }),
+        api.delete(`/v1/webhooks/${id}`, { token: other }),
+        api.post(`/v1/webhooks/${id}/secret`, { token: other }),
+        api.get(`/v1/webhooks/${id}/attempts`, { token: other }),
+        api.get(`/v1/webhooks/${id}/deliveries`, { token: other }),
+        api.post(`/v1/webhooks/${id}/deliveries/evt_x/resend`, { token: other }),
+        api.get(`/v1/webhooks/${usage.body.id}/attempts`, { token: other }),
+        api.get("/v1/usage-webhook", { token: other }),
+        api.delete("/v1/usage-webhook", { token: other }),
+        api.post("/v1/usage-webhook/secret", { token: other })
+      ]
+      for (const route of routes) expect((yield* route).status).toBe(404)
+      expect((yield* api.get("/v1/webhooks", { token: other })).body.data).toEqual([])
+      expect((yield* api.get(`/v1/webhooks/${id}`, { token })).status).toBe(200)
+      expect((yield* api.get("/v1/usage-webhook", { token })).body.url).toBe(`${receiver.url}/usage`)
+    }))
+
+  it.scoped("a prompt: run.started, usage.recorded and run.completed, signed, with exactly the spec's fields", () =>
+    Effect.gen(function*() {
+      const { agent, api, endpoint, receiver, token, world } = yield* setup("hooks-prompt")
+      yield* endpoint("/all")
+      yield* endpoint("/ends", ["run.completed"])
+      const usageHook = yield* api.put("/v1/usage-webhook", { token, json: { url: `${receiver.url}/usage` } })
+      expect(usageHook.status, usageHook.text).toBe(200)
+      receiver.trust("/usage", [usageHook.body.secret])
+      const { id } = yield* agent({ subject: "user-7", context: { plan: "pro" } })
+      world.upstream.script({ text: "Hello there." })
+      const settled = yield* Http.prompted(api, token, id, {
+        text: "hi",
+        from: { id: "u1", name: "Ada" },
+        metadata: { ticket: "T-1" }
+      })
+      expect(settled.state).toBe("completed")
+
+      const all = verifiedEvents(yield* receiver.waitFor("/all", (got) => got.length >= 3))
+      expect(typesOf(all)).toEqual(["run.started", "usage.recorded", "run.completed"])
+      const [started, usage, completed] = all.map((event) => decodeEvent(event))
+      expect(started!.data).toEqual({
+        agentId: id,
+        requestId: settled.id,
+        method: "prompt",
+        actor: "u1",
+        metadata: { ticket: "T-1" }
+      })
+      expect(usage!.data).toMatchObject({
+        agentId: id,
+        requestId: settled.id,
+        subject: "user-7",
+        actor: "u1",
+        context: { plan: "pro" },
+        keyScope: null,
+        provider: "fake",
+        model: "m1",
+        kind: "response",
+        cost: { source: "catalog" }
+      })
+      expect(completed!.data).toMatchObject({
+        agentId: id,
+        requestId: settled.id,
+        method: "prompt",
+        actor: "u1",
+        metadata: { ticket: "T-1" },
+        replyIndex: 1,
+        messageCount: 2,
+        usage: { responses: 1 }
+      })
+      expect((completed!.data as Webhook.RunCompleted).usage!.input).toBe((usage!.data as any).input)
+      for (const event of all) expect(event.id).toMatch(/^evt_/)
+
+      // An endpoint gets only what it subscribed to.
+      const ends = verifiedEvents(yield* receiver.waitFor("/ends", (got) => got.length >= 1))
+      expect(typesOf(ends)).toEqual(["run.completed"])
+      // The usage webhook: the same usage, signed with its own secret.
+      const [report] = verifiedEvents(yield* receiver.waitFor("/usage", (got) => got.length >= 1))
+      expect(decodeReport(report).data).toEqual(usage!.data)
+
+      // A gateway call goes to the usage webhook alone, with agentId null.
+      world.upstream.script({ text: "from the gateway" })
+      const gateway = yield* Effect.promise(() =>
+        fetch(`${world.node.gateway}/v1/chat/completions`, {
+          method: "POST",
+          headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+          body: JSON.stringify({ model: "fake/m1", messages: [{ role: "user", content: "hi" }] })
+        })
+      )
+      expect(gateway.status).toBe(200)
+      const reports = verifiedEvents(yield* receiver.waitFor("/usage", (got) => got.length >= 2))
+      expect(decodeReport(reports[1]).data).toMatchObject({ agentId: null, requestId: null, provider: "fake" })
+      yield* Effect.sleep("1500 millis")
+      expect(typesOf(verifiedEvents(receiver.deliveries("/all")))).toEqual([
+        "run.started",
+        "usage.recorded",
+        "run.completed"
+      ])
+    }))
+})
