@@ -23,13 +23,23 @@ const migrated = (url: string) => Migrations.run(...migrations).pipe(Effect.prov
  * had a step on it): a database the list made gets them when taken over, so
  * they are left out where it is compared with what the list made.
  */
-const sinceTheList = ["identity_keys", "definitions", "definition_revisions", "schedules", "agent_inputs"]
+const sinceTheList = [
+  "identity_keys",
+  "definitions",
+  "definition_revisions",
+  "schedules",
+  "agent_inputs",
+  "webhook_endpoints",
+  "webhook_events",
+  "webhook_deliveries",
+  "webhook_attempts"
+]
 
 /** Columns added since the list to tables it made (agents' application tools): likewise left out. */
 const columnsSinceTheList = ["application_tools", "tools_hash", "connection"].map((column) => `agents.${column}`)
 
-/** Indexes added since the list to tables it made (sub-agents by their ancestors): likewise left out. */
-const indexesSinceTheList = ["agents_delegated"]
+/** Indexes added since the list to tables it made (sub-agents by their ancestors, usage by agent): likewise. */
+const indexesSinceTheList = ["agents_delegated", "usage_records_agent"]
 
 /** SQL: the table named by `column` is compared (neither a migration record nor made since the list). */
 const compared = (column: string) =>

@@ -79,7 +79,21 @@ const routes = [
   ["get", "/clients/{id}/history"],
   ["get", "/clients/{id}/inputs"],
   ["post", "/clients/{id}/inputs/{inputId}/answer"],
-  ["post", "/clients/{id}/answers"]
+  ["post", "/clients/{id}/answers"],
+  ["post", "/v1/webhooks"],
+  ["get", "/v1/webhooks"],
+  ["get", "/v1/webhooks/{webhookId}"],
+  ["patch", "/v1/webhooks/{webhookId}"],
+  ["delete", "/v1/webhooks/{webhookId}"],
+  ["post", "/v1/webhooks/{webhookId}/secret"],
+  ["get", "/v1/webhooks/{webhookId}/attempts"],
+  ["get", "/v1/webhooks/{webhookId}/deliveries"],
+  ["post", "/v1/webhooks/{webhookId}/deliveries/{eventId}/resend"],
+  ["get", "/v1/usage-webhook"],
+  ["put", "/v1/usage-webhook"],
+  ["delete", "/v1/usage-webhook"],
+  ["post", "/v1/usage-webhook/secret"],
+  ["get", "/v1/admin/webhooks/{webhookId}/attempts"]
 ] as const
 
 layer(NodeLive, { excludeTestServices: true })("openapi", (it) => {

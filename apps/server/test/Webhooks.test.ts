@@ -223,4 +223,162 @@ layer(TestWorld.layer(), { excludeTestServices: true })("webhooks", (it) => {
         "run.completed"
       ])
     }))
+
+  it.scoped("a failed run: run.failed with its error and null usage", () =>
+    Effect.gen(function*() {
+      const { agent, api, endpoint, receiver, token, world } = yield* setup("hooks-failed")
+      yield* endpoint("/failed", ["run.started", "run.failed", "run.completed"])
+      const { id } = yield* agent()
+      world.upstream.script({ error: { status: 401, message: "bad key" } })
+      const settled = yield* Http.prompted(api, token, id, { text: "hi", actor: "svc" })
+      expect(settled.error).toBeDefined()
+      const events = verifiedEvents(yield* receiver.waitFor("/failed", (got) => got.length >= 2))
+      expect(typesOf(events)).toEqual(["run.started", "run.failed"])
+      const failed = decodeEvent(events[1])
+      expect(failed.data).toEqual({
+        agentId: id,
+        requestId: settled.id,
+        method: "prompt",
+        actor: "svc",
+        usage: null,
+        error: settled.error
+      })
+    }))
+
+  it.scoped("an input: input.requested, the run stopped for it, input.resolved, and the resumed run", () =>
+    Effect.gen(function*() {
+      const { agent, api, endpoint, receiver, token, world } = yield* setup("hooks-input")
+      yield* endpoint("/input")
+      const { id } = yield* agent({ builtins: ["ask_user"] })
+      world.upstream.script({
+        toolCalls: [{
+          id: "call_q",
+          name: "ask_user",
+          arguments: { questions: [{ question: "Which color?", options: [{ label: "red" }, { label: "blue" }] }] }
+        }]
+      })
+      const stopped = yield* Http.prompted(api, token, id, { text: "paint it", from: { id: "u1" } })
+      expect(stopped.stopped).toBe("input_required")
+      const [pending] = stopped.outcome.result.inputs
+      const first = verifiedEvents(yield* receiver.waitFor("/input", (got) => got.length >= 4))
+      expect(typesOf(first)).toEqual(["run.started", "usage.recorded", "input.requested", "run.completed"])
+      const requested = decodeEvent(first[2])
+      expect(requested.data).toEqual({
+        agentId: id,
+        requestId: stopped.id,
+        inputId: pending.id,
+        toolCallId: "call_q",
+        kind: "question",
+        expiresAt: pending.expiresAt
+      })
+      expect(decodeEvent(first[3]).data).toMatchObject({
+        requestId: stopped.id,
+        stopped: "input_required",
+        inputIds: [pending.id]
+      })
+
+      world.upstream.script({ text: "Blue it is." })
+      const answered = yield* api.post(`/v1/agents/${id}/inputs/${pending.id}/answer`, {
+        token,
+        json: { action: "accept", content: { answers: { "Which color?": "blue" } }, from: { id: "u1" } }
+      })
+      expect(answered.status, answered.text).toBe(200)
+      const resume = answered.body.request.id as string
+      const all = verifiedEvents(yield* receiver.waitFor("/input", (got) => got.length >= 8))
+      expect(typesOf(all.slice(4))).toEqual(["input.resolved", "run.started", "usage.recorded", "run.completed"])
+      expect(decodeEvent(all[4]).data).toEqual({
+        agentId: id,
+        requestId: stopped.id,
+        inputId: pending.id,
+        state: "answered"
+      })
+      expect(decodeEvent(all[5]).data).toEqual({ agentId: id, requestId: resume, method: "resume", actor: "u1" })
+      expect(decodeEvent(all[7]).data).toMatchObject({ requestId: resume, method: "resume", usage: { responses: 1 } })
+    }))
+
+  it.scoped(
+    "a receiver down, slow past 10 s, answering 500 or 302: retried under the same id until a 2xx, without holding up a healthy endpoint",
+    () =>
+      Effect.gen(function*() {
+        const { agent, api, endpoint, receiver, token, world } = yield* setup("hooks-faults")
+        const other = yield* WebhookReceiver.start
+        const made = yield* api.post("/v1/webhooks", {
+          token,
+          json: { url: `${other.url}/down`, events: ["run.completed"] }
+        })
+        other.trust("/down", [made.body.secret])
+        yield* other.down
+        const hooks = {
+          down: made.body.id as string,
+          slow: (yield* endpoint("/slow", ["run.completed"])).id,
+          failing: (yield* endpoint("/failing", ["run.completed"])).id,
+          redirect: (yield* endpoint("/redirect", ["run.completed"])).id,
+          healthy: (yield* endpoint("/healthy", ["run.completed"])).id
+        }
+        receiver.behave("/slow", { delayMs: 11_000 })
+        receiver.behave("/failing", { status: 500 })
+        receiver.behave("/redirect", { location: `${receiver.url}/elsewhere` })
+        receiver.trust("/elsewhere", [])
+
+        const { id } = yield* agent()
+        world.upstream.script({ text: "done" })
+        const settled = yield* Http.prompted(api, token, id, { text: "hi" })
+        const ended = Date.now()
+        // The healthy endpoint is not held up by the four failing beside it.
+        const [healthy] = verifiedEvents(yield* receiver.waitFor("/healthy", (got) => got.length >= 1, 3_000))
+        expect(Date.now() - ended).toBeLessThan(3_000)
+        expect(healthy!.data.requestId).toBe(settled.id)
+
+        // Each failing endpoint's first try is recorded with why it did not count, and a next try.
+        yield* receiver.waitFor("/failing", (got) => got.length >= 2, 20_000)
+        receiver.behave("/failing", { status: 200 })
+        yield* receiver.waitFor("/redirect", (got) => got.length >= 1, 5_000)
+        receiver.behave("/redirect", {})
+        yield* receiver.waitFor("/slow", (got) => got.length >= 1, 15_000)
+        receiver.behave("/slow", {})
+        yield* other.up
+
+        for (const path of ["/failing", "/redirect", "/slow"]) {
+          const got = yield* receiver.waitFor(path, (got) => got.some((delivery) => delivery.status < 300), 30_000)
+          const ids = new Set(verifiedEvents(got).map((event) => event.id))
+          expect(ids, path).toEqual(new Set([healthy!.id]))
+        }
+        const [late] = verifiedEvents(yield* other.waitFor("/down", (got) => got.length >= 1, 30_000))
+        expect(late!.id).toBe(healthy!.id)
+        expect(receiver.deliveries("/elsewhere")).toEqual([])
+
+        const failing = yield* attempts(api, token, hooks.failing)
+        expect(failing.map((attempt) => [attempt.attempt, attempt.status, attempt.outcome])).toEqual([
+          [3, 200, "delivered"],
+          [2, 500, "retrying"],
+          [1, 500, "retrying"]
+        ])
+        expect(failing[2]!.nextAt! - failing[2]!.at).toBeGreaterThanOrEqual(3)
+        expect(failing[2]!.nextAt! - failing[2]!.at).toBeLessThanOrEqual(7)
+        const redirect = yield* attempts(api, token, hooks.redirect)
+        expect(redirect.at(-1)).toMatchObject({ status: 302, outcome: "retrying" })
+        expect(redirect.at(-1)!.error).toContain("redirects are not followed")
+        const slow = yield* attempts(api, token, hooks.slow)
+        expect(slow.at(-1)).toMatchObject({ status: null, outcome: "retrying" })
+        expect(slow.at(-1)!.error).toContain("no answer within 10s")
+        expect(slow.at(-1)!.latencyMs).toBeGreaterThanOrEqual(10_000)
+        const down = yield* attempts(api, token, hooks.down)
+        expect(down.at(-1)).toMatchObject({ status: null, outcome: "retrying" })
+        expect(down.at(0)).toMatchObject({ outcome: "delivered" })
+
+        // The deliveries view, and a re-send under the same id, tried from 1 again.
+        const deliveries = yield* api.get(`/v1/webhooks/${hooks.failing}/deliveries?state=delivered`, { token })
+        expect(deliveries.body.data).toEqual([
+          expect.objectContaining({ eventId: healthy!.id, state: "delivered", attempts: 3, nextAt: null })
+        ])
+        const resent = yield* api.post(`/v1/webhooks/${hooks.healthy}/deliveries/${healthy!.id}/resend`, { token })
+        expect(resent.status, resent.text).toBe(202)
+        const again = yield* receiver.waitFor("/healthy", (got) => got.length >= 2, 5_000)
+        expect(again.map((delivery) => delivery.event.id)).toEqual([healthy!.id, healthy!.id])
+        expect((yield* attempts(api, token, hooks.healthy)).map((attempt) => attempt.attempt)).toEqual([1, 1])
+        const unknown = yield* api.post(`/v1/webhooks/${hooks.healthy}/deliveries/evt_nope/resend`, { token })
+        expect(unknown.status).toBe(404)
+      }),
+    120_000
+  )
 })

@@ -16,7 +16,7 @@ import {
   ModelsMigrations,
   UsageLog
 } from "@agent-runtime/models"
-import { Database, Migrations, SealedSecret } from "@agent-runtime/store"
+import { Database, SealedSecret } from "@agent-runtime/store"
 import { FakeUpstream, TestDatabase } from "@agent-runtime/testing"
 import { WebhookMigrations } from "@agent-runtime/webhooks"
 import { SqlClient } from "@effect/sql"
@@ -26,17 +26,6 @@ import * as Crypto from "node:crypto"
 
 const tenantId = "tn_models"
 const apiKey = "sk-test-0123456789abcdef"
-
-/**
- * The models package's tables hang off the accounts package's `tenants`, a
- * package this one does not depend on: a stand-in with the columns used here.
- */
-const tenants = Migrations.make("test_tenants_migrations", {
-  "1_tenants": Effect.flatMap(
-    SqlClient.SqlClient,
-    (sql) => sql`CREATE TABLE tenants (id text PRIMARY KEY, name text NOT NULL)`
-  )
-})
 
 const layerFor = (databaseUrl: string, egress: { allowPrivate: boolean; resolver?: Layer.Layer<Resolver.Resolver> }) =>
   ModelClient.ModelClient.Default.pipe(
@@ -50,7 +39,7 @@ const layerFor = (databaseUrl: string, egress: { allowPrivate: boolean; resolver
       SealedSecret.layer(SealedSecret.parseKey(Crypto.randomBytes(32).toString("base64")))
     )),
     Layer.provideMerge(Database.layerClient(Redacted.make(databaseUrl), {
-      migrations: [tenants, WebhookMigrations.migrations, ModelsMigrations.migrations]
+      migrations: [TestDatabase.tenantsStandIn, WebhookMigrations.migrations, ModelsMigrations.migrations]
     }))
   )
 

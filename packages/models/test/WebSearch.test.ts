@@ -8,7 +8,7 @@ import { Provider } from "@agent-runtime/domain"
 import { Egress, Resolver } from "@agent-runtime/egress"
 import { Catalog, Keys, KeyScopes, ModelsMigrations, WebSearch } from "@agent-runtime/models"
 import type { WebSearch as WebSearchModule } from "@agent-runtime/models"
-import { Database, Migrations, SealedSecret } from "@agent-runtime/store"
+import { Database, SealedSecret } from "@agent-runtime/store"
 import { FakeSearch, TestDatabase } from "@agent-runtime/testing"
 import { WebhookMigrations } from "@agent-runtime/webhooks"
 import { SqlClient } from "@effect/sql"
@@ -25,12 +25,6 @@ const wrongKey = "wrong-key-00001111222233334444"
 const keys = [tenantKey, scopeKey, wrongKey]
 
 /** The models tables hang off the accounts package's `tenants`: a stand-in with the columns used here. */
-const tenants = Migrations.make("test_tenants_migrations", {
-  "1_tenants": Effect.flatMap(
-    SqlClient.SqlClient,
-    (sql) => sql`CREATE TABLE tenants (id text PRIMARY KEY, name text NOT NULL)`
-  )
-})
 
 const layerFor = (databaseUrl: string, options: WebSearchModule.Options, allowPrivate: boolean) =>
   WebSearch.layerWith(options).pipe(
@@ -42,7 +36,7 @@ const layerFor = (databaseUrl: string, options: WebSearchModule.Options, allowPr
       SealedSecret.layer(SealedSecret.parseKey(Crypto.randomBytes(32).toString("base64")))
     )),
     Layer.provideMerge(Database.layerClient(Redacted.make(databaseUrl), {
-      migrations: [tenants, WebhookMigrations.migrations, ModelsMigrations.migrations]
+      migrations: [TestDatabase.tenantsStandIn, WebhookMigrations.migrations, ModelsMigrations.migrations]
     }))
   )
 

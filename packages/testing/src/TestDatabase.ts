@@ -2,6 +2,8 @@
  * A fresh database per test file on the run's embedded PostgreSQL, so files
  * never see each other's rows (or advisory locks).
  */
+import { Migrations } from "@agent-runtime/store"
+import { SqlClient } from "@effect/sql"
 import { Effect } from "effect"
 import * as Crypto from "node:crypto"
 import Pg from "pg"
@@ -35,3 +37,14 @@ export const query = (url: string, text: string) =>
       await client.end()
     }
   })
+
+/**
+ * A stand-in for the accounts package's `tenants`, for the tests of packages
+ * below accounts whose tables hang off it: the columns they use, no more.
+ */
+export const tenantsStandIn = Migrations.make("test_tenants_migrations", {
+  "1_tenants": Effect.flatMap(
+    SqlClient.SqlClient,
+    (sql) => sql`CREATE TABLE tenants (id text PRIMARY KEY, name text NOT NULL)`
+  )
+})

@@ -44,7 +44,9 @@ export interface WebhookReceiver {
   readonly trust: (path: string, secrets: ReadonlyArray<string>) => void
   /** How the path answers from now on (default 204 at once). */
   readonly behave: (path: string, behaviour: Behaviour) => void
-  /** Every request that reached the path (all paths when none given), in arrival order. */
+  /** How many requests reached the path so far, answered or not. */
+  readonly arrived: (path: string) => number
+  /** Every request the path answered (all paths when none given), in the order of the answers. */
   readonly deliveries: (path?: string) => ReadonlyArray<Delivery>
   /** Waits (up to `timeoutMs`) until `done` holds of the path's deliveries. */
   readonly waitFor: (
@@ -67,12 +69,14 @@ export const start: Effect.Effect<WebhookReceiver, never, Scope.Scope> = Effect.
   const trusted = new Map<string, ReadonlyArray<string>>()
   const behaviours = new Map<string, Behaviour>()
   const received: Array<Delivery> = []
+  const arrivals = new Map<string, number>()
   const server = Http.createServer((request, response) => {
     const chunks: Array<Buffer> = []
     request.on("data", (chunk: Buffer) => chunks.push(chunk))
     request.on("end", () => {
       const body = Buffer.concat(chunks).toString("utf8")
       const path = new URL(request.url ?? "/", "http://receiver").pathname
+      arrivals.set(path, (arrivals.get(path) ?? 0) + 1)
       const headers = {
         id: header(request, "webhook-id"),
         timestamp: header(request, "webhook-timestamp"),
@@ -131,6 +135,7 @@ export const start: Effect.Effect<WebhookReceiver, never, Scope.Scope> = Effect.
     url: `http://127.0.0.1:${port}`,
     trust: (path, secrets) => trusted.set(path, secrets),
     behave: (path, behaviour) => behaviours.set(path, behaviour),
+    arrived: (path) => arrivals.get(path) ?? 0,
     deliveries: (path) => path === undefined ? [...received] : received.filter((delivery) => delivery.path === path),
     waitFor,
     down: close,
