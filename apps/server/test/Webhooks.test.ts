@@ -6,8 +6,8 @@
  * receiver goes down, answers slowly, with 500s and with redirects.
  */
 import { Webhook } from "@agent-runtime/domain"
-import { Http, TestWorld, WebhookReceiver } from "@agent-runtime/testing"
-import { expect, layer } from "@effect/vitest"
+import { FakeUpstream, Http, TestCluster, TestDatabase, TestWorld, WebhookReceiver } from "@agent-runtime/testing"
+import { expect, it, layer } from "@effect/vitest"
 import { Effect, Schema } from "effect"
 
 type Api = ReturnType<typeof Http.client>
@@ -382,3 +382,76 @@ layer(TestWorld.layer(), { excludeTestServices: true })("webhooks", (it) => {
     120_000
   )
 })
+
+it.scopedLive(
+  "three nodes, the one sending killed -9 mid-delivery: another takes the endpoint over and every event arrives, duplicates under their ids",
+  () =>
+    Effect.gen(function*() {
+      const upstream = yield* FakeUpstream.start()
+      const databaseUrl = yield* TestDatabase.make
+      const cluster = yield* TestCluster.start({
+        size: 3,
+        databaseUrl,
+        env: { ALLOW_PRIVATE_URLS: "true", WEBHOOK_LEASE_SECONDS: "5" }
+      })
+      const { api, token } = yield* TestWorld.tenantWithModel(
+        { node: cluster.members[0]!.node, upstream },
+        "hooks-kill"
+      )
+      const receiver = yield* WebhookReceiver.start
+      const made = yield* api.post("/v1/webhooks", { token, json: { url: `${receiver.url}/kill`, events: runTypes } })
+      expect(made.status, made.text).toBe(201)
+      receiver.trust("/kill", [made.body.secret])
+      // Each answer takes 3 s: the sending node has the whole batch in flight when it is killed.
+      receiver.behave("/kill", { delayMs: 3_000 })
+
+      const requests: Array<string> = []
+      for (let index = 0; index < 3; index++) {
+        const agentId = (yield* api.post("/v1/agents", { token, json: { model: "fake/m1" } })).body.id as string
+        upstream.script({ text: `reply ${index}` })
+        requests.push((yield* Http.prompted(api, token, agentId, { text: "hi" })).id)
+      }
+      yield* Effect.gen(function*() {
+        while (receiver.arrived("/kill") === 0) yield* Effect.sleep("20 millis")
+      }).pipe(Effect.timeout("10 seconds"), Effect.orDie)
+      const [lease] = yield* TestDatabase.query(databaseUrl, `SELECT lease_owner FROM webhook_endpoints`)
+      const holder = cluster.members.findIndex((member) => lease?.lease_owner.startsWith(`${member.runnerAddress}/`))
+      expect(holder, String(lease?.lease_owner)).toBeGreaterThanOrEqual(0)
+      yield* cluster.stop(holder, "SIGKILL")
+      receiver.behave("/kill", {})
+
+      const expected = requests.length * 3
+      const got = yield* receiver.waitFor(
+        "/kill",
+        (got) => new Set(got.map((delivery) => delivery.event.id)).size >= expected,
+        30_000
+      )
+      const events = verifiedEvents(got)
+      expect(events).toHaveLength(expected)
+      // The batch in flight when its node died was answered by the receiver and sent again by the next node.
+      expect(got.length).toBeGreaterThan(expected)
+      for (const delivery of got) {
+        expect(events.find((event) => event.id === delivery.event.id)).toEqual(delivery.event)
+      }
+      // In `created` order, each run's events come as they happened.
+      for (const requestId of requests) {
+        expect(typesOf(events.filter((event) => event.data.requestId === requestId))).toEqual([
+          "run.started",
+          "usage.recorded",
+          "run.completed"
+        ])
+      }
+      // The last answers are recorded by the sender a moment after the receiver has them.
+      const undelivered = TestDatabase.query(
+        databaseUrl,
+        `SELECT count(*)::int AS count FROM webhook_deliveries WHERE state <> 'delivered'`
+      ).pipe(Effect.map(([row]) => row?.count as number))
+      let left = yield* undelivered
+      for (let wait = 0; wait < 50 && left > 0; wait++) {
+        yield* Effect.sleep("100 millis")
+        left = yield* undelivered
+      }
+      expect(left).toBe(0)
+    }),
+  120_000
+)
