@@ -325,7 +325,9 @@ export const make = (options: Options) =>
           next_at = now(), updated_at = now()
         WHERE endpoint_id = ${endpointId} AND event_id = ${eventId}
         RETURNING extract(epoch from next_at)::float8 AS next_at`.pipe(
-        Effect.tap((rows) => rows.length === 0 ? Effect.void : sql`SELECT pg_notify(${deliveriesChannel}, '')`),
+        Effect.tap((rows) =>
+          rows.length === 0 ? Effect.void : sql`SELECT pg_notify(${deliveriesChannel}, ${endpointId})`
+        ),
         Effect.orDie,
         Effect.flatMap(([row]) =>
           row === undefined

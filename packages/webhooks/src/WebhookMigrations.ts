@@ -7,7 +7,10 @@ import { Migrations } from "@agent-runtime/store"
 import { SqlClient } from "@effect/sql"
 import { Effect } from "effect"
 
-/** The PostgreSQL channel told of new deliveries, so an idle node sends at once instead of at its next poll. */
+/**
+ * The PostgreSQL channel told of new deliveries (payload: the tenant, as an empty one is not heard), so an
+ * idle node sends at once instead of at its next poll.
+ */
 export const deliveriesChannel = "agent_runtime_webhooks"
 
 const tables = Effect.gen(function*() {
@@ -79,7 +82,7 @@ const tables = Effect.gen(function*() {
       INSERT INTO webhook_deliveries (endpoint_id, event_id)
       SELECT w.id, NEW.id FROM webhook_endpoints w
       WHERE w.tenant_id = NEW.tenant_id AND NEW.type = ANY (w.events) AND w.kind = ANY (NEW.kinds);
-      PERFORM pg_notify('${deliveriesChannel}', '');
+      PERFORM pg_notify('${deliveriesChannel}', NEW.tenant_id);
       RETURN NULL;
     END
     $fan$`)

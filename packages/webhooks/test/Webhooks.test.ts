@@ -209,11 +209,12 @@ it.scopedLive("retries stop at the end of their window: the delivery is failed, 
     )
   }))
 
-it.scopedLive("the outbox: no event without a subscribed endpoint, none from a transaction rolled back", () =>
+it.scopedLive("the outbox: no event without a subscribed endpoint, none from a transaction rolled back, sent at commit", () =>
   Effect.gen(function*() {
     const receiver = yield* WebhookReceiver.start
     yield* scenario(
-      { allowPrivate: true },
+      // Nodes look for due deliveries only every minute here: the one sent is sent because the commit told them.
+      { allowPrivate: true, delivery: { poll: "1 minute" } },
       Effect.gen(function*() {
         const sql = yield* SqlClient.SqlClient
         const endpoints = yield* WebhookEndpoints.WebhookEndpoints
@@ -229,7 +230,7 @@ it.scopedLive("the outbox: no event without a subscribed endpoint, none from a t
         )
         expect(Either.isLeft(failed)).toBe(true)
         yield* publish("req_kept")
-        const [got] = yield* receiver.waitFor("/tx", (got) => got.length >= 1)
+        const [got] = yield* receiver.waitFor("/tx", (got) => got.length >= 1, 3_000)
         expect(got!.event.data.requestId).toBe("req_kept")
         yield* Effect.sleep("600 millis")
         expect(receiver.deliveries("/tx")).toHaveLength(1)
