@@ -12,16 +12,10 @@
  *
  * Environment: BENCH_PROMPTS (default 300), BENCH_WATCHERS (1000), BENCH_AGENTS (10000).
  */
-import { EmbeddedPostgres } from "@agent-runtime/store"
-import * as FakeUpstream from "@agent-runtime/testing/FakeUpstream"
-import * as Http from "@agent-runtime/testing/Http"
-import * as TestNode from "@agent-runtime/testing/TestNode"
 import { NodeRuntime } from "@effect/platform-node"
-import { Console, Effect, Redacted } from "effect"
+import { Console, Effect } from "effect"
 import * as Fs from "node:fs/promises"
-import * as Os from "node:os"
-import * as Path from "node:path"
-import { serverScript } from "../serverScript.ts"
+import * as BenchNode from "./benchNode.ts"
 
 const prompts = Number(process.env.BENCH_PROMPTS ?? 300)
 const watchers = Number(process.env.BENCH_WATCHERS ?? 1000)
@@ -84,34 +78,7 @@ const watch = (url: string, token: string) => {
 }
 
 const program = Effect.gen(function*() {
-  const dataDir = yield* Effect.promise(() => Fs.mkdtemp(Path.join(Os.tmpdir(), "bench-agents-")))
-  const postgres = yield* EmbeddedPostgres.start({
-    dataDir,
-    postgresFlags: ["-c", "fsync=off", "-c", "synchronous_commit=off"]
-  })
-  const databaseUrl = Redacted.value(yield* postgres.createDatabase("bench"))
-  const upstream = yield* FakeUpstream.start({ maxRecorded: 1000 })
-  const node = yield* TestNode.start({
-    script: serverScript,
-    databaseUrl,
-    env: {
-      ALLOW_PRIVATE_URLS: "true",
-      LOG_LEVEL: "Warn",
-      // e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof" to profile the node under load
-      ...(process.env.BENCH_NODE_OPTIONS === undefined ? {} : { NODE_OPTIONS: process.env.BENCH_NODE_OPTIONS })
-    }
-  })
-  const api = Http.client(node.rest)
-  const tenant = (yield* api.post("/v1/admin/tenants", { token: node.operatorToken, json: { name: "bench" } })).body
-  const token = tenant.token as string
-  yield* api.put("/v1/providers/fake", {
-    token,
-    json: {
-      type: "openai-completions",
-      baseUrl: `${upstream.url}/v1`,
-      models: [{ id: "m1", contextWindow: 1_000_000 }]
-    }
-  })
+  const { api, node, token, upstream } = yield* BenchNode.start("agents", { maxRecorded: 1000 })
   const agentId = (yield* api.post("/v1/agents", { token, json: { model: "fake/m1" } })).body.id as string
   // Warm up: the entity starts, the first turn runs.
   const warm = (yield* api.post(`/v1/agents/${agentId}/prompt`, { token, json: { text: "warm up" } })).body
@@ -206,8 +173,6 @@ const program = Effect.gen(function*() {
     }
   }
   yield* Console.log(JSON.stringify(figures, null, 2))
-  yield* node.stop()
-  yield* Effect.promise(() => Fs.rm(dataDir, { recursive: true, force: true }))
 })
 
 program.pipe(Effect.scoped, NodeRuntime.runMain({ disablePrettyLogger: true }))

@@ -18,17 +18,11 @@
  *
  * Environment: BENCH_CALLS (default 300).
  */
-import { EmbeddedPostgres } from "@agent-runtime/store"
 import * as BareApplication from "@agent-runtime/testing/BareApplication"
-import * as FakeUpstream from "@agent-runtime/testing/FakeUpstream"
 import * as Http from "@agent-runtime/testing/Http"
-import * as TestNode from "@agent-runtime/testing/TestNode"
 import { NodeRuntime } from "@effect/platform-node"
-import { Console, Effect, Redacted } from "effect"
-import * as Fs from "node:fs/promises"
-import * as Os from "node:os"
-import * as Path from "node:path"
-import { serverScript } from "../serverScript.ts"
+import { Console, Effect } from "effect"
+import * as BenchNode from "./benchNode.ts"
 
 const callCount = Number(process.env.BENCH_CALLS ?? 300)
 
@@ -43,29 +37,7 @@ const figures = (name: string, values: ReadonlyArray<number>) =>
   `${name}: p50 ${percentile(values, 50).toFixed(1)} ms, p99 ${percentile(values, 99).toFixed(1)} ms`
 
 const program = Effect.gen(function*() {
-  const dataDir = yield* Effect.promise(() => Fs.mkdtemp(Path.join(Os.tmpdir(), "bench-tools-")))
-  const postgres = yield* EmbeddedPostgres.start({
-    dataDir,
-    postgresFlags: ["-c", "fsync=off", "-c", "synchronous_commit=off"]
-  })
-  const databaseUrl = Redacted.value(yield* postgres.createDatabase("bench"))
-  const upstream = yield* FakeUpstream.start({ maxRecorded: 10_000 })
-  const node = yield* TestNode.start({
-    script: serverScript,
-    databaseUrl,
-    env: { ALLOW_PRIVATE_URLS: "true", LOG_LEVEL: "Warn" }
-  })
-  const api = Http.client(node.rest)
-  const tenant = (yield* api.post("/v1/admin/tenants", { token: node.operatorToken, json: { name: "bench" } })).body
-  const token = tenant.token as string
-  yield* api.put("/v1/providers/fake", {
-    token,
-    json: {
-      type: "openai-completions",
-      baseUrl: `${upstream.url}/v1`,
-      models: [{ id: "m1", contextWindow: 1_000_000 }]
-    }
-  })
+  const { api, node, token, upstream } = yield* BenchNode.start("tools", { maxRecorded: 10_000 })
   const agent = (yield* api.post("/v1/agents", { token, json: { model: "fake/m1" } })).body
   const app = yield* BareApplication.connected({
     base: node.rest,

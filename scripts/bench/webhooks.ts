@@ -15,21 +15,14 @@
  *
  * Environment: BENCH_EVENTS (default 4000), BENCH_RUNS (300).
  */
-import { EmbeddedPostgres } from "@agent-runtime/store"
-import * as FakeUpstream from "@agent-runtime/testing/FakeUpstream"
-import * as Http from "@agent-runtime/testing/Http"
-import * as TestNode from "@agent-runtime/testing/TestNode"
 import { NodeRuntime } from "@effect/platform-node"
-import { Console, Effect, Redacted } from "effect"
-import * as Fs from "node:fs/promises"
+import { Console, Effect } from "effect"
 import * as NodeHttp from "node:http"
 import type { AddressInfo } from "node:net"
-import * as Os from "node:os"
-import * as Path from "node:path"
 import Pg from "pg"
 import { Webhook } from "standardwebhooks"
 import { Agent, fetch as undiciFetch } from "undici"
-import { serverScript } from "../serverScript.ts"
+import * as BenchNode from "./benchNode.ts"
 
 const backlog = Number(process.env.BENCH_EVENTS ?? 4000)
 const runs = Number(process.env.BENCH_RUNS ?? 300)
@@ -93,35 +86,13 @@ const receiver = () =>
   })
 
 const program = Effect.gen(function*() {
-  const dataDir = yield* Effect.promise(() => Fs.mkdtemp(Path.join(Os.tmpdir(), "bench-webhooks-")))
-  const postgres = yield* EmbeddedPostgres.start({
-    dataDir,
-    postgresFlags: ["-c", "fsync=off", "-c", "synchronous_commit=off"]
-  })
-  const databaseUrl = Redacted.value(yield* postgres.createDatabase("bench"))
-  const upstream = yield* FakeUpstream.start({ maxRecorded: 1000 })
-  const node = yield* TestNode.start({
-    script: serverScript,
-    databaseUrl,
-    env: {
-      ALLOW_PRIVATE_URLS: "true",
-      LOG_LEVEL: "Warn",
-      ...(process.env.BENCH_NODE_OPTIONS === undefined ? {} : { NODE_OPTIONS: process.env.BENCH_NODE_OPTIONS })
-    }
-  })
+  const { api, databaseUrl, tenantId, token, upstream } = yield* BenchNode.start("webhooks", { maxRecorded: 1000 })
   const hooks = yield* Effect.promise(receiver)
   yield* Effect.addFinalizer(() => Effect.sync(hooks.close))
   const db = new Pg.Client({ connectionString: databaseUrl })
   yield* Effect.promise(() => db.connect())
   yield* Effect.addFinalizer(() => Effect.promise(() => db.end()))
 
-  const api = Http.client(node.rest)
-  const tenant = (yield* api.post("/v1/admin/tenants", { token: node.operatorToken, json: { name: "bench" } })).body
-  const token = tenant.token as string
-  yield* api.put("/v1/providers/fake", {
-    token,
-    json: { type: "openai-completions", baseUrl: `${upstream.url}/v1`, models: [{ id: "m1", contextWindow: 100_000 }] }
-  })
   const endpoint = (path: string, events: ReadonlyArray<string>) =>
     Effect.map(
       api.post("/v1/webhooks", { token, json: { url: `${hooks.url}${path}`, events } }),
@@ -136,7 +107,7 @@ const program = Effect.gen(function*() {
          SELECT 'evt_${label}_' || g, $1, $2, extract(epoch from clock_timestamp()), jsonb_build_object('n', g),
            '{endpoint,usage}'
          FROM generate_series(1, $3::int) g`,
-        [tenant.id, type, count]
+        [tenantId, type, count]
       )
     )
 

@@ -13,7 +13,9 @@
  * agents' tools are served by their application (the SDK, reaching whichever
  * node is up, as through a load balancer): no call reached it twice, and a
  * call without its answer told the model its outcome is unknown (or that it
- * was not sent).
+ * was not sent). A webhook receiver gets the runs' events: every settled run's
+ * run.completed arrives, written once whatever moved or crashed, and every
+ * moved turn's run.started says it resumed.
  */
 import { Serve } from "@agent-runtime/sdk"
 import {
@@ -24,7 +26,8 @@ import {
   TestDatabase,
   TestWorld,
   ToolServer,
-  Watchers
+  Watchers,
+  WebhookReceiver
 } from "@agent-runtime/testing"
 import { expect, it } from "@effect/vitest"
 import { Duration, Effect, Fiber, Schedule } from "effect"
@@ -59,7 +62,8 @@ it.scopedLive(
         env: {
           ALLOW_PRIVATE_URLS: "true",
           RUNNER_LEASE_SECONDS: String(leaseSeconds),
-          DRAIN_TIMEOUT_SECONDS: String(drainTimeoutSeconds)
+          DRAIN_TIMEOUT_SECONDS: String(drainTimeoutSeconds),
+          WEBHOOK_LEASE_SECONDS: String(leaseSeconds)
         }
       })
       // FAULTS_DEBUG=dir: every node's log and each poll watcher's trace are written there when the run ends.
@@ -80,6 +84,13 @@ it.scopedLive(
         )
       }
       const { api, token } = yield* TestWorld.tenantWithModel({ node: cluster.members[0]!.node, upstream }, "faults")
+      const receiver = yield* WebhookReceiver.start
+      const hook = yield* api.post("/v1/webhooks", {
+        token,
+        json: { url: `${receiver.url}/runs`, events: ["run.started", "run.completed", "run.failed"] }
+      })
+      expect(hook.status, hook.text).toBe(201)
+      receiver.trust("/runs", [hook.body.secret])
       const agentTokens = new Map<string, string>()
       const agents = yield* Effect.forEach(Array.from({ length: agentCount }), () =>
         Effect.map(
@@ -414,6 +425,32 @@ it.scopedLive(
       const streams = [...watched.values()].flat()
       expect(Math.max(...drainTimes)).toBeLessThan((drainTimeoutSeconds + 5) * 1000)
 
+      yield* phase("checking webhooks")
+      // --- Webhooks: every settled run's run.completed arrives, signed; it was written once, however the run
+      // moved; no run ended twice or failed; every moved turn's run.started names its resumption.
+      const ended = (deliveries: ReadonlyArray<WebhookReceiver.Delivery>) =>
+        new Set(
+          deliveries.filter((delivery) => delivery.event.type === "run.completed").map((delivery) =>
+            delivery.event.data.requestId
+          )
+        )
+      const delivered = yield* receiver.waitFor("/runs", (got) => ended(got).size >= outcomes.size, 90_000)
+      expect(delivered.filter((delivery) => delivery.verifiedWith.length === 0)).toEqual([])
+      const events = new Map(delivered.map((delivery) => [delivery.event.id, delivery.event]))
+      const endings = [...events.values()].filter((event) => event.type !== "run.started")
+      expect(endings.filter((event) => event.type === "run.failed")).toEqual([])
+      expect(endings.map((event) => event.data.requestId).sort()).toEqual([...outcomes.keys()].sort())
+      for (const event of endings) {
+        expect(event.data.steeredInto, event.data.requestId).toEqual(outcomes.get(event.data.requestId).steeredInto)
+      }
+      const startedResumed = new Set(
+        [...events.values()].filter((event) => event.type === "run.started" && event.data.resumes >= 1).map((event) =>
+          event.data.requestId
+        )
+      )
+      expect(moved.filter(([requestId]) => !startedResumed.has(requestId)).map(([requestId]) => requestId))
+        .toEqual([])
+
       console.log(
         `fault suite: requests sent ${sent.size}, accepted ${accepted.length}, completed ${outcomes.size}, ` +
           `faults ${faults.length} (${faults.join("; ")}), moved turns ${moved.length}, uncertain ${uncertain}, ` +
@@ -424,7 +461,8 @@ it.scopedLive(
           `${appNotSent}, outcome unknown ${appUnknown}), ${
             streams.reduce((sum, watcher) => sum + watcher.stalls, 0)
           } stalls; drained runners ` +
-          `exited in ${drainTimes.map((ms) => (ms / 1000).toFixed(1)).join(", ")} s`
+          `exited in ${drainTimes.map((ms) => (ms / 1000).toFixed(1)).join(", ")} s; webhook events ${events.size} ` +
+          `(deliveries ${delivered.length})`
       )
       expect(moved.length).toBeGreaterThan(0)
       expect(appCalls.size).toBeGreaterThan(0)

@@ -1,0 +1,50 @@
+/**
+ * What most benchmarks stand on: one node (its own process) on a fresh
+ * embedded PostgreSQL (fsync off), the fake upstream on loopback, and a
+ * tenant whose custom provider `fake` is that upstream (model `fake/m1`).
+ * `BENCH_NODE_OPTIONS` reaches the node (e.g. "--cpu-prof
+ * --cpu-prof-dir=/tmp/prof" to profile it under load).
+ */
+import { EmbeddedPostgres } from "@agent-runtime/store"
+import * as FakeUpstream from "@agent-runtime/testing/FakeUpstream"
+import * as Http from "@agent-runtime/testing/Http"
+import * as TestNode from "@agent-runtime/testing/TestNode"
+import { Effect, Redacted } from "effect"
+import * as Fs from "node:fs/promises"
+import * as Os from "node:os"
+import * as Path from "node:path"
+import { serverScript } from "../serverScript.ts"
+
+export const start = (name: string, options: { readonly maxRecorded: number }) =>
+  Effect.gen(function*() {
+    const dataDir = yield* Effect.promise(() => Fs.mkdtemp(Path.join(Os.tmpdir(), `bench-${name}-`)))
+    yield* Effect.addFinalizer(() => Effect.promise(() => Fs.rm(dataDir, { recursive: true, force: true })))
+    const postgres = yield* EmbeddedPostgres.start({
+      dataDir,
+      postgresFlags: ["-c", "fsync=off", "-c", "synchronous_commit=off"]
+    })
+    const databaseUrl = Redacted.value(yield* postgres.createDatabase("bench"))
+    const upstream = yield* FakeUpstream.start({ maxRecorded: options.maxRecorded })
+    const node = yield* TestNode.start({
+      script: serverScript,
+      databaseUrl,
+      env: {
+        ALLOW_PRIVATE_URLS: "true",
+        LOG_LEVEL: "Warn",
+        ...(process.env.BENCH_NODE_OPTIONS === undefined ? {} : { NODE_OPTIONS: process.env.BENCH_NODE_OPTIONS })
+      }
+    })
+    const api = Http.client(node.rest)
+    const tenant = (yield* api.post("/v1/admin/tenants", { token: node.operatorToken, json: { name: "bench" } }))
+      .body
+    const token = tenant.token as string
+    yield* api.put("/v1/providers/fake", {
+      token,
+      json: {
+        type: "openai-completions",
+        baseUrl: `${upstream.url}/v1`,
+        models: [{ id: "m1", contextWindow: 1_000_000 }]
+      }
+    })
+    return { node, upstream, databaseUrl, api, token, tenantId: tenant.id as string }
+  })
