@@ -378,6 +378,14 @@ layer(TestWorld.layer(), { excludeTestServices: true })("webhooks", (it) => {
         expect((yield* attempts(api, token, hooks.healthy)).map((attempt) => attempt.attempt)).toEqual([1, 1])
         const unknown = yield* api.post(`/v1/webhooks/${hooks.healthy}/deliveries/evt_nope/resend`, { token })
         expect(unknown.status).toBe(404)
+
+        // The operator sees any tenant's attempts; a tenant's key cannot use the operator's route.
+        const operator = yield* api.get(`/v1/admin/webhooks/${hooks.failing}/attempts`, {
+          token: world.node.operatorToken
+        })
+        expect(operator.status, operator.text).toBe(200)
+        expect(operator.body.data).toEqual(failing)
+        expect((yield* api.get(`/v1/admin/webhooks/${hooks.failing}/attempts`, { token })).status).toBe(403)
       }),
     120_000
   )
