@@ -107,6 +107,30 @@ it.scopedLive(
 )
 
 it.scopedLive(
+  "a stream that said ready sees a prompt sent the moment after, on the owner's node and on the other",
+  () =>
+    Effect.gen(function*() {
+      const { agents, api1, one, token, two } = yield* twoNodesWithAgents(8)
+      for (const id of agents) {
+        // On whichever node does not own it, the stream follows the owner through the cluster.
+        const watchers = yield* Effect.forEach([one.rest, two.rest], (base) =>
+          Http.sse(base, `/v1/agents/${id}/events`, { token }))
+        for (const watcher of watchers) {
+          yield* watcher.take((frame) =>
+            frame.event === "ready"
+          )
+        }
+        const accepted = (yield* api1.post(`/v1/agents/${id}/prompt`, { token, json: { text: "now" } })).body
+        for (const [node, watcher] of watchers.entries()) {
+          const frames = yield* watcher.take((frame) => frame.data?.includes(`"id":"${accepted.id}"`) ?? false, 10_000)
+          expect(frames.some((frame) => frame.data?.includes('"type":"response"')), `${id} on node ${node}`).toBe(true)
+        }
+      }
+    }),
+  { timeout: 120_000 }
+)
+
+it.scopedLive(
   "when a node stops mid-turn, its agents' accepted prompts finish on the other node",
   () =>
     Effect.gen(function*() {

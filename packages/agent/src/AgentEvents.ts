@@ -66,7 +66,7 @@ export class AgentEvents extends Context.Tag("@agent-runtime/agent/AgentEvents")
     snapshot: boolean
   ) => Effect.Effect<
     Stream.Stream<EventLog.Entry, ApiError.Unavailable | ReplayGap>,
-    ApiError.ReplayGap,
+    ApiError.ReplayGap | ApiError.Unavailable,
     Scope.Scope
   >
   /** The events after `cursor`, waiting up to `wait` (at most 25 s) for the first. */
@@ -83,7 +83,7 @@ export class AgentEvents extends Context.Tag("@agent-runtime/agent/AgentEvents")
     agentId: string,
     cursor: Option.Option<number>,
     options: { readonly snapshot: boolean; readonly ready: unknown; readonly view?: Sse.View | undefined }
-  ) => Effect.Effect<EventBody, ApiError.ReplayGap, Scope.Scope>
+  ) => Effect.Effect<EventBody, ApiError.ReplayGap | ApiError.Unavailable, Scope.Scope>
   /**
    * The body of an application connection's SSE response: the agent's events
    * as `eventBody` gives them, and the runtime's MCP messages to the
@@ -135,8 +135,8 @@ export const make = Effect.gen(function*() {
 
   /**
    * The events of an agent owned elsewhere, read through the cluster, from
-   * `cursor` on (from the owner's cursor now when none is given, fixed
-   * before reading, so a re-read after a move cannot pass over anything).
+   * `cursor` on (from the owner's cursor when first read if none is given;
+   * fixed then, so a re-read after a move cannot pass over anything).
    * When the owner ends the stream because the agent moves (a drain, a
    * rebalance), or the stream goes silent past `followIdleLimit`, it is
    * read again from the last id, on the agent's next owner once it has one,
@@ -195,7 +195,12 @@ export const make = Effect.gen(function*() {
           const entries = yield* local.value.subscribe(cursor).pipe(Effect.orDie)
           return Stream.catchAll(entries, () => Stream.empty)
         }
-        return followRemote(agentId, cursor)
+        // "From now" is the owner's cursor taken before the stream is answered (and its ready frame sent): taken
+        // once the stream is read, a prompt sent on seeing ready could run its turn before it, unseen.
+        return followRemote(
+          agentId,
+          Option.isSome(cursor) ? cursor : Option.some((yield* status(agentId)).cursor)
+        )
       }
       const taken = yield* Effect.orDie(client.Snapshot())
       const data = { type: "snapshot", cursor: taken.cursor, requestId: taken.requestId, turn: taken.turn }

@@ -172,7 +172,11 @@ export class Agents extends Context.Tag("@agent-runtime/agent/Agents")<Agents, {
     agentId: string,
     cursor: Option.Option<number>,
     options: { readonly snapshot: boolean; readonly ready: unknown }
-  ) => Effect.Effect<AgentEvents.EventBody, ApiError.NotFound | ApiError.Gone | ApiError.ReplayGap, Scope.Scope>
+  ) => Effect.Effect<
+    AgentEvents.EventBody,
+    ApiError.NotFound | ApiError.Gone | ApiError.ReplayGap | ApiError.Unavailable,
+    Scope.Scope
+  >
   /** The SSE body of an application connection (see AgentEvents.connectionBody). */
   readonly connectionBody: (
     tenantId: string,

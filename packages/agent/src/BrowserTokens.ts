@@ -54,7 +54,11 @@ export class BrowserTokens extends Context.Tag("@agent-runtime/agent/BrowserToke
     grant: Auth.BrowserGrant,
     cursor: Option.Option<number>,
     options: { readonly snapshot: boolean; readonly ready: unknown }
-  ) => Effect.Effect<AgentEvents.EventBody, ApiError.NotFound | ApiError.Gone | ApiError.ReplayGap, Scope.Scope>
+  ) => Effect.Effect<
+    AgentEvents.EventBody,
+    ApiError.NotFound | ApiError.Gone | ApiError.ReplayGap | ApiError.Unavailable,
+    Scope.Scope
+  >
 }>() {}
 
 /** Whether a bearer token is meant as a browser token (genuine or not). */
