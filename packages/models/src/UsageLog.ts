@@ -41,19 +41,24 @@ export class UsageLog extends Effect.Service<UsageLog>()("@agent-runtime/models/
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
 
-    const row = (entry: Entry) => ({
-      tenantId: entry.tenantId,
+    /** What the stored row and the usage.recorded event both say, as they both say it. */
+    const shared = (entry: Entry) => ({
       agentId: entry.agentId ?? null,
       requestId: entry.requestId ?? null,
       keyScope: entry.keyScope ?? null,
-      keySource: entry.keySource,
       provider: entry.provider,
       model: entry.model,
       kind: entry.kind,
       input: entry.input,
       output: entry.output,
       cacheRead: entry.cacheRead,
-      cacheWrite: entry.cacheWrite,
+      cacheWrite: entry.cacheWrite
+    })
+
+    const row = (entry: Entry) => ({
+      ...shared(entry),
+      tenantId: entry.tenantId,
+      keySource: entry.keySource,
       reasoning: entry.reasoning ?? null,
       costUsd: entry.costUsd,
       costSource: entry.costSource
@@ -65,19 +70,10 @@ export class UsageLog extends Effect.Service<UsageLog>()("@agent-runtime/models/
       type: "usage.recorded",
       audience: entry.agentId === undefined ? "usage" : "all",
       data: {
-        agentId: entry.agentId ?? null,
-        requestId: entry.requestId ?? null,
+        ...shared(entry),
         subject: entry.subject ?? null,
         actor: entry.actor ?? null,
         context: entry.context ?? {},
-        keyScope: entry.keyScope ?? null,
-        provider: entry.provider,
-        model: entry.model,
-        kind: entry.kind,
-        input: entry.input,
-        output: entry.output,
-        cacheRead: entry.cacheRead,
-        cacheWrite: entry.cacheWrite,
         ...(entry.reasoning === undefined ? {} : { reasoning: entry.reasoning }),
         cost: { usd: entry.costUsd, source: entry.costSource }
       },
