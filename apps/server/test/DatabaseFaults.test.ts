@@ -43,15 +43,19 @@ interface Sent {
   accepted: boolean
 }
 
-/** How long `check` took to hold, polling every 100 ms; fails the test after `timeoutMs`. */
-const timeUntil = (what: string, check: Effect.Effect<boolean>, timeoutMs: number) =>
+/**
+ * How long `check` took to hold, polling every 100 ms; fails the test after
+ * `timeoutMs`, saying what `seen` reports of the last look.
+ */
+const timeUntil = (what: string, check: Effect.Effect<boolean>, timeoutMs: number, seen?: () => string) =>
   Effect.gen(function*() {
     const started = Date.now()
     while (Date.now() - started < timeoutMs) {
       if (yield* check) return Date.now() - started
       yield* Effect.sleep("100 millis")
     }
-    return yield* Effect.die(new Error(`${what}: not within ${timeoutMs} ms`))
+    const last = seen === undefined ? "" : `; last seen: ${seen()}`
+    return yield* Effect.die(new Error(`${what}: not within ${timeoutMs} ms${last}`))
   })
 
 /** Debugging aid: says when the finalizers registered at this point have run (they run last to first). */
@@ -111,6 +115,21 @@ it.scopedLive(
       // Should a check fail mid-fault, the nodes still reach the database to shut down.
       yield* Effect.addFinalizer(() => Effect.forEach(members, (_, index) => proxyOf(index).restore))
       const rest = (index: number) => members[index]!.node.rest
+      /** How long until member `index`'s /readyz answers `status`; a failure says what it answered last. */
+      const readyzBecomes = (name: string, index: number, status: 200 | 503, timeoutMs: number) => {
+        let last = "no look yet"
+        const check = Http.attempt(rest(index), "GET", "/readyz", {}, 3_000).pipe(
+          Effect.map((response) => {
+            last = `${response.status} ${response.text}`
+            return response.status === status
+          }),
+          Effect.orElseSucceed(() => {
+            last = "no answer within 3 s"
+            return false
+          })
+        )
+        return timeUntil(`${name}: /readyz ${status} on ${index}`, check, timeoutMs, () => last)
+      }
       const { api, token } = yield* TestWorld.tenantWithModel({ node: members[0]!.node, upstream }, "dbfaults")
       // m1 for the workload; m2 for the probe turns, whose steps no workload turn can take.
       yield* api.put("/v1/providers/fake", {
@@ -339,12 +358,7 @@ it.scopedLive(
           yield* Effect.forEach(members, (_, index) => proxyOf(index).cut("refuse"))
           fault++
           faultActive = true
-          const notReady = yield* Effect.forEach(members, (_, index) =>
-            timeUntil(
-              `${name}: /readyz 503 on ${index}`,
-              Effect.map(readyz(rest(index)), (status) => status === 503),
-              10_000
-            ), {
+          const notReady = yield* Effect.forEach(members, (_, index) => readyzBecomes(name, index, 503, 10_000), {
             concurrency: "unbounded"
           })
           const took = yield* expectUnavailable(1)
@@ -353,12 +367,7 @@ it.scopedLive(
           yield* Effect.forEach(members, (_, index) => proxyOf(index).restore)
           // Both measured from the moment the database is back.
           const [ready, turn] = yield* Effect.all([
-            Effect.forEach(members, (_, index) =>
-              timeUntil(
-                `${name}: /readyz 200 on ${index}`,
-                Effect.map(readyz(rest(index)), (status) => status === 200),
-                30_000
-              ), {
+            Effect.forEach(members, (_, index) => readyzBecomes(name, index, 200, 30_000), {
               concurrency: "unbounded"
             }),
             timeUntil(`${name}: the interrupted turn completes`, completed(requestId), 60_000)
@@ -394,11 +403,7 @@ it.scopedLive(
         const turnTaken = yield* Effect.fork(
           timeUntil(`${name}: the cut runner's turn completes elsewhere`, completed(requestId), 30_000)
         )
-        const notReady = yield* timeUntil(
-          `${name}: /readyz 503 on the cut runner`,
-          Effect.map(readyz(rest(cut)), (status) => status === 503),
-          leaseSeconds * 1000
-        )
+        const notReady = yield* readyzBecomes(name, cut, 503, leaseSeconds * 1000)
         for (const index of others) expect(yield* readyz(rest(index))).toBe(200)
         const took = yield* expectUnavailable(cut)
         const turn = yield* Fiber.join(turnTaken)
@@ -427,11 +432,7 @@ it.scopedLive(
         yield* Effect.sleep(Duration.millis(Math.max(0, cutAt + (2 * leaseSeconds + 2) * 1000 - Date.now())))
         faultActive = false
         yield* proxyOf(cut).restore
-        const ready = yield* timeUntil(
-          `${name}: /readyz 200 on the cut runner`,
-          Effect.map(readyz(rest(cut)), (status) => status === 200),
-          30_000
-        )
+        const ready = yield* readyzBecomes(name, cut, 200, 30_000)
         figures.push(
           `${name}: /readyz 503 on the cut runner after ${notReady} ms (lease ${leaseSeconds} s); a prompt there ` +
             `answered 503 in ${took} ms; its turn completed on another runner ${turn} ms after the cut; ` +
@@ -449,12 +450,7 @@ it.scopedLive(
         const stoppedAt = Date.now()
         fault++
         faultActive = true
-        const notReady = yield* Effect.forEach(members, (_, index) =>
-          timeUntil(
-            `${name}: /readyz 503 on ${index}`,
-            Effect.map(readyz(rest(index)), (status) => status === 503),
-            10_000
-          ), {
+        const notReady = yield* Effect.forEach(members, (_, index) => readyzBecomes(name, index, 503, 10_000), {
           concurrency: "unbounded"
         })
         const took = yield* expectUnavailable(2)
@@ -467,12 +463,7 @@ it.scopedLive(
         )
         const startedAt = Date.now()
         const [ready, turn] = yield* Effect.all([
-          Effect.forEach(members, (_, index) =>
-            timeUntil(
-              `${name}: /readyz 200 on ${index}`,
-              Effect.map(readyz(rest(index)), (status) => status === 200),
-              30_000
-            ), {
+          Effect.forEach(members, (_, index) => readyzBecomes(name, index, 200, 30_000), {
             concurrency: "unbounded"
           }),
           timeUntil(`${name}: the interrupted turn completes`, completed(requestId), 60_000)
