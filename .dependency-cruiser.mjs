@@ -4,7 +4,7 @@
  *
  * Packages, bottom to top; a package imports only packages of lower layers:
  *
- *   domain  ->  store, egress, codemode  ->  webhooks  ->  accounts, models, identity  ->  toolsources
+ *   domain  ->  store, egress, codemode  ->  webhooks  ->  accounts, models, identity, files  ->  toolsources
  *     ->  agent, gateway
  *     ->  apps/server
  *
@@ -29,7 +29,7 @@ const layers = [
   ["domain"],
   ["store", "egress", "codemode"],
   ["webhooks"],
-  ["accounts", "models", "identity"],
+  ["accounts", "models", "identity", "files"],
   ["toolsources"],
   ["agent", "gateway"]
 ]

@@ -7,6 +7,7 @@
  */
 import { AccountsMigrations } from "@agent-runtime/accounts"
 import { AgentMigrations } from "@agent-runtime/agent"
+import { FileMigrations } from "@agent-runtime/files"
 import { GatewayMigrations } from "@agent-runtime/gateway"
 import { IdentityMigrations } from "@agent-runtime/identity"
 import { ModelsMigrations } from "@agent-runtime/models"
@@ -16,6 +17,7 @@ import { WebhookMigrations } from "@agent-runtime/webhooks"
 export const migrations: ReadonlyArray<Migrations.Migrations> = [
   AccountsMigrations.migrations,
   WebhookMigrations.migrations,
+  FileMigrations.migrations,
   ModelsMigrations.migrations,
   AgentMigrations.migrations,
   GatewayMigrations.migrations,

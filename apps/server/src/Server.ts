@@ -22,6 +22,7 @@ import {
 } from "@agent-runtime/agent"
 import { Api } from "@agent-runtime/domain"
 import { Egress, Resolver } from "@agent-runtime/egress"
+import { ContentStore, Downloads, Volumes } from "@agent-runtime/files"
 import { IdentityTokens } from "@agent-runtime/identity"
 import {
   Catalog,
@@ -40,7 +41,7 @@ import { WebhookDelivery, WebhookEndpoints } from "@agent-runtime/webhooks"
 import { RunnerAddress, ShardingConfig, SqlMessageStorage, SqlRunnerStorage } from "@effect/cluster"
 import { HttpApiBuilder, HttpApiScalar, HttpMiddleware, HttpServer } from "@effect/platform"
 import { NodeClusterHttp, NodeHttpServer } from "@effect/platform-node"
-import { Context, Duration, Effect, Layer, Option } from "effect"
+import { Context, Deferred, Duration, Effect, Layer, Option } from "effect"
 import { createServer } from "node:http"
 import * as Gateway from "./Gateway.ts"
 import * as Admin from "./http/Admin.ts"
@@ -57,6 +58,7 @@ import * as Models from "./http/Models.ts"
 import * as Page from "./http/Page.ts"
 import * as SchedulesHttp from "./http/Schedules.ts"
 import * as Tokens_ from "./http/Tokens.ts"
+import * as VolumesHttp from "./http/Volumes.ts"
 import * as WebhooksHttp from "./http/Webhooks.ts"
 import * as WellKnown from "./http/WellKnown.ts"
 import { migrations } from "./Migrations.ts"
@@ -66,6 +68,11 @@ import * as ServerConfig from "./ServerConfig.ts"
 
 /** Where the REST API listens, as a base URL. */
 export class RestAddress extends Context.Tag("@agent-runtime/server/RestAddress")<RestAddress, string>() {}
+/**
+ * Where the REST API listens, once it does: what links to presented files point at when PUBLIC_URL is not
+ * set (services are made before the listener, and the port may be chosen by the system).
+ */
+export class RestBase extends Context.Tag("@agent-runtime/server/RestBase")<RestBase, Deferred.Deferred<string>>() {}
 /** Where the gateway listens, as a base URL. */
 export class GatewayAddress extends Context.Tag("@agent-runtime/server/GatewayAddress")<GatewayAddress, string>() {}
 
@@ -99,6 +106,8 @@ const layerApi = HttpApiBuilder.api(Api.Api).pipe(
     SchedulesHttp.layer,
     Clients.layer,
     Admin.layer,
+    VolumesHttp.layer,
+    VolumesHttp.layerDownloads,
     WebhooksHttp.layer,
     WellKnown.layer
   ]),
@@ -120,7 +129,10 @@ export const layerRestApp = HttpApiBuilder.serve((app) => HttpMiddleware.logger(
   Layer.provide(layerApi)
 )
 
-const layerRest = Layer.effect(RestAddress, baseUrl).pipe(
+const layerRest = Layer.effect(
+  RestAddress,
+  Effect.tap(baseUrl, (url) => Effect.flatMap(RestBase, (base) => Deferred.succeed(base, url)))
+).pipe(
   Layer.provideMerge(layerRestApp),
   Layer.provide(listen((config) => config.port))
 )
@@ -213,6 +225,20 @@ const layerWebhookDelivery = Layer.unwrapEffect(
   )
 )
 
+/** Volumes, and links to presented files rooted at PUBLIC_URL, else at the REST listener. */
+const layerFiles = Layer.unwrapEffect(
+  Effect.gen(function*() {
+    const config = yield* ServerConfig.ServerConfig
+    const restBase = yield* RestBase
+    return Downloads.layer(
+      Option.match(config.publicUrl, { onNone: () => Deferred.await(restBase), onSome: Effect.succeed })
+    )
+  })
+).pipe(
+  Layer.provideMerge(Volumes.layerConfig.pipe(Layer.provide(ContentStore.layer))),
+  Layer.provideMerge(Layer.effect(RestBase, Deferred.make<string>()))
+)
+
 /**
  * Everything a node needs but its configuration, logger and database, on a
  * cluster runner (Sharding, the cluster's Runners, ShardingConfig): the
@@ -220,7 +246,7 @@ const layerWebhookDelivery = Layer.unwrapEffect(
  */
 export const layerServicesOn = <ROut, E, RIn>(cluster: Layer.Layer<ROut, E, RIn>) =>
   layerAgentsOn(cluster).pipe(
-    Layer.provideMerge(Layer.mergeAll(WebhookEndpoints.layer, layerWebhookDelivery)),
+    Layer.provideMerge(Layer.mergeAll(WebhookEndpoints.layer, layerWebhookDelivery, layerFiles)),
     Layer.provideMerge(
       Layer.mergeAll(
         Tenants.Tenants.Default,

@@ -32,7 +32,12 @@ const sinceTheList = [
   "webhook_endpoints",
   "webhook_events",
   "webhook_deliveries",
-  "webhook_attempts"
+  "webhook_attempts",
+  "volumes",
+  "volume_files",
+  "file_chunks",
+  "file_pins",
+  "file_usage"
 ]
 
 /** Columns added since the list to tables it made (agents' application tools): likewise left out. */

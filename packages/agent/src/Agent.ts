@@ -21,6 +21,14 @@ import {
 import type { AgentConfig, RequestRow } from "./AgentStore.ts"
 import { Frame } from "./ApplicationConnection.ts"
 
+/** A file attached to a prompt, as the agent sees it: inline files are already saved in its workspace. */
+export const AttachedFile = Schema.Struct({
+  path: Schema.String,
+  contentType: Schema.String,
+  size: Schema.Number
+})
+export type AttachedFile = typeof AttachedFile.Type
+
 export const PromptPayload = Schema.Struct({
   requestId: Schema.String,
   /** continue runs a turn on the history as it is, without a new user message; execute runs `code`. */
@@ -35,7 +43,8 @@ export const PromptPayload = Schema.Struct({
   metadata: Schema.optional(Run.PromptMetadata),
   spendLimit: Schema.optional(Schema.Struct({ usd: Schema.Number })),
   /** Runs though the application is not connected: its calls fail at once as not connected, without waiting. */
-  allowDisconnected: Schema.optional(Schema.Boolean)
+  allowDisconnected: Schema.optional(Schema.Boolean),
+  files: Schema.optional(Schema.Array(AttachedFile))
 })
 export type PromptPayload = typeof PromptPayload.Type
 

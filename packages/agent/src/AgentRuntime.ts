@@ -262,7 +262,7 @@ export const layer = Layer.unwrapEffect(Effect.map(Agent.client, (makeClient) =>
           active = row.id
           const input = row.input as unknown as
             & { readonly text?: string; readonly actor?: string; readonly suspension?: string }
-            & Pick<Turn.TurnInput, "metadata" | "from">
+            & Pick<Turn.TurnInput, "metadata" | "from" | "files">
           const resumed = row.state === "running"
           const began = row.beganIndex ?? history.length
           let unjournaled: Array<Turn.Steered> = []
@@ -314,6 +314,7 @@ export const layer = Layer.unwrapEffect(Effect.map(Agent.client, (makeClient) =>
               code: (row.input as { code?: string }).code,
               metadata: input.metadata,
               from: input.from,
+              files: input.files,
               actor: input.actor,
               origin: row.method,
               application: declared.length === 0 ? undefined : {
@@ -580,7 +581,8 @@ export const layer = Layer.unwrapEffect(Effect.map(Agent.client, (makeClient) =>
                 ...(payload.from === undefined ? {} : { from: payload.from }),
                 ...(payload.metadata === undefined ? {} : { metadata: payload.metadata }),
                 ...(payload.spendLimit === undefined ? {} : { spendLimit: payload.spendLimit }),
-                ...(payload.allowDisconnected === true ? { allowDisconnected: true } : {})
+                ...(payload.allowDisconnected === true ? { allowDisconnected: true } : {}),
+                ...(payload.files === undefined ? {} : { files: payload.files })
               }
             }))
             if (payload.whileRunning === "steer" && active !== null && row.state === "queued") {

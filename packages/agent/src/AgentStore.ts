@@ -3,7 +3,7 @@
  * their history, and the blocks of event ids they hand out. Whatever node
  * owns an agent rebuilds its state from here.
  */
-import { ApiError } from "@agent-runtime/domain"
+import { Agent as AgentSchemas, ApiError } from "@agent-runtime/domain"
 import { Outbox } from "@agent-runtime/webhooks"
 import { SqlClient, type Statement } from "@effect/sql"
 import { Context, Effect, flow, Layer, Option, Schema } from "effect"
@@ -35,6 +35,8 @@ export const AgentConfig = Schema.Struct({
   })),
   /** false: the model gets present_file alone of the file tools. */
   fileTools: Schema.optional(Schema.Boolean),
+  /** The volumes its file tools see (see Workspace); absent for agents made before volumes. */
+  mounts: Schema.optional(Schema.Array(AgentSchemas.Mount)),
   /** The definition (and its revision) the agent was made from or last moved to. */
   definition: Schema.optional(Schema.Struct({ id: Schema.String, revision: Schema.Number })),
   /** Of the settings a definition supplies, those the agent set itself; re-applying the definition keeps them. */
@@ -169,10 +171,12 @@ export class AgentStore extends Context.Tag("@agent-runtime/agent/AgentStore")<A
    * Inserts an agent with its starting history, in one transaction; None (and nothing written) when a live
    * agent of the tenant already has its key.
    */
-  readonly insertAgent: (
+  /** Inserts the agent with its history; `alongside` runs in the same transaction once the row is in. */
+  readonly insertAgent: <E = never>(
     agent: NewAgent,
-    history: ReadonlyArray<MessageRow>
-  ) => Effect.Effect<Option.Option<AgentRow>, PersistenceError>
+    history: ReadonlyArray<MessageRow>,
+    alongside?: Effect.Effect<void, E>
+  ) => Effect.Effect<Option.Option<AgentRow>, PersistenceError | E>
   /** A live agent of the tenant (not deleted; expiry is the caller's to judge). */
   readonly find: (tenantId: string, id: string) => Effect.Effect<Option.Option<AgentRow>, PersistenceError>
   readonly findById: (id: string) => Effect.Effect<Option.Option<AgentRow>, PersistenceError>
@@ -301,21 +305,27 @@ export const make = Effect.gen(function*() {
       RETURNING ${agentFields}`.pipe(Effect.map((rows) => Option.map(Option.fromNullable(rows[0]), toAgent)))
 
   // No owner yet, so the history is not fenced; it is written with the row, or not at all.
-  const insertAgent = (agent: NewAgent, history: ReadonlyArray<MessageRow>) =>
-    insertRow(agent).pipe(
+  const insertAgent = <E = never>(
+    agent: NewAgent,
+    history: ReadonlyArray<MessageRow>,
+    alongside: Effect.Effect<void, E> = Effect.void
+  ) =>
+    PersistenceError.refail(insertRow(agent)).pipe(
+      Effect.tap((inserted) => Option.isNone(inserted) ? Effect.void : alongside),
       Effect.tap((inserted) =>
         Option.isNone(inserted) || history.length === 0 ?
           Effect.void :
-          sql`INSERT INTO agent_messages ${
+          PersistenceError.refail(sql`INSERT INTO agent_messages ${
             sql.insert(history.map((row) => ({
               agentId: agent.id,
               index: row.index,
               requestId: row.requestId,
               message: JSON.stringify(row.message)
             })))
-          }`
+          }`)
       ),
-      sql.withTransaction
+      sql.withTransaction,
+      Effect.catchTag("SqlError", (cause) => new PersistenceError({ cause }))
     )
 
   /** A live agent of the tenant: not deleted and not expired. */
@@ -602,7 +612,7 @@ export const make = Effect.gen(function*() {
       SELECT index, request_id, message FROM agent_messages WHERE agent_id = ${agentId} ORDER BY index`
 
   return AgentStore.of({
-    insertAgent: flow(insertAgent, PersistenceError.refail),
+    insertAgent,
     find: flow(find, PersistenceError.refail),
     findById: flow(findById, PersistenceError.refail),
     findByKey: flow(findByKey, PersistenceError.refail),

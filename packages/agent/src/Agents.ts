@@ -14,12 +14,14 @@ import {
   Run,
   Session
 } from "@agent-runtime/domain"
+import { FilePath, Volumes } from "@agent-runtime/files"
 import { Listing, UsageLog } from "@agent-runtime/models"
 import { Ids } from "@agent-runtime/store"
-import { Context, Duration, Effect, Layer, Option, type Scope, type Stream } from "effect"
+import { Context, Duration, Effect, Either, Layer, Option, type Scope, type Stream } from "effect"
 import {
   Agent,
   applyChanges,
+  type AttachedFile,
   definitionSettings as toSettings,
   fingerprint,
   type PromptPayload,
@@ -35,6 +37,7 @@ import type * as EventLog from "./EventLog.ts"
 import * as HistoryPage from "./HistoryPage.ts"
 import * as Inputs from "./Inputs.ts"
 import { Tools } from "./Tools.ts"
+import * as Workspace from "./Workspace.ts"
 
 export class Agents extends Context.Tag("@agent-runtime/agent/Agents")<Agents, {
   /** A new agent (the same Idempotency-Key and body return the same agent), with its first prompt if given. */
@@ -44,7 +47,7 @@ export class Agents extends Context.Tag("@agent-runtime/agent/Agents")<Agents, {
     idempotencyKey: Option.Option<string>
   ) => Effect.Effect<
     AgentSchemas.AgentCreated,
-    ApiError.IdempotencyConflict | ApiError.IdempotencyInProgress | ApiError.InvalidRequest
+    ApiError.IdempotencyConflict | ApiError.IdempotencyInProgress | ApiError.InvalidRequest | ApiError.NotFound
   >
   /**
    * The keyed agent with the given settings applied; made when no live agent has the key. With a
@@ -52,7 +55,7 @@ export class Agents extends Context.Tag("@agent-runtime/agent/Agents")<Agents, {
    */
   readonly upsert: (tenantId: string, key: string, input: AgentSchemas.AgentInput) => Effect.Effect<
     AgentSchemas.AgentCreated,
-    ApiError.IdempotencyConflict | ApiError.IdempotencyInProgress | ApiError.InvalidRequest
+    ApiError.IdempotencyConflict | ApiError.IdempotencyInProgress | ApiError.InvalidRequest | ApiError.NotFound
   >
   /** Re-applies the agent's definition at `revision` (default its latest): a configure request. */
   readonly applyDefinition: (
@@ -65,7 +68,10 @@ export class Agents extends Context.Tag("@agent-runtime/agent/Agents")<Agents, {
     tenantId: string,
     sourceId: string,
     input: AgentSchemas.ForkInput
-  ) => Effect.Effect<AgentSchemas.ForkCreated, ApiError.NotFound | ApiError.Gone | ApiError.IdempotencyConflict>
+  ) => Effect.Effect<
+    AgentSchemas.ForkCreated,
+    ApiError.NotFound | ApiError.Gone | ApiError.IdempotencyConflict | ApiError.TooLarge
+  >
   /** The credentials of a keyed agent, by key or id. */
   readonly credentials: (
     tenantId: string,
@@ -87,6 +93,23 @@ export class Agents extends Context.Tag("@agent-runtime/agent/Agents")<Agents, {
     | ApiError.SpendLimit
     | ApiError.IdempotencyConflict
     | ApiError.ApplicationNotConnected
+    | ApiError.InvalidRequest
+    | ApiError.TooLarge
+  >
+  /**
+   * Puts a file in the agent's workspace under uploads/<requestId>/<name>, to attach to that prompt as
+   * {path}; the upload's path is where the agent sees it.
+   */
+  readonly upload: (
+    tenantId: string,
+    agentId: string,
+    requestId: string,
+    name: string,
+    bytes: Uint8Array,
+    contentType: string | undefined
+  ) => Effect.Effect<
+    Session.Upload,
+    ApiError.NotFound | ApiError.Gone | ApiError.InvalidRequest | ApiError.TooLarge
   >
   /**
    * Runs `code` with the agent's code-mode tools, as a request of method execute queued like a prompt:
@@ -256,6 +279,7 @@ export const make = Effect.gen(function*() {
   const listing = yield* Listing.Listing
   const usage = yield* UsageLog.UsageLog
   const makeClient = yield* Agent.client
+  const volumes = yield* Volumes.Volumes
 
   const live = (tenantId: string, id: string) => findLive(store, tenantId, id)
 
@@ -298,12 +322,14 @@ export const make = Effect.gen(function*() {
         (spent) => new AgentSchemas.SpendLimit({ usd: agent.config.spendLimit!.usd, spent })
       )
 
-  const sendPrompt = (
+  const sendPrompt = <E = never>(
     agent: AgentRow,
     input: Run.PromptInput,
     defaultRequestId: string,
     method: "prompt" | "continue" | "execute" = "prompt",
-    code?: string
+    code?: string,
+    /** The prompt's files, once checked and saved (see `attach`): after every other check, before sending. */
+    attached?: (requestId: string) => Effect.Effect<ReadonlyArray<AttachedFile>, E>
   ) => {
     const requestId = input.requestId ?? defaultRequestId
     const payload: PromptPayload = {
@@ -323,7 +349,10 @@ export const make = Effect.gen(function*() {
     return Effect.gen(function*() {
       yield* checkBudget(agent)
       if (input.allowDisconnected !== true) yield* checkConnected(agent)
-      const accepted = yield* Effect.orDie(makeClient(agent.id).Prompt(payload))
+      const files = attached === undefined ? undefined : yield* attached(requestId)
+      const accepted = yield* Effect.orDie(
+        makeClient(agent.id).Prompt(files === undefined ? payload : { ...payload, files })
+      )
       if (accepted.fingerprint !== payload.fingerprint) {
         return yield* new ApiError.IdempotencyConflict({
           error: `request id ${requestId} was used for another request`
@@ -334,6 +363,107 @@ export const make = Effect.gen(function*() {
       return Option.match(current, { onNone: () => accepted, onSome: toRecord })
     })
   }
+
+  /**
+   * A prompt's files as the agent sees them: each {path} checked against its mounts, each inline file
+   * saved under uploads/<requestId>/ in its workspace. Everything is checked before the first is saved.
+   */
+  const attach = (agent: AgentRow, requestId: string, files: ReadonlyArray<Run.PromptFile>) =>
+    Effect.gen(function*() {
+      const mounts = agent.config.mounts ?? []
+      const invalid = (error: string) => new ApiError.InvalidRequest({ error: `invalid request: files: ${error}` })
+      const decoded = files.map((file, index) =>
+        "data" in file ? { file, index, bytes: Buffer.from(file.data, "base64") } : { file, index, bytes: undefined }
+      )
+      const inline = decoded.reduce((sum, entry) => sum + (entry.bytes?.length ?? 0), 0)
+      if (inline > Run.maxInlineFileBytes) {
+        return yield* new ApiError.TooLarge({
+          error: `inline files come to ${inline} bytes; at most ${Run.maxInlineFileBytes} across a message`
+        })
+      }
+      const names = new Set<string>()
+      const planned = yield* Effect.forEach(decoded, ({ bytes, file, index }) =>
+        Effect.gen(function*() {
+          if (bytes === undefined) {
+            const path = (file as Run.PromptFilePath).path
+            const resolved = Workspace.resolve(mounts, path)
+            if (Either.isLeft(resolved)) return yield* invalid(resolved.left)
+            const found = yield* volumes.stat(agent.tenantId, resolved.right.volumeId, resolved.right.path).pipe(
+              Effect.mapError(() => new ApiError.NotFound({ error: `files: no file ${resolved.right.shown}` }))
+            )
+            return { shown: resolved.right.shown, contentType: found.contentType, size: found.size, save: undefined }
+          }
+          const inlineFile = file as Run.PromptFileData
+          if (!/^[A-Za-z0-9+/]*={0,2}$/.test(inlineFile.data.replace(/\s/g, ""))) {
+            return yield* invalid(`file ${index + 1}: data is not base64`)
+          }
+          const name = inlineFile.name ?? `file-${index + 1}`
+          if (name.includes("/") || Either.isLeft(FilePath.parse(name))) {
+            return yield* invalid(`file ${index + 1}: name ${JSON.stringify(name)} is not a file name`)
+          }
+          if (names.has(name)) return yield* invalid(`two files are named ${name}`)
+          names.add(name)
+          const workspace = Workspace.workspaceOf(mounts)
+          if (workspace === undefined) return yield* invalid("the agent has no writable mount to save files in")
+          const resolved = Workspace.resolve(mounts, `${workspace.path}/uploads/${requestId}/${name}`)
+          if (Either.isLeft(resolved)) return yield* invalid(resolved.left)
+          return {
+            shown: resolved.right.shown,
+            contentType: inlineFile.contentType,
+            size: bytes.length,
+            save: { resolved: resolved.right, bytes }
+          }
+        }))
+      return yield* Effect.forEach(planned, (entry) =>
+        entry.save === undefined
+          ? Effect.succeed({ path: entry.shown, contentType: entry.contentType, size: entry.size })
+          : Effect.map(
+            volumes.write(agent.tenantId, entry.save.resolved.volumeId, entry.save.resolved.path, entry.save.bytes, {
+              contentType: entry.contentType,
+              by: "prompt"
+            }).pipe(unconditional),
+            (saved) => ({ path: entry.shown, contentType: saved.contentType, size: saved.size })
+          ))
+    })
+
+  /** A write without `ifVersion` never meets another version. */
+  const unconditional = <A, E extends { readonly _tag: string }, R>(self: Effect.Effect<A, E, R>) =>
+    Effect.catchIf(self, (error): error is Extract<E, ApiError.Conflict> => error._tag === "Conflict", Effect.die)
+
+  const attachOf = (agent: AgentRow, input: Run.PromptInput) => {
+    const files = input.files
+    return files === undefined || files.length === 0
+      ? undefined
+      : (requestId: string) => attach(agent, requestId, files)
+  }
+
+  const upload = (
+    tenantId: string,
+    agentId: string,
+    requestId: string,
+    name: string,
+    bytes: Uint8Array,
+    contentType: string | undefined
+  ) =>
+    Effect.gen(function*() {
+      const agent = yield* live(tenantId, agentId)
+      const invalid = (error: string) => new ApiError.InvalidRequest({ error: `invalid request: ${error}` })
+      if (name.includes("/") || Either.isLeft(FilePath.parse(name))) {
+        return yield* invalid(`name ${JSON.stringify(name)} is not a file name`)
+      }
+      if (requestId.includes("/") || Either.isLeft(FilePath.parse(requestId))) {
+        return yield* invalid(`request id ${JSON.stringify(requestId)} cannot name a directory`)
+      }
+      const workspace = Workspace.workspaceOf(agent.config.mounts ?? [])
+      if (workspace === undefined) return yield* invalid("the agent has no writable mount to save uploads in")
+      const resolved = Workspace.resolve([workspace], `${workspace.path}/uploads/${requestId}/${name}`)
+      if (Either.isLeft(resolved)) return yield* invalid(resolved.left)
+      const saved = yield* volumes.write(tenantId, resolved.right.volumeId, resolved.right.path, bytes, {
+        contentType,
+        by: "upload"
+      }).pipe(unconditional)
+      return new Session.Upload({ ...saved, path: resolved.right.shown })
+    })
 
   /**
    * A run of an agent whose tools need its application waits a moment for a connection (one may be
@@ -355,9 +485,28 @@ export const make = Effect.gen(function*() {
     })
 
   /** The prompt sent with a create or upsert: a refusal is reported in the answer, the agent is made regardless. */
+  /** The prompt given with a new agent: refused (not failed) for what a prompt alone would be refused. */
   const firstPrompt = (agent: AgentRow, input: Run.PromptInput, defaultRequestId: string) =>
-    sendPrompt(agent, input, defaultRequestId).pipe(
+    sendPrompt(agent, input, defaultRequestId, "prompt", undefined, attachOf(agent, input)).pipe(
       Effect.catchTags({
+        InvalidRequest: (refusal) =>
+          Effect.succeed(
+            new AgentSchemas.PromptRefused({
+              error: new Run.RunError({ code: "INVALID_REQUEST", message: refusal.error, status: 400 })
+            })
+          ),
+        NotFound: (refusal) =>
+          Effect.succeed(
+            new AgentSchemas.PromptRefused({
+              error: new Run.RunError({ code: "NOT_FOUND", message: refusal.error, status: 404 })
+            })
+          ),
+        TooLarge: (refusal) =>
+          Effect.succeed(
+            new AgentSchemas.PromptRefused({
+              error: new Run.RunError({ code: "TOO_LARGE", message: refusal.error, status: 413 })
+            })
+          ),
         SpendLimit: (refusal) =>
           Effect.succeed(
             new AgentSchemas.PromptRefused({
@@ -410,6 +559,12 @@ export const make = Effect.gen(function*() {
             : { spendLimit: { usd: settings.spendLimit.usd, since: Math.floor(Date.now() / 1000) } }),
           ...(own.length === 0 || definition === undefined ? {} : { own })
         }, definition === undefined ? {} : { definition })
+        if (settings.mounts !== undefined) yield* Workspace.validate(volumes, tenantId, settings.mounts)
+        // Its own workspace, made in the agent's transaction, unless its mounts say otherwise.
+        const workspaceId = settings.mounts === undefined ? Ids.make("vol") : undefined
+        const mounts = settings.mounts ?? [
+          new AgentSchemas.Mount({ volumeId: workspaceId!, path: Workspace.workspacePath, mode: "rw" })
+        ]
         const id = Ids.make("client")
         const ttlSeconds = settings.ttlSeconds !== undefined
           ? settings.ttlSeconds
@@ -423,7 +578,7 @@ export const make = Effect.gen(function*() {
             key,
             name: settings.name ?? id,
             type: settings.type ?? null,
-            config,
+            config: { ...config, mounts },
             inputFingerprint,
             ttlSeconds
           },
@@ -432,7 +587,8 @@ export const make = Effect.gen(function*() {
             index,
             requestId: null,
             message: { timestamp: Date.now(), ...message }
-          }))
+          })),
+          workspaceId === undefined ? Effect.void : volumes.create(tenantId, { id: workspaceId, agentId: id })
         )
         // Another request with this key won the race: it is still creating the agent.
         if (Option.isNone(inserted)) {
@@ -560,6 +716,15 @@ export const make = Effect.gen(function*() {
         forkedFrom: { agentId: sourceId, atMessage: end }
       }
       const id = Ids.make("client")
+      // Its own copy (copy-on-write) of each workspace of the source; volumes the source shares stay shared.
+      const copies = new Map<string, string>()
+      for (const mount of source.config.mounts ?? []) {
+        const volume = yield* Effect.option(volumes.get(tenantId, mount.volumeId))
+        if (Option.isSome(volume) && volume.value.agentId === sourceId) copies.set(mount.volumeId, Ids.make("vol"))
+      }
+      const mounts = source.config.mounts?.map((mount) =>
+        copies.has(mount.volumeId) ? new AgentSchemas.Mount({ ...mount, volumeId: copies.get(mount.volumeId)! }) : mount
+      )
       const inserted = yield* store.insertAgent(
         {
           id,
@@ -567,7 +732,7 @@ export const make = Effect.gen(function*() {
           key,
           name: input.name ?? id,
           type: source.type,
-          config,
+          config: mounts === undefined ? config : { ...config, mounts },
           inputFingerprint: fingerprint(input),
           ttlSeconds: input.ttlSeconds !== undefined
             ? input.ttlSeconds
@@ -579,7 +744,12 @@ export const make = Effect.gen(function*() {
           index: row.index,
           requestId: null,
           message: row.message
-        }))
+        })),
+        Effect.forEach(
+          copies,
+          ([from, to]) => volumes.fork(tenantId, from, { id: to, agentId: id }),
+          { discard: true }
+        )
       )
       if (Option.isNone(inserted)) {
         return yield* new ApiError.IdempotencyConflict({ error: `key ${key} was just taken by another agent` })
@@ -619,7 +789,10 @@ export const make = Effect.gen(function*() {
     })
 
   const prompt = (tenantId: string, agentId: string, input: Run.PromptInput) =>
-    Effect.flatMap(live(tenantId, agentId), (agent) => sendPrompt(agent, input, Ids.make("req")))
+    Effect.flatMap(
+      live(tenantId, agentId),
+      (agent) => sendPrompt(agent, input, Ids.make("req"), "prompt", undefined, attachOf(agent, input))
+    )
 
   /** A turn on the history as it is, without a new user message. */
   const continueRun = (
@@ -781,7 +954,7 @@ export const make = Effect.gen(function*() {
         definition: agent.config.definition === undefined
           ? null
           : new AgentSchemas.DefinitionRef(agent.config.definition),
-        mounts: [],
+        mounts: agent.config.mounts ?? [],
         systemPrompt: agent.config.systemPrompt ?? "",
         ...(agent.config.fileTools === false ? { fileTools: false as const } : {}),
         ...(agent.config.systemPromptAppend === undefined
@@ -806,11 +979,23 @@ export const make = Effect.gen(function*() {
       (rows) => Common.toPage(rows.map((agent) => summary(agent, false)), params)
     )
 
+  /** Removes the agent, and its own workspaces with it (volumes it only mounts stay). */
   const remove = (tenantId: string, agentId: string) =>
-    Effect.flatMap(store.remove(tenantId, agentId), (removed) =>
-      removed
-        ? Effect.succeed({ id: agentId, deleted: true as const })
-        : Effect.fail(new ApiError.NotFound({ error: `no agent ${agentId}` })))
+    Effect.gen(function*() {
+      const agent = yield* store.find(tenantId, agentId)
+      if (!(yield* store.remove(tenantId, agentId)) || Option.isNone(agent)) {
+        return yield* new ApiError.NotFound({ error: `no agent ${agentId}` })
+      }
+      yield* Effect.forEach(agent.value.config.mounts ?? [], (mount) =>
+        Effect.flatMap(
+          Effect.option(volumes.get(tenantId, mount.volumeId)),
+          (volume) =>
+            Option.isSome(volume) && volume.value.agentId === agentId
+              ? Effect.ignore(volumes.remove(tenantId, mount.volumeId))
+              : Effect.void
+        ), { discard: true })
+      return { id: agentId, deleted: true as const }
+    })
 
   /** The record of a request; with `wait` it answers once the request settles or the wait (at most 25 s) ends. */
   const request = (tenantId: string, agentId: string, requestId: string, wait: Duration.Duration) =>
@@ -921,6 +1106,7 @@ export const make = Effect.gen(function*() {
     credentials: method("credentials", credentials),
     authenticateToken: method("authenticateToken", authenticateToken),
     prompt: method("prompt", prompt),
+    upload: method("upload", upload),
     continueRun: method("continueRun", continueRun),
     execute: method("execute", execute),
     abort: method("abort", abort),

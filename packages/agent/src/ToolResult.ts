@@ -11,6 +11,17 @@ export interface ToolResult {
   readonly code?: string
   /** The sub-agent a delegate call ran. */
   readonly agentId?: string
+  /** A file the call wrote (file tools), for the run's outcome. */
+  readonly written?: { readonly path: string; readonly version: number; readonly size: number }
+  /** A file the call presented (present_file), for the run's outcome. */
+  readonly presented?: {
+    readonly path: string
+    readonly name: string
+    readonly size: number
+    readonly contentType: string
+    readonly url: string
+    readonly expiresAt: number
+  }
   /** The call asks a person for input first: the turn stops waiting, and the call is answered once it settles. */
   readonly ask?: Ask
 }

@@ -8,6 +8,7 @@
  */
 import { Agent as AgentSchemas, Schedule as ScheduleSchemas } from "@agent-runtime/domain"
 import { Egress } from "@agent-runtime/egress"
+import { Downloads, Volumes } from "@agent-runtime/files"
 import { WebSearch } from "@agent-runtime/models"
 import { ToolSources } from "@agent-runtime/toolsources"
 import { Duration, Effect, Option, ParseResult, Schema, Stream } from "effect"
@@ -15,6 +16,7 @@ import { convert as htmlToText } from "html-to-text"
 import type { AgentConfig } from "./AgentStore.ts"
 import { Definitions } from "./Definitions.ts"
 import { defaultMaxParallel, Delegation } from "./Delegation.ts"
+import * as FileTools from "./FileTools.ts"
 import { Schedules } from "./Schedules.ts"
 import { text, type ToolContext, type ToolResult } from "./ToolResult.ts"
 
@@ -428,6 +430,8 @@ export class Tools extends Effect.Service<Tools>()("@agent-runtime/agent/Tools",
     const sources = yield* ToolSources.ToolSources
     const definitions = yield* Definitions
     const delegation = yield* Delegation
+    const volumes = yield* Volumes.Volumes
+    const downloads = yield* Downloads.Downloads
     const webFetch = makeWebFetch(egress)
     const builtinsOf = (scope: Scope): Record<string, Omit<Tool, "exposure">> => ({
       web_fetch: webFetch,
@@ -495,6 +499,10 @@ export class Tools extends Effect.Service<Tools>()("@agent-runtime/agent/Tools",
           { concurrency: "unbounded" }
         )
         const applicationTools = application?.tools ?? []
+        const mounts = scope.config.mounts ?? []
+        const fileTools = mounts.length === 0 ? [] : FileTools.make(volumes, downloads, { ...scope, mounts })[
+          scope.config.fileTools === false ? "presentOnly" : "all"
+        ]
         const count = names.length + listed.reduce((sum, entry) => sum + entry.tools.length, 0) +
           applicationTools.length
         const exposure = defaultExposure(count)
@@ -538,6 +546,17 @@ export class Tools extends Effect.Service<Tools>()("@agent-runtime/agent/Tools",
         const toolSources: Array<AgentSchemas.ToolSource> = names.length === 0 ? [] : [
           new AgentSchemas.ToolSource({ kind: "builtin", name: "builtins", status: "listed", tools: builtinTools })
         ]
+        if (fileTools.length > 0) {
+          // The runtime's own, like builtins: direct for the model, and in code so code sees the same files.
+          toolSources.push(
+            new AgentSchemas.ToolSource({
+              kind: "files",
+              name: "files",
+              status: "listed",
+              tools: fileTools.map((tool) => offer({ ...tool, exposure: "both" }, "files"))
+            })
+          )
+        }
         const sourceErrors: Array<{ source: string; error: string }> = []
         if (definition !== undefined && Option.isNone(definition)) {
           sourceErrors.push({ source: "definition", error: "the agent's definition revision could not be read" })

@@ -6,12 +6,15 @@
  */
 import { Codemode } from "@agent-runtime/codemode"
 import type { Input } from "@agent-runtime/domain"
+import { Volumes } from "@agent-runtime/files"
 import type { ModelError } from "@agent-runtime/models"
 import { ModelClient } from "@agent-runtime/models"
-import { Effect, Option, Stream } from "effect"
+import { Effect, Either, Option, Stream } from "effect"
+import type { AttachedFile } from "./Agent.ts"
 import type { AgentConfig } from "./AgentStore.ts"
 import { argumentsHash } from "./Inputs.ts"
 import * as Tools from "./Tools.ts"
+import * as Workspace from "./Workspace.ts"
 
 /** Stands in for every message before it: what compaction (or initialMessages) left of them. */
 export interface CompactionSummary {
@@ -34,6 +37,8 @@ export interface Steered {
   readonly text: string
   readonly metadata?: Record<string, string> | undefined
   readonly from?: StoredMessage["from"] | undefined
+  /** Files attached to it, in the agent's mounts: named in the message, images shown to the model. */
+  readonly files?: ReadonlyArray<AttachedFile> | undefined
 }
 
 export interface TurnInput extends Steered {
@@ -126,6 +131,9 @@ export interface RunResult {
   /** Calls that failed (the tool's own error, unavailable, unknown outcome, aborted). */
   readonly toolErrors: number
   readonly toolCalls: ReadonlyArray<ToolCallRecord>
+  /** Files its tools wrote (at most 100, each at the version written last) and presented (at most 20). */
+  readonly files?: ReadonlyArray<NonNullable<Tools.ToolResult["written"]>>
+  readonly presented?: ReadonlyArray<NonNullable<Tools.ToolResult["presented"]>>
   /** Tool sources whose tools the model did not have: they could not be listed. */
   readonly sourceErrors?: ReadonlyArray<{ readonly source: string; readonly error: string }>
 }
@@ -157,6 +165,9 @@ export interface TurnOutcome {
 
 const defaultMaxRounds = 25
 
+/** Images the providers' protocols take in a user message. */
+const imageTypes = new Set(["image/png", "image/jpeg", "image/gif", "image/webp"])
+
 /** The sender, in a block only the runtime writes: the same marker in user text is neutralised. */
 const senderMarker = "\u27E8runtime\u27E9"
 const neutralise = (text: string) => text.split(senderMarker).join("\u27E8runtime-quoted\u27E9")
@@ -177,13 +188,19 @@ export const toModelMessage = (message: StoredMessage): ModelClient.Message => {
   const text = typeof message.content === "string"
     ? message.content
     : message.content.map((part) => part.type === "text" ? part.text : "").join("")
+  const images = typeof message.content === "string" ? [] : message.content.filter((part) => part.type === "image")
   const sender = message.from === undefined ?
     "" :
     `${senderMarker} message from ${
       [message.from.name, message.from.username === undefined ? undefined : `@${message.from.username}`]
         .filter((part) => part !== undefined).join(" ")
     } (id ${message.from.id})\n`
-  return { role: "user", content: sender + neutralise(text), timestamp: message.timestamp }
+  const content = sender + neutralise(text)
+  return {
+    role: "user",
+    content: images.length === 0 ? content : [{ type: "text", text: content }, ...images],
+    timestamp: message.timestamp
+  }
 }
 
 /** The messages the model sees: from the last compaction summary on, which stands in for all before it. */
@@ -297,6 +314,7 @@ const updateInterval = 250
 export const run = (input: TurnInput, hooks: TurnHooks) =>
   Effect.gen(function*() {
     const models = yield* ModelClient.ModelClient
+    const volumes = yield* Volumes.Volumes
     const toolSet = yield* (yield* Tools.Tools).forAgent(
       {
         tenantId: input.tenantId,
@@ -315,6 +333,8 @@ export const run = (input: TurnInput, hooks: TurnHooks) =>
     }))
     if (toolSet.code.length > 0) modelTools.push(codemodeTool(toolSet.code))
     const toolCalls: Array<ToolCallRecord> = []
+    const written = new Map<string, NonNullable<Tools.ToolResult["written"]>>()
+    const presented: Array<NonNullable<Tools.ToolResult["presented"]>> = []
     let toolErrors = 0
     let uncertain = false
     /** Calls of this run waiting on a person; the turn stops after their step. */
@@ -329,6 +349,10 @@ export const run = (input: TurnInput, hooks: TurnHooks) =>
 
     const recordCall = (entry: ToolCallRecord, result: Tools.ToolResult) => {
       if (result.isError) toolErrors++
+      if (result.written !== undefined && (written.size < 100 || written.has(result.written.path))) {
+        written.set(result.written.path, result.written)
+      }
+      if (result.presented !== undefined && presented.length < 20) presented.push(result.presented)
       if (toolCalls.length < 100) {
         toolCalls.push({
           ...entry,
@@ -409,12 +433,33 @@ export const run = (input: TurnInput, hooks: TurnHooks) =>
         return yield* Codemode.run(code, hostTools)
       })
 
+    /** The prompt's text naming its files, then the images among them for the model to see. */
+    const withAttachments = (text: string, files: ReadonlyArray<AttachedFile>) =>
+      Effect.gen(function*() {
+        const named = files.map((file) => `- ${file.path} (${file.contentType}, ${file.size} bytes)`).join("\n")
+        const images: Array<{ type: "image"; data: string; mimeType: string }> = []
+        for (const file of files) {
+          const mimeType = file.contentType.split(";")[0]!.trim()
+          if (!imageTypes.has(mimeType)) continue
+          const resolved = Workspace.resolve(input.config.mounts ?? [], file.path)
+          if (Either.isLeft(resolved)) continue
+          // A file gone since the prompt was accepted is still named; the model is told it in the text only.
+          const read = yield* Effect.option(volumes.read(input.tenantId, resolved.right.volumeId, resolved.right.path))
+          if (Option.isSome(read)) {
+            images.push({ type: "image", data: Buffer.from(read.value.bytes).toString("base64"), mimeType })
+          }
+        }
+        return [{ type: "text" as const, text: `${text}\n\nAttached files:\n${named}` }, ...images]
+      })
+
     const addUser = (prompt: Steered) =>
       Effect.gen(function*() {
         const index = hooks.historySize()
         const user: StoredMessage = {
           role: "user",
-          content: prompt.text,
+          content: prompt.files === undefined || prompt.files.length === 0
+            ? prompt.text
+            : yield* withAttachments(prompt.text, prompt.files),
           timestamp: Date.now(),
           requestId: prompt.requestId,
           ...(prompt.metadata === undefined ? {} : { metadata: prompt.metadata }),
@@ -842,6 +887,8 @@ export const run = (input: TurnInput, hooks: TurnHooks) =>
       ...(inputs === undefined ? {} : { inputs }),
       toolErrors,
       toolCalls,
+      ...(written.size === 0 ? {} : { files: [...written.values()] }),
+      ...(presented.length === 0 ? {} : { presented }),
       ...(toolSet.sourceErrors.length === 0 ? {} : { sourceErrors: toolSet.sourceErrors })
     }
     const outcome: TurnOutcome = {

@@ -12,6 +12,7 @@
  */
 import { AccountsMigrations, Tenants } from "@agent-runtime/accounts"
 import { Egress, Resolver } from "@agent-runtime/egress"
+import { FileMigrations } from "@agent-runtime/files"
 import { IdentityMigrations, IdentityTokens } from "@agent-runtime/identity"
 import { ModelsMigrations, UsageLog } from "@agent-runtime/models"
 import { Database, SealedSecret } from "@agent-runtime/store"
@@ -38,6 +39,7 @@ const DatabaseLive = Layer.unwrapEffect(
       migrations: [
         AccountsMigrations.migrations,
         WebhookMigrations.migrations,
+        FileMigrations.migrations,
         ModelsMigrations.migrations,
         AgentMigrations.migrations,
         IdentityMigrations.migrations

@@ -36,9 +36,18 @@ import {
 import { Answered, AnsweredAll, ExecuteInput, PromptInput, RequestRecord } from "./Run.ts"
 import { DrainStarted, RunnerList } from "./Runner.ts"
 import { Schedule, ScheduleInput } from "./Schedule.ts"
-import { BrowserToken, BrowserTokenInput, EventPoll, HistoryPage, SessionState } from "./Session.ts"
+import { BrowserToken, BrowserTokenInput, EventPoll, HistoryPage, SessionState, Upload } from "./Session.ts"
 import { Tenant, TenantCreated, TenantInput } from "./Tenant.ts"
 import { Token, TokenCreated, TokenInput } from "./Token.ts"
+import {
+  FileListParams,
+  FileParams,
+  FileWriteParams,
+  Volume,
+  VolumeFile,
+  VolumeForkInput,
+  VolumeInput
+} from "./Volume.ts"
 import {
   AttemptParams,
   DeliveryParams,
@@ -753,6 +762,115 @@ const attempts = <const Name extends string>(name: Name, root: `/${string}`) =>
         "also for the usage webhook's id."
     )
 
+const volumeParam = HttpApiSchema.param("volumeId", Schema.String)
+
+/** A file's bytes on the wire, whatever its own content type. */
+const FileBytes = HttpApiSchema.Uint8Array({ contentType: "application/octet-stream" })
+
+export class VolumesGroup extends HttpApiGroup.make("volumes")
+  .add(
+    HttpApiEndpoint.post("create", "/v1/volumes")
+      .setPayload(VolumeInput)
+      .addSuccess(Volume, created)
+      .annotate(OpenApi.Description, "A new, empty volume to mount into agents (see docs/files.md).")
+  )
+  .add(HttpApiEndpoint.get("list", "/v1/volumes").setUrlParams(PageParams).addSuccess(List(Volume)))
+  .add(HttpApiEndpoint.get("get")`/v1/volumes/${volumeParam}`.addSuccess(Volume).addError(ApiError.NotFound.Wire))
+  .add(
+    HttpApiEndpoint.del("remove")`/v1/volumes/${volumeParam}`
+      .addSuccess(Deleted)
+      .addError(ApiError.NotFound.Wire)
+      .annotate(OpenApi.Description, "Removes the volume and its files; agents mounting it see no files there.")
+  )
+  .add(
+    HttpApiEndpoint.post("fork")`/v1/volumes/${volumeParam}/fork`
+      .setPayload(VolumeForkInput)
+      .addSuccess(Volume, created)
+      .addError(ApiError.NotFound.Wire)
+      .addError(ApiError.TooLarge.Wire)
+      .annotate(
+        OpenApi.Description,
+        "A copy-on-write copy: the same files, sharing their bytes until either side writes; as quick whatever " +
+          "their size. Counted against the storage quota like any other bytes."
+      )
+  )
+  .add(
+    HttpApiEndpoint.get("files")`/v1/volumes/${volumeParam}/files`
+      .setUrlParams(FileListParams)
+      .addSuccess(List(VolumeFile))
+      .addError(ApiError.NotFound.Wire)
+      .annotate(OpenApi.Description, "The files under `prefix` (the whole volume by default), in path order.")
+  )
+  .add(
+    HttpApiEndpoint.get("read")`/v1/volumes/${volumeParam}/file`
+      .setUrlParams(FileParams)
+      .addSuccess(FileBytes)
+      .addError(ApiError.NotFound.Wire)
+      .annotate(
+        OpenApi.Description,
+        "The file's bytes, with its content type, `etag` (its version) and `x-file-version`; a `Range: bytes=` " +
+          "header of one range answers 206 with that part."
+      )
+  )
+  .add(
+    HttpApiEndpoint.put("write")`/v1/volumes/${volumeParam}/file`
+      .setUrlParams(FileWriteParams)
+      .setPayload(FileBytes)
+      .addSuccess(VolumeFile)
+      .addError(ApiError.NotFound.Wire)
+      .addError(ApiError.Conflict.Wire)
+      .addError(ApiError.TooLarge.Wire)
+      .annotate(
+        OpenApi.Description,
+        "Writes the whole file as its next version. The request's Content-Type is kept as the file's (sniffed " +
+          "from the bytes and name when absent or application/octet-stream). `ifVersion` (or `If-Match`) makes it " +
+          "conditional: 409 when the file has moved on."
+      )
+  )
+  .add(
+    HttpApiEndpoint.del("removeFile")`/v1/volumes/${volumeParam}/file`
+      .setUrlParams(FileWriteParams)
+      .addSuccess(VolumeFile)
+      .addError(ApiError.NotFound.Wire)
+      .addError(ApiError.Conflict.Wire)
+      .annotate(OpenApi.Description, "Removes the file (when at `ifVersion`, if given); answers it as it was.")
+  )
+  .add(
+    HttpApiEndpoint.put("upload")`/v1/agents/${agentParam}/uploads/${HttpApiSchema.param("requestId", Schema.String)}/${
+      HttpApiSchema.param("name", Schema.String)
+    }`
+      .setPayload(FileBytes)
+      .addSuccess(Upload)
+      .addError(ApiError.NotFound.Wire)
+      .addError(ApiError.Gone.Wire)
+      .addError(ApiError.TooLarge.Wire)
+      .annotate(
+        OpenApi.Description,
+        "Puts a file in the agent's workspace under uploads/<requestId>/<name>; attach it to that prompt as " +
+          "{path}. The same request again writes a new version."
+      )
+  )
+  .middleware(Authentication)
+  .annotate(OpenApi.Title, "Volumes and files")
+{}
+
+/** Where a presented file's signed link leads: no bearer token, the signature is the credential. */
+export class DownloadsGroup extends HttpApiGroup.make("downloads")
+  .add(
+    HttpApiEndpoint.get("download")`/v1/files/${HttpApiSchema.param("fileId", Schema.String)}`
+      .setUrlParams(Schema.Struct({ expires: Schema.String, signature: Schema.String }))
+      .addSuccess(FileBytes)
+      .addError(ApiError.Forbidden.Wire)
+      .addError(ApiError.Gone.Wire)
+      .annotate(
+        OpenApi.Description,
+        "A presented file, as it was when presented. The link is signed and expires: a changed link answers 403, " +
+          "an expired one 410."
+      )
+  )
+  .annotate(OpenApi.Title, "Downloads")
+{}
+
 export class WebhooksGroup extends HttpApiGroup.make("webhooks")
   .add(
     HttpApiEndpoint.post("create", "/v1/webhooks")
@@ -970,6 +1088,8 @@ export class Api extends HttpApi.make("agent-runtime")
   .add(DefinitionsGroup)
   .add(SchedulesGroup)
   .add(ClientsGroup)
+  .add(VolumesGroup)
+  .add(DownloadsGroup)
   .add(WebhooksGroup)
   .add(AdminGroup)
   .add(WellKnownGroup)

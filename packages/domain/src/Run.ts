@@ -166,6 +166,23 @@ export class ToolCallSummary extends Schema.Class<ToolCallSummary>("ToolCallSumm
   agentId: Schema.optional(Schema.String.annotations({ description: "a delegate call's sub-agent" }))
 }) {}
 
+/** A file a run's tools wrote: its path as the agent sees it, at the version written last. */
+export class WrittenFile extends Schema.Class<WrittenFile>("WrittenFile")({
+  path: Schema.String,
+  version: Schema.Number,
+  size: Schema.Number
+}) {}
+
+/** A file a run presented (present_file), as in its `file_presented` event. */
+export class PresentedFile extends Schema.Class<PresentedFile>("PresentedFile")({
+  path: Schema.String,
+  name: Schema.String,
+  size: Schema.Number,
+  contentType: Schema.String,
+  url: Schema.String.annotations({ description: "a signed download link; it expires" }),
+  expiresAt: Schema.Number.annotations({ description: "Unix seconds" })
+}) {}
+
 /** The result of a model run (prompt, continue, steer, resume): `outcome.result`. */
 export class RunResult extends Schema.Class<RunResult>("RunResult")({
   reply: Schema.optional(Schema.String.annotations({ description: "final assistant message text" })),
@@ -177,10 +194,10 @@ export class RunResult extends Schema.Class<RunResult>("RunResult")({
   stopped: Schema.optional(StoppedReason),
   inputs: Schema.optional(Schema.Array(Input).annotations({ description: "pending inputs when input_required" })),
   files: Schema.optional(
-    Schema.Array(Schema.Unknown).pipe(Schema.maxItems(100)).annotations({ description: "files written, at most 100" })
+    Schema.Array(WrittenFile).pipe(Schema.maxItems(100)).annotations({ description: "files written, at most 100" })
   ),
   presented: Schema.optional(
-    Schema.Array(Schema.Unknown).pipe(Schema.maxItems(20)).annotations({ description: "files presented, at most 20" })
+    Schema.Array(PresentedFile).pipe(Schema.maxItems(20)).annotations({ description: "files presented, at most 20" })
   ),
   toolErrors: Schema.optional(Schema.Array(Schema.Unknown)),
   sourceErrors: Schema.optional(

@@ -18,6 +18,7 @@ import { AccountsMigrations } from "@agent-runtime/accounts"
 import { AgentMigrations, AgentStore, Definitions, Delegation, Schedules, Tools, type Turn } from "@agent-runtime/agent"
 import { Input } from "@agent-runtime/domain"
 import { Egress, Resolver } from "@agent-runtime/egress"
+import { ContentStore, Downloads, FileMigrations, Volumes } from "@agent-runtime/files"
 import { IdentityMigrations, IdentityTokens } from "@agent-runtime/identity"
 import {
   Catalog,
@@ -358,8 +359,14 @@ export const recordingHooks = (options: RecordingOptions = {}): Recording => {
  * tool sources, delegation), on the database, egress, identity tokens, agent
  * journal and cluster it is given.
  */
+/** Volumes on the database, and links to presented files rooted at a test address. */
+export const layerFiles = Downloads.layer(Effect.succeed("http://127.0.0.1")).pipe(
+  Layer.provideMerge(Volumes.layer().pipe(Layer.provide(ContentStore.layer)))
+)
+
 export const layerTools = Tools.Tools.Default.pipe(
   Layer.provide(Delegation.layer),
+  Layer.provideMerge(layerFiles),
   Layer.provideMerge(
     Layer.mergeAll(Definitions.layer, Schedules.layer, ToolSources.layer(), WebSearch.layer).pipe(
       Layer.provide(KeyScopes.KeyScopes.DefaultWithoutDependencies.pipe(Layer.provideMerge(Keys.Keys.Default))),
@@ -385,6 +392,7 @@ export const layerToolsLive = layerTools.pipe(
         migrations: [
           AccountsMigrations.migrations,
           WebhookMigrations.migrations,
+          FileMigrations.migrations,
           ModelsMigrations.migrations,
           AgentMigrations.migrations,
           IdentityMigrations.migrations

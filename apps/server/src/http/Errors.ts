@@ -4,7 +4,8 @@
  * routes and defects. Applied around the whole API, before its errors are
  * encoded.
  */
-import { Api, ApiError, Validation } from "@agent-runtime/domain"
+import { Api, ApiError, Validation, Volume } from "@agent-runtime/domain"
+import { Volumes } from "@agent-runtime/files"
 import { DatabaseHealth } from "@agent-runtime/store"
 import {
   HttpApiBuilder,
@@ -139,22 +140,29 @@ const checkedBody = (request: HttpServerRequest.HttpServerRequest): HttpServerRe
     multipart: { get: () => notJson }
   })
 
+/** Routes whose body is a file: up to the largest file allowed, not MAX_BODY_BYTES. */
+const fileRoute = /^\/v1\/(volumes\/[^/?]+\/file|agents\/[^/?]+\/uploads\/)/
+
 export const layer = HttpApiBuilder.middleware(
   Api.Api,
   Effect.map(
-    Effect.all([ServerConfig, DatabaseHealth.DatabaseHealth]),
-    ([config, health]) => (app: HttpApp.Default) =>
+    Effect.all([ServerConfig, DatabaseHealth.DatabaseHealth, Effect.orDie(Volumes.config)]),
+    ([config, health, files]) => (app: HttpApp.Default) =>
       Effect.gen(function*() {
         const request = yield* HttpServerRequest.HttpServerRequest
+        const limit = fileRoute.test(request.url)
+          ? files.maxFileBytes ?? Volume.defaultMaxFileBytes
+          : config.maxBodyBytes
         const length = Number(request.headers["content-length"] ?? 0)
-        if (length > config.maxBodyBytes) {
-          return yield* new ApiError.TooLarge({ error: `request body over ${config.maxBodyBytes} bytes` })
+        if (length > limit) {
+          return yield* new ApiError.TooLarge({ error: `request body over ${limit} bytes` })
         }
         const refused = urlProblem(request.url)
         if (refused !== undefined) return yield* new ApiError.InvalidRequest({ error: `invalid request: ${refused}` })
-        return yield* Effect.provideService(app, HttpServerRequest.HttpServerRequest, checkedBody(request))
+        return yield* Effect.provideService(app, HttpServerRequest.HttpServerRequest, checkedBody(request)).pipe(
+          HttpServerRequest.withMaxBodySize(Option.some(limit))
+        )
       }).pipe(
-        HttpServerRequest.withMaxBodySize(Option.some(config.maxBodyBytes)),
         Effect.catchAllCause((cause): Effect.Effect<
           HttpServerResponse.HttpServerResponse,
           ApiError.InvalidRequest | ApiError.NotFound | ApiError.TooLarge | ApiError.Internal

@@ -1,0 +1,70 @@
+/**
+ * The files package's tables: volumes, their files (rows naming chunks),
+ * the chunks themselves (content-addressed, see `ContentStore`), pinned
+ * contents, and each tenant's usage for its quota. Needs the accounts
+ * package's `tenants`.
+ */
+import { Migrations } from "@agent-runtime/store"
+import { SqlClient } from "@effect/sql"
+import { Effect } from "effect"
+
+const tables = Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
+  // files, bytes: the sums of its files, kept in the transaction of each change so a listing need not add them.
+  yield* sql`
+    CREATE TABLE volumes (
+      id text PRIMARY KEY,
+      tenant_id text NOT NULL REFERENCES tenants (id) ON DELETE CASCADE,
+      name text,
+      agent_id text,
+      forked_from text,
+      files bigint NOT NULL DEFAULT 0,
+      bytes bigint NOT NULL DEFAULT 0,
+      created_at timestamptz NOT NULL DEFAULT now()
+    )`
+  yield* sql`CREATE INDEX volumes_tenant ON volumes (tenant_id, id)`
+  // path in "C": ordered by its UTF-8 bytes, so a directory's files are one range of the primary key for any
+  // Unicode. chunks: the SHA-256 of each chunk, in order.
+  yield* sql`
+    CREATE TABLE volume_files (
+      volume_id text NOT NULL REFERENCES volumes (id) ON DELETE CASCADE,
+      path text COLLATE "C" NOT NULL,
+      version integer NOT NULL,
+      size bigint NOT NULL,
+      content_type text NOT NULL,
+      chunks bytea[] NOT NULL,
+      updated_at timestamptz NOT NULL DEFAULT now(),
+      by text,
+      PRIMARY KEY (volume_id, path)
+    )`
+  // put_at: when last put (a put of a chunk already here renews it), which the sweep's grace counts from.
+  yield* sql`
+    CREATE TABLE file_chunks (
+      hash bytea PRIMARY KEY,
+      data bytea NOT NULL,
+      size integer NOT NULL,
+      put_at timestamptz NOT NULL DEFAULT now()
+    )`
+  yield* sql`
+    CREATE TABLE file_pins (
+      id text PRIMARY KEY,
+      tenant_id text NOT NULL REFERENCES tenants (id) ON DELETE CASCADE,
+      name text NOT NULL,
+      size bigint NOT NULL,
+      content_type text NOT NULL,
+      chunks bytea[] NOT NULL,
+      expires_at timestamptz NOT NULL
+    )`
+  yield* sql`CREATE INDEX file_pins_expiry ON file_pins (expires_at)`
+  // The row each change of a tenant's files locks first: the quota is checked and counted under it.
+  yield* sql`
+    CREATE TABLE file_usage (
+      tenant_id text PRIMARY KEY REFERENCES tenants (id) ON DELETE CASCADE,
+      bytes bigint NOT NULL DEFAULT 0,
+      files bigint NOT NULL DEFAULT 0
+    )`
+})
+
+export const migrations = Migrations.make("files_migrations", {
+  "1_files": tables
+})

@@ -1,0 +1,6 @@
+export * as ContentStore from "./ContentStore.ts"
+export * as ContentType from "./ContentType.ts"
+export * as Downloads from "./Downloads.ts"
+export * as FileMigrations from "./FileMigrations.ts"
+export * as FilePath from "./FilePath.ts"
+export * as Volumes from "./Volumes.ts"
