@@ -372,15 +372,15 @@ export const make = Effect.gen(function*() {
     Effect.gen(function*() {
       const mounts = agent.config.mounts ?? []
       const invalid = (error: string) => new ApiError.InvalidRequest({ error: `invalid request: files: ${error}` })
-      const decoded = files.map((file, index) =>
-        "data" in file ? { file, index, bytes: Buffer.from(file.data, "base64") } : { file, index, bytes: undefined }
-      )
-      const inline = decoded.reduce((sum, entry) => sum + (entry.bytes?.length ?? 0), 0)
+      const inline = Run.inlineBytes(files)
       if (inline > Run.maxInlineFileBytes) {
         return yield* new ApiError.TooLarge({
           error: `inline files come to ${inline} bytes; at most ${Run.maxInlineFileBytes} across a message`
         })
       }
+      const decoded = files.map((file, index) =>
+        "data" in file ? { file, index, bytes: Buffer.from(file.data, "base64") } : { file, index, bytes: undefined }
+      )
       const names = new Set<string>()
       const planned = yield* Effect.forEach(decoded, ({ bytes, file, index }) =>
         Effect.gen(function*() {

@@ -67,16 +67,19 @@ export type PromptFile = typeof PromptFile.Type
 /** At most 4 MiB (decoded) across a message's inline files. */
 export const maxInlineFileBytes = 4 * MiB
 
+/**
+ * At most 20. The 4 MiB bound on inline data is the service's to enforce (`inlineBytes`), not the schema's:
+ * beyond it the answer is 413, not a 400 quoting megabytes of base64 back.
+ */
 export const PromptFiles = Schema.Array(PromptFile).pipe(
-  Schema.maxItems(20, { message: () => "at most 20 files" }),
-  Schema.filter((files) => {
-    let bytes = 0
-    for (const file of files) if ("data" in file) bytes += base64DecodedBytes(file.data)
-    return bytes <= maxInlineFileBytes || "inline file data must be at most 4 MiB in total"
-  })
+  Schema.maxItems(20, { message: () => "at most 20 files" })
 ).annotations({
-  description: "at most 20; each {path} or {data, name?, contentType?}; inline data at most 4 MiB in total"
+  description: "at most 20; each {path} or {data, name?, contentType?}; inline data at most 4 MiB in total (413)"
 })
+
+/** The decoded bytes of a message's inline files, to hold against `maxInlineFileBytes`. */
+export const inlineBytes = (files: ReadonlyArray<PromptFile>) =>
+  files.reduce((sum, file) => sum + ("data" in file ? base64DecodedBytes(file.data) : 0), 0)
 export type PromptFiles = typeof PromptFiles.Type
 
 /** queue: runs as the next turn; steer: the running turn takes it after its current step. */

@@ -9,6 +9,7 @@ import {
   KeyScopeEntryInput,
   ModelHeaders
 } from "../src/Provider.ts"
+import * as Run from "../src/Run.ts"
 import { PromptInput, SpendLimitInput } from "../src/Run.ts"
 import { ScheduleInput } from "../src/Schedule.ts"
 import { BrowserTokenInput } from "../src/Session.ts"
@@ -157,15 +158,16 @@ describe("PromptInput", () => {
     expect(refuses(PromptInput, { text: "x", metadata: { n: 1 } })).toContain("metadata")
   })
 
-  it("bounds files: at most 20, inline data at most 4 MiB in total", () => {
+  it("bounds files: at most 20; inline bytes counted decoded, for the service's 413 beyond 4 MiB", () => {
     accepts(PromptInput, { text: "x", files: times(20, (i) => ({ path: `f${i}` })) })
     expect(refuses(PromptInput, { text: "x", files: times(21, (i) => ({ path: `f${i}` })) })).toContain("files")
-    const overMiB = "A".repeat((1024 * 1024 * 4) / 3 + 4)
-    accepts(PromptInput, { text: "x", files: [{ data: "AAAA".repeat(1024 * 256) }] })
-    const message = refuses(PromptInput, { text: "x", files: times(4, () => ({ data: overMiB })) })
-    expect(message).toContain("files")
-    expect(message).toContain("4 MiB")
     expect(refuses(PromptInput, { text: "x", files: [{ name: "no data" }] })).toContain("files")
+    const exactly = [{ data: "AAAA".repeat(1024 * 1024) }]
+    expect(Run.inlineBytes(exactly)).toBe(Run.maxInlineFileBytes - 1024 * 1024)
+    expect(Run.inlineBytes([{ data: "AAA=" }, { path: "a" }, { data: "AA==" }])).toBe(3)
+    const over = times(4, () => ({ data: "A".repeat((1024 * 1024 * 4) / 3 + 4) }))
+    accepts(PromptInput, { text: "x", files: over })
+    expect(Run.inlineBytes(over)).toBeGreaterThan(Run.maxInlineFileBytes)
   })
 
   it("allows no other fields in from", () => {

@@ -1,0 +1,372 @@
+/**
+ * Files over real HTTP, as a tenant's code and an agent's model use them:
+ * volumes and their files, uploads, an agent's workspace and mounts, the
+ * file tools called by the model, presented files' signed links, prompt
+ * files (an image reaching each of the three provider protocols), and a
+ * fork's copy of its workspace. Every route is also tried by another tenant.
+ */
+import { Http, TestWorld } from "@agent-runtime/testing"
+import { Http, TestWorld } from "@agent-runtime/testing"
+import { expect, layer } from "@effect/vitest"
+import { Effect } from "effect"
+
+type Api = ReturnType<typeof Http.client>
+
+/** A 1x1 PNG. */
+const png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg=="
+
+const setup = (name: string) =>
+  Effect.gen(function*() {
+    const world = yield* TestWorld.TestWorld
+    world.upstream.reset()
+    const { api, token } = yield* TestWorld.tenantWithModel(world, name)
+    const other = yield* TestWorld.tenantWithModel(world, `${name}-other`)
+    const agent = (json: Record<string, unknown> = {}) =>
+      Effect.map(api.post("/v1/agents", { token, json: { model: "fake/m1", ...json } }), (made) => {
+        expect(made.status, made.text).toBe(201)
+        return made.body as { id: string }
+      })
+    const volume = (json: Record<string, unknown> = {}) =>
+      Effect.map(api.post("/v1/volumes", { token, json }), (made) => {
+        expect(made.status, made.text).toBe(201)
+        return made.body as { id: string }
+      })
+    return { world, api, token, other, agent, volume }
+  })
+
+const put = (api: Api, token: string, volumeId: string, path: string, body: string | Uint8Array, headers = {}) =>
+  api.put(`/v1/volumes/${volumeId}/file?path=${encodeURIComponent(path)}`, { token, body, headers })
+
+const get = (api: Api, token: string, volumeId: string, path: string, headers = {}) =>
+  api.get(`/v1/volumes/${volumeId}/file?path=${encodeURIComponent(path)}`, { token, headers })
+
+const paths = (api: Api, token: string, volumeId: string, query = "") =>
+  Effect.map(api.get(`/v1/volumes/${volumeId}/files${query}`, { token }), (listed) => {
+    expect(listed.status, listed.text).toBe(200)
+    return listed.body.data.map((file: { path: string }) => file.path) as Array<string>
+  })
+
+layer(TestWorld.layer(), { excludeTestServices: true })("files", (it) => {
+  it.scoped("volumes: write, read (ranges), list, versions, fork isolation both ways; bad input changes nothing", () =>
+    Effect.gen(function*() {
+      const { api, other, token, volume } = yield* setup("vol-crud")
+      const made = yield* volume({ name: "docs" })
+      expect(made).toMatchObject({ name: "docs", files: 0, bytes: 0, agentId: null, forkedFrom: null })
+      expect(made.id).toMatch(/^vol_/)
+
+      const text = yield* put(api, token, made.id, "guide/intro.md", "# Intro\nhello", {
+        "content-type": "text/markdown"
+      })
+      expect(text.status, text.text).toBe(200)
+      expect(text.body).toMatchObject({ path: "guide/intro.md", version: 1, size: 13, contentType: "text/markdown" })
+      const image = yield* put(api, token, made.id, "img/dot", Buffer.from(png, "base64"))
+      expect(image.body.contentType).toBe("image/png")
+      const read = yield* get(api, token, made.id, "guide/intro.md")
+      expect(read.status).toBe(200)
+      expect(read.text).toBe("# Intro\nhello")
+      expect(read.headers.get("content-type")).toBe("text/markdown")
+      expect(read.headers.get("etag")).toBe('"1"')
+      const part = yield* get(api, token, made.id, "guide/intro.md", { range: "bytes=2-6" })
+      expect(part.status).toBe(206)
+      expect(part.text).toBe("Intro")
+      expect(part.headers.get("content-range")).toBe("bytes 2-6/13")
+
+      // Versions: a conditional write at an old version is refused and changes nothing.
+      const second = yield* put(api, token, made.id, "guide/intro.md", "v2", { "if-match": '"1"' })
+      expect(second.body.version).toBe(2)
+      const stale = yield* put(api, token, made.id, "guide/intro.md", "stale", { "if-match": '"1"' })
+      expect(stale.status).toBe(409)
+      expect(stale.body.code).toBe("CONFLICT")
+      const fresh = yield* api.put(`/v1/volumes/${made.id}/file?path=guide/intro.md&ifVersion=0`, {
+        token,
+        body: "only if new"
+      })
+      expect(fresh.status).toBe(409)
+      expect((yield* get(api, token, made.id, "guide/intro.md")).text).toBe("v2")
+
+      for (let i = 0; i < 5; i++) yield* put(api, token, made.id, `guide/page-${i}.md`, `page ${i}`)
+      expect(yield* paths(api, token, made.id, "?prefix=guide/&limit=3")).toEqual([
+        "guide/intro.md",
+        "guide/page-0.md",
+        "guide/page-1.md"
+      ])
+      const page = yield* api.get(`/v1/volumes/${made.id}/files?prefix=guide&limit=3`, { token })
+      expect(page.body.next).toBe("guide/page-1.md")
+      expect(yield* paths(api, token, made.id, `?prefix=guide&after=${page.body.next}`)).toEqual([
+        "guide/page-2.md",
+        "guide/page-3.md",
+        "guide/page-4.md"
+      ])
+
+      // A fork: the same files; a write on either side is not seen by the other.
+      const fork = yield* api.post(`/v1/volumes/${made.id}/fork`, { token, json: { name: "copy" } })
+      expect(fork.status, fork.text).toBe(201)
+      expect(fork.body).toMatchObject({ forkedFrom: made.id, files: 7 })
+      yield* put(api, token, fork.body.id, "guide/intro.md", "fork's")
+      yield* put(api, token, made.id, "img/dot", "source's")
+      expect((yield* get(api, token, made.id, "guide/intro.md")).text).toBe("v2")
+      expect((yield* get(api, token, fork.body.id, "img/dot")).headers.get("content-type")).toBe("image/png")
+      expect((yield* get(api, token, fork.body.id, "guide/intro.md")).text).toBe("fork's")
+
+      // Bad paths are refused before anything is written.
+      for (const path of ["../x", "a/../../b", "a\u0000b", "\uFF0E\uFF0E/x", "a\\b", "a//b", "", "/"]) {
+        const refused = yield* put(api, token, made.id, path, "x")
+        expect(refused.status, JSON.stringify(path)).toBe(400)
+        expect(refused.body.code).toBe("INVALID_REQUEST")
+      }
+      expect((yield* api.get(`/v1/volumes/${made.id}`, { token })).body).toMatchObject({ files: 7 })
+      expect((yield* get(api, token, made.id, "nothing.md")).status).toBe(404)
+      expect((yield* put(api, token, "vol_missing", "a.md", "x")).status).toBe(404)
+
+      // Another tenant sees none of it, on every route.
+      const foreign = other.token
+      const refusals = [
+        yield* api.get(`/v1/volumes/${made.id}`, { token: foreign }),
+        yield* get(api, foreign, made.id, "guide/intro.md"),
+        yield* put(api, foreign, made.id, "guide/intro.md", "theirs"),
+        yield* api.get(`/v1/volumes/${made.id}/files`, { token: foreign }),
+        yield* api.post(`/v1/volumes/${made.id}/fork`, { token: foreign, json: {} }),
+        yield* api.delete(`/v1/volumes/${made.id}/file?path=guide/intro.md`, { token: foreign }),
+        yield* api.delete(`/v1/volumes/${made.id}`, { token: foreign })
+      ]
+      for (const refusal of refusals) expect(refusal.status, refusal.text).toBe(404)
+      expect((yield* api.get("/v1/volumes", { token: foreign })).body.data).toEqual([])
+      expect((yield* get(api, token, made.id, "guide/intro.md")).text).toBe("v2")
+
+      const removed = yield* api.delete(`/v1/volumes/${made.id}/file?path=guide/page-0.md`, { token })
+      expect(removed.body).toMatchObject({ path: "guide/page-0.md", version: 1 })
+      expect((yield* api.delete(`/v1/volumes/${made.id}`, { token })).body).toEqual({ id: made.id, deleted: true })
+      expect((yield* api.get(`/v1/volumes/${made.id}`, { token })).status).toBe(404)
+      expect((yield* get(api, token, fork.body.id, "guide/page-0.md")).text).toBe("page 0")
+    }))
+
+  it.scoped("an agent's workspace: uploads, and the model's file tools; a presented file's link downloads", () =>
+    Effect.gen(function*() {
+      const { agent, api, other, token, world } = yield* setup("workspace")
+      const made = yield* agent()
+      const detail = (yield* api.get(`/v1/agents/${made.id}`, { token })).body
+      expect(detail.mounts).toHaveLength(1)
+      expect(detail.mounts[0]).toMatchObject({ path: "/workspace", mode: "rw" })
+      const workspace = detail.mounts[0].volumeId as string
+      expect((yield* api.get(`/v1/volumes/${workspace}`, { token })).body.agentId).toBe(made.id)
+
+      const uploaded = yield* api.put(`/v1/agents/${made.id}/uploads/req_up/data.csv`, {
+        token,
+        body: "a,b\n1,2\n",
+        headers: { "content-type": "text/csv" }
+      })
+      expect(uploaded.status, uploaded.text).toBe(200)
+      expect(uploaded.body).toMatchObject({
+        path: "/workspace/uploads/req_up/data.csv",
+        version: 1,
+        size: 8,
+        contentType: "text/csv"
+      })
+      expect((yield* get(api, token, workspace, "uploads/req_up/data.csv")).text).toBe("a,b\n1,2\n")
+      for (const name of ["a%2Fb", "%00", "%EF%BC%8E%EF%BC%8E", "a%5Cb"]) {
+        const refused = yield* api.put(`/v1/agents/${made.id}/uploads/req_up/${name}`, { token, body: "x" })
+        expect(refused.status, name).toBe(400)
+      }
+      expect((yield* api.put(`/v1/agents/${made.id}/uploads/req_up/x.txt`, { token: other.token, body: "x" })).status)
+        .toBe(404)
+
+      world.upstream.script([
+        {
+          toolCalls: [
+            { id: "call_read", name: "read", arguments: { path: "uploads/req_up/data.csv" } },
+            { id: "call_write", name: "write", arguments: { path: "/workspace/out/report.md", content: "# Sum\n3" } }
+          ]
+        },
+        { toolCalls: [{ id: "call_present", name: "present_file", arguments: { path: "out/report.md" } }] },
+        { text: "done" }
+      ])
+      const done = yield* Http.prompted(api, token, made.id, {
+        text: "sum the csv",
+        files: [{ path: "uploads/req_up/data.csv" }]
+      })
+      const result = done.outcome.result
+      expect(result.reply).toBe("done")
+      expect(result.files).toEqual([{ path: "/workspace/out/report.md", version: 1, size: 7 }])
+      expect(result.presented).toHaveLength(1)
+      const presented = result.presented[0]
+      expect(presented).toMatchObject({
+        path: "/workspace/out/report.md",
+        name: "report.md",
+        size: 7,
+        contentType: "text/markdown; charset=utf-8"
+      })
+      // The model saw the csv through read, and the prompt named it.
+      const asked = world.upstream.requests().filter((request) => request.protocol === "openai-chat")
+      expect(JSON.stringify(asked[1]!.body)).toContain("a,b\\n")
+      expect(JSON.stringify(asked[0]!.body)).toContain("/workspace/uploads/req_up/data.csv (text/csv, 8 bytes)")
+
+      const events = (yield* api.get(`/v1/agents/${made.id}/events?poll=1`, { token })).body.events
+      const shown = events.find((entry: any) => entry.data?.event?.type === "file_presented")
+      expect(shown.data.event.file).toEqual(presented)
+
+      const url = new URL(presented.url)
+      expect(url.origin).toBe(new URL(world.node.rest).origin)
+      const download = yield* Effect.promise(() => fetch(url))
+      expect(download.status).toBe(200)
+      expect(yield* Effect.promise(() => download.text())).toBe("# Sum\n3")
+      expect(download.headers.get("content-disposition")).toContain("report.md")
+      const tampered = new URL(url)
+      tampered.searchParams.set("expires", String(Number(url.searchParams.get("expires")) + 60))
+      const refused = yield* Effect.promise(() => fetch(tampered))
+      expect(refused.status).toBe(403)
+      expect(((yield* Effect.promise(() => refused.json())) as { code: string }).code).toBe("FORBIDDEN")
+    }))
+
+  it.scoped("mounts: a shared volume read-only, no workspace unless asked; bad mounts make no agent", () =>
+    Effect.gen(function*() {
+      const { agent, api, other, token, volume, world } = yield* setup("mounts")
+      const shared = yield* volume({ name: "shared" })
+      yield* put(api, token, shared.id, "kb/faq.md", "Q: A")
+      const reader = yield* agent({ mounts: [{ volumeId: shared.id, path: "/kb", mode: "ro", subpath: "kb" }] })
+      const detail = (yield* api.get(`/v1/agents/${reader.id}`, { token })).body
+      expect(detail.mounts).toEqual([{ volumeId: shared.id, path: "/kb", mode: "ro", subpath: "kb" }])
+      world.upstream.script([
+        {
+          toolCalls: [
+            { id: "call_read", name: "read", arguments: { path: "/kb/faq.md" } },
+            { id: "call_write", name: "write", arguments: { path: "/kb/faq.md", content: "defaced" } }
+          ]
+        },
+        { text: "ok" }
+      ])
+      const done = yield* Http.prompted(api, token, reader.id, { text: "read the faq" })
+      expect(done.outcome.result.toolCalls).toEqual([
+        { tool: "read", toolCallId: "call_read", ok: true },
+        { tool: "write", toolCallId: "call_write", ok: false, code: "invalid_arguments" }
+      ])
+      expect((yield* get(api, token, shared.id, "kb/faq.md")).text).toBe("Q: A")
+      // With no writable mount there is nowhere to put uploads.
+      expect((yield* api.put(`/v1/agents/${reader.id}/uploads/r/a.txt`, { token, body: "x" })).status).toBe(400)
+
+      const before = (yield* api.get("/v1/agents", { token })).body.data.length
+      const bad = [
+        [{ volumeId: shared.id, path: "kb", mode: "ro" }],
+        [{ volumeId: shared.id, path: "/a", mode: "ro" }, { volumeId: shared.id, path: "/a/b", mode: "rw" }],
+        [{ volumeId: shared.id, path: "/a/../b", mode: "ro" }],
+        [{ volumeId: shared.id, path: "/a", mode: "rx" }]
+      ]
+      for (const mounts of bad) {
+        const refused = yield* api.post("/v1/agents", { token, json: { model: "fake/m1", mounts } })
+        expect(refused.status, JSON.stringify(mounts)).toBe(400)
+      }
+      const missing = yield* api.post("/v1/agents", {
+        token,
+        json: { model: "fake/m1", mounts: [{ volumeId: "vol_none", path: "/a", mode: "ro" }] }
+      })
+      expect(missing.status).toBe(404)
+      const theirs = yield* api.post("/v1/agents", {
+        token: other.token,
+        json: { model: "fake/m1", mounts: [{ volumeId: shared.id, path: "/a", mode: "ro" }] }
+      })
+      expect(theirs.status).toBe(404)
+      expect((yield* api.get("/v1/agents", { token })).body.data.length).toBe(before)
+      expect((yield* api.get("/v1/volumes", { token })).body.data.map((v: any) => v.id)).toEqual([shared.id])
+    }))
+
+  it.scoped("prompt files: an inline image reaches the model as an image in each protocol; limits answer 413/400", () =>
+    Effect.gen(function*() {
+      const { api, token, world } = yield* setup("prompt-files")
+      const types = {
+        "openai-chat": "openai-completions",
+        "openai-responses": "openai-responses",
+        "anthropic-messages": "anthropic-messages"
+      } as const
+      for (const [protocol, type] of Object.entries(types)) {
+        const name = `vision-${type}`
+        const saved = yield* api.put(`/v1/providers/${name}`, {
+          token,
+          json: {
+            type,
+            baseUrl: type === "anthropic-messages" ? world.upstream.url : `${world.upstream.url}/v1`,
+            models: [{ id: "v1", contextWindow: 100_000, input: ["text", "image"] }]
+          }
+        })
+        expect(saved.status, saved.text).toBe(200)
+        const made = yield* api.post("/v1/agents", { token, json: { model: `${name}/v1` } })
+        world.upstream.reset()
+        world.upstream.script({ text: "a dot" })
+        const done = yield* Http.prompted(api, token, made.body.id, {
+          text: "what is this?",
+          requestId: "req_img",
+          files: [{ data: png, name: "dot.png", contentType: "image/png" }]
+        })
+        expect(done.outcome.result.reply).toBe("a dot")
+        const [request] = world.upstream.requests().filter((r) => r.protocol === protocol)
+        const body = JSON.stringify(request!.body)
+        const part = {
+          "openai-chat": `"image_url":{"url":"data:image/png;base64,${png}"`,
+          "openai-responses": `"type":"input_image"`,
+          "anthropic-messages": `"source":{"type":"base64","media_type":"image/png","data":"${png}"}`
+        }[protocol as keyof typeof types]
+        expect(body, protocol).toContain(part)
+        expect(body).toContain(png)
+        expect(body).toContain("/workspace/uploads/req_img/dot.png (image/png, 70 bytes)")
+        const workspace = (yield* api.get(`/v1/agents/${made.body.id}`, { token })).body.mounts[0].volumeId
+        expect((yield* get(api, token, workspace, "uploads/req_img/dot.png")).headers.get("content-type")).toBe(
+          "image/png"
+        )
+      }
+
+      const made = yield* api.post("/v1/agents", { token, json: { model: "fake/m1" } })
+      const agentId = made.body.id
+      const workspace = (yield* api.get(`/v1/agents/${agentId}`, { token })).body.mounts[0].volumeId
+      const big = Buffer.alloc(2 * 1024 * 1024 + 1, 7).toString("base64")
+      const tooLarge = yield* api.post(`/v1/agents/${agentId}/prompt`, {
+        token,
+        json: { text: "x", files: [{ data: big, name: "a.bin" }, { data: big, name: "b.bin" }] }
+      })
+      expect(tooLarge.status, tooLarge.text).toBe(413)
+      expect(tooLarge.body.code).toBe("TOO_LARGE")
+      const many = yield* api.post(`/v1/agents/${agentId}/prompt`, {
+        token,
+        json: { text: "x", files: Array.from({ length: 21 }, (_, i) => ({ data: "eA==", name: `f${i}.txt` })) }
+      })
+      expect(many.status).toBe(400)
+      const missing = yield* api.post(`/v1/agents/${agentId}/prompt`, {
+        token,
+        json: { text: "x", files: [{ path: "nope.txt" }] }
+      })
+      expect(missing.status).toBe(404)
+      const badName = yield* api.post(`/v1/agents/${agentId}/prompt`, {
+        token,
+        json: { text: "x", files: [{ data: "eA==", name: "../escape.txt" }] }
+      })
+      expect(badName.status).toBe(400)
+      // None of them wrote a file or queued a run.
+      expect(yield* paths(api, token, workspace)).toEqual([])
+      expect((yield* api.get(`/v1/agents/${agentId}`, { token })).body.requests).toEqual([])
+    }))
+
+  it.scoped("a fork gets a copy-on-write copy of the workspace; each side's writes stay its own", () =>
+    Effect.gen(function*() {
+      const { agent, api, token } = yield* setup("fork")
+      const source = yield* agent()
+      yield* api.put(`/v1/agents/${source.id}/uploads/r1/plan.md`, { token, body: "plan v1" })
+      const forked = yield* api.post(`/v1/agents/${source.id}/fork`, { token, json: {} })
+      expect(forked.status, forked.text).toBe(201)
+      const volumeOf = (agentId: string) =>
+        Effect.map(api.get(`/v1/agents/${agentId}`, { token }), (detail) => detail.body.mounts[0].volumeId as string)
+      const [mine, theirs] = [yield* volumeOf(source.id), yield* volumeOf(forked.body.id)]
+      expect(theirs).not.toBe(mine)
+      expect((yield* api.get(`/v1/volumes/${theirs}`, { token })).body).toMatchObject({
+        agentId: forked.body.id,
+        forkedFrom: mine,
+        files: 1
+      })
+      expect((yield* get(api, token, theirs, "uploads/r1/plan.md")).text).toBe("plan v1")
+      yield* api.put(`/v1/agents/${forked.body.id}/uploads/r1/plan.md`, { token, body: "fork's plan" })
+      yield* api.put(`/v1/agents/${source.id}/uploads/r2/notes.md`, { token, body: "source only" })
+      expect((yield* get(api, token, mine, "uploads/r1/plan.md")).text).toBe("plan v1")
+      expect((yield* get(api, token, theirs, "uploads/r1/plan.md")).text).toBe("fork's plan")
+      expect((yield* get(api, token, theirs, "uploads/r2/notes.md")).status).toBe(404)
+      // Removing an agent removes its own workspace, not the other's.
+      expect((yield* api.delete(`/v1/agents/${forked.body.id}`, { token })).status).toBe(200)
+      expect((yield* api.get(`/v1/volumes/${theirs}`, { token })).status).toBe(404)
+      expect((yield* get(api, token, mine, "uploads/r1/plan.md")).text).toBe("plan v1")
+    }))
+})
