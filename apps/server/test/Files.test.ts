@@ -6,7 +6,6 @@
  * fork's copy of its workspace. Every route is also tried by another tenant.
  */
 import { Http, TestWorld } from "@agent-runtime/testing"
-import { Http, TestWorld } from "@agent-runtime/testing"
 import { expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
 
