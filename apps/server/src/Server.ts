@@ -14,6 +14,7 @@ import {
   Delegation,
   Drain,
   EventLog,
+  FileNotices,
   Inputs,
   ScheduleFiring,
   Schedules,
@@ -204,7 +205,7 @@ const layerClusterRunner = layerCluster.pipe(Layer.provide(layerClusterTables), 
 
 /** The agent runtime: the entity on `cluster`'s runner and the service the API calls. */
 const layerAgentsOn = <ROut, E, RIn>(cluster: Layer.Layer<ROut, E, RIn>) =>
-  Layer.mergeAll(layerWakeups, ScheduleFiring.layer, Inputs.layerExpiry).pipe(
+  Layer.mergeAll(layerWakeups, ScheduleFiring.layer, Inputs.layerExpiry, FileNotices.layer).pipe(
     Layer.provideMerge(Layer.mergeAll(Agents.layer, BrowserTokens.layer, Runners.layer)),
     Layer.provideMerge(Layer.mergeAll(AgentEvents.layer, AgentTokens.layer)),
     Layer.provideMerge(AgentRuntime.layer),

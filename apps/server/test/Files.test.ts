@@ -368,4 +368,53 @@ layer(TestWorld.layer(), { excludeTestServices: true })("files", (it) => {
       expect((yield* api.get(`/v1/volumes/${theirs}`, { token })).status).toBe(404)
       expect((yield* get(api, token, mine, "uploads/r1/plan.md")).text).toBe("plan v1")
     }))
+
+  it.scoped("notify: an agent is prompted when others change files under its mount, never for its own writes", () =>
+    Effect.gen(function*() {
+      const { agent, api, token, volume, world } = yield* setup("notify")
+      const team = yield* volume({ name: "team" })
+      const watcher = yield* agent({ mounts: [{ volumeId: team.id, path: "/team", mode: "rw", notify: true }] })
+      const writer = yield* agent({ mounts: [{ volumeId: team.id, path: "/team", mode: "rw" }] })
+      const notices = (agentId: string) =>
+        Effect.map(
+          api.get(`/v1/agents/${agentId}`, { token }),
+          (detail) => detail.body.requests.filter((request: any) => request.id.startsWith("notify_")) as Array<any>
+        )
+      const settledNotices = (agentId: string, count: number) =>
+        Http.waitFor(
+          () =>
+            Effect.map(
+              notices(agentId),
+              (found) => found.length === count && found.every((request) => request.state === "completed")
+            ),
+          `${count} notices to ${agentId}`
+        )
+
+      // A burst of writes through the API is one notice.
+      yield* put(api, token, team.id, "plan.md", "v1")
+      yield* put(api, token, team.id, "notes/a.md", "a")
+      yield* settledNotices(watcher.id, 1)
+      const [first] = yield* notices(watcher.id)
+      expect(first.prompt).toContain("/team/plan.md (version 1, by api)")
+      expect(first.prompt).toContain("/team/notes/a.md (version 1, by api)")
+
+      // Another agent's write through its tools is news to the watcher; the watcher's own is not.
+      world.upstream.script([
+        { toolCalls: [{ id: "call_w", name: "write", arguments: { path: "/team/plan.md", content: "v2" } }] },
+        { text: "written" }
+      ])
+      yield* Http.prompted(api, token, writer.id, { text: "update the plan" })
+      yield* settledNotices(watcher.id, 2)
+      const second = (yield* notices(watcher.id)).find((request) => request.id !== first.id)
+      expect(second.prompt).toContain(`/team/plan.md (version 2, by agent:${writer.id})`)
+      world.upstream.script([
+        { toolCalls: [{ id: "call_own", name: "write", arguments: { path: "/team/own.md", content: "mine" } }] },
+        { text: "saved" }
+      ])
+      yield* Http.prompted(api, token, watcher.id, { text: "save a note" })
+      // Past the gathering moment: still two, and the writer (no notify) was never told.
+      yield* Effect.sleep("2500 millis")
+      expect(yield* notices(watcher.id)).toHaveLength(2)
+      expect(yield* notices(writer.id)).toEqual([])
+    }))
 })

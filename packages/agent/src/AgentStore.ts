@@ -181,6 +181,11 @@ export class AgentStore extends Context.Tag("@agent-runtime/agent/AgentStore")<A
   readonly find: (tenantId: string, id: string) => Effect.Effect<Option.Option<AgentRow>, PersistenceError>
   readonly findById: (id: string) => Effect.Effect<Option.Option<AgentRow>, PersistenceError>
   readonly findByKey: (tenantId: string, key: string) => Effect.Effect<Option.Option<AgentRow>, PersistenceError>
+  /** The tenant's live agents mounting `volumeId` with `notify`: those told when others change its files. */
+  readonly notifiedOf: (
+    tenantId: string,
+    volumeId: string
+  ) => Effect.Effect<ReadonlyArray<AgentRow>, PersistenceError>
   /** A page of the tenant's agents by id, after `after`. */
   readonly list: (
     tenantId: string,
@@ -344,6 +349,13 @@ export const make = Effect.gen(function*() {
     sql`SELECT ${agentFields} FROM agents
       WHERE tenant_id = ${tenantId} AND key = ${key} AND deleted_at IS NULL`.pipe(
       Effect.map((rows) => Option.map(Option.fromNullable(rows[0]), toAgent))
+    )
+
+  const notifiedOf = (tenantId: string, volumeId: string) =>
+    sql`SELECT ${agentFields} FROM agents
+      WHERE tenant_id = ${tenantId} AND deleted_at IS NULL AND (expires_at IS NULL OR expires_at > now())
+        AND config -> 'mounts' @> ${JSON.stringify([{ volumeId, notify: true }])}::jsonb`.pipe(
+      Effect.map((rows) => rows.map(toAgent))
     )
 
   const list = (tenantId: string, after: string | undefined, limit: number) =>
@@ -616,6 +628,7 @@ export const make = Effect.gen(function*() {
     find: flow(find, PersistenceError.refail),
     findById: flow(findById, PersistenceError.refail),
     findByKey: flow(findByKey, PersistenceError.refail),
+    notifiedOf: flow(notifiedOf, PersistenceError.refail),
     list: flow(list, PersistenceError.refail),
     remove: flow(remove, PersistenceError.refail),
     reserveEvents: flow(reserveEvents, PersistenceError.refail),

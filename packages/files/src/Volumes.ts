@@ -9,7 +9,19 @@
 import { ApiError, Common, Volume } from "@agent-runtime/domain"
 import { DatabaseHealth, Ids } from "@agent-runtime/store"
 import { SqlClient } from "@effect/sql"
-import { Config, type ConfigError, Context, Duration, Effect, Either, Layer, Schedule } from "effect"
+import {
+  Config,
+  type ConfigError,
+  Context,
+  Duration,
+  Effect,
+  Either,
+  Layer,
+  PubSub,
+  Schedule,
+  type Scope,
+  Stream
+} from "effect"
 import * as ContentStore from "./ContentStore.ts"
 import * as ContentType from "./ContentType.ts"
 import * as FilePath from "./FilePath.ts"
@@ -42,6 +54,16 @@ export interface Pinned {
   readonly size: number
   readonly contentType: string
   readonly expiresAt: number
+}
+
+/** A file written or removed through this node, told once its transaction committed. */
+export interface Change {
+  readonly tenantId: string
+  readonly volumeId: string
+  readonly path: string
+  /** The version written; null when the file was removed. */
+  readonly version: number | null
+  readonly by: string | null
 }
 
 /** A volume about to be made; `id` is given when the caller must know it first (an agent's workspace). */
@@ -112,7 +134,7 @@ export class Volumes extends Context.Tag("@agent-runtime/files/Volumes")<Volumes
     tenantId: string,
     volumeId: string,
     path: string,
-    options?: { readonly ifVersion?: number | undefined }
+    options?: { readonly ifVersion?: number | undefined; readonly by?: string | undefined }
   ) => Effect.Effect<Volume.VolumeFile, ApiError.NotFound | ApiError.InvalidRequest | ApiError.Conflict>
   /** Keeps the file's current content until `expiresAt` (Unix seconds), whatever is written after. */
   readonly pin: (
@@ -123,6 +145,8 @@ export class Volumes extends Context.Tag("@agent-runtime/files/Volumes")<Volumes
   ) => Effect.Effect<Pinned, ApiError.NotFound | ApiError.InvalidRequest>
   /** A pinned content, until it expires. */
   readonly readPinned: (id: string) => Effect.Effect<Pinned & { readonly bytes: Uint8Array }, ApiError.NotFound>
+  /** The changes made through this node from now on (for `notify` mounts); each subscriber hears every one. */
+  readonly changes: Effect.Effect<Stream.Stream<Change>, never, Scope.Scope>
 }>() {}
 
 /** The limits of `make`; see docs/files.md. */
@@ -222,6 +246,9 @@ export const make = (options: Options = {}) =>
     const maxFileBytes = options.maxFileBytes ?? Volume.defaultMaxFileBytes
     const volumeFields = sql.literal(volumeColumns)
     const fileFields = sql.literal(fileColumns)
+
+    const changed = yield* PubSub.unbounded<Change>()
+    const publish = (change: Change) => PubSub.publish(changed, change)
 
     const transaction = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
       effect.pipe(sql.withTransaction, Effect.catchTag("SqlError", Effect.die))
@@ -402,14 +429,19 @@ export const make = (options: Options = {}) =>
             RETURNING ${fileFields}`
           yield* count(tenantId, volumeId, current === undefined ? 1 : 0, growth)
           return toFile(row!)
-        }).pipe(transaction)
+        }).pipe(
+          transaction,
+          Effect.tap((file) =>
+            publish({ tenantId, volumeId, path: file.path, version: file.version, by: options.by ?? null })
+          )
+        )
       })
 
     const removeFile = (
       tenantId: string,
       volumeId: string,
       path: string,
-      options: { readonly ifVersion?: number | undefined } = {}
+      options: { readonly ifVersion?: number | undefined; readonly by?: string | undefined } = {}
     ) =>
       Effect.gen(function*() {
         const relative = yield* parsed(FilePath.parse(path))
@@ -421,7 +453,10 @@ export const make = (options: Options = {}) =>
         yield* sql`DELETE FROM volume_files WHERE volume_id = ${volumeId} AND path = ${relative}`
         yield* count(tenantId, volumeId, -1, -row.size)
         return toFile(row)
-      }).pipe(transaction)
+      }).pipe(
+        transaction,
+        Effect.tap((file) => publish({ tenantId, volumeId, path: file.path, version: null, by: options.by ?? null }))
+      )
 
     const pin = (tenantId: string, volumeId: string, path: string, expiresAt: number) =>
       Effect.gen(function*() {
@@ -476,7 +511,8 @@ export const make = (options: Options = {}) =>
       write,
       removeFile,
       pin,
-      readPinned
+      readPinned,
+      changes: PubSub.subscribe(changed).pipe(Effect.map(Stream.fromQueue))
     })
   })
 

@@ -103,7 +103,7 @@ export const layer = HttpApiBuilder.group(Api.Api, "volumes", (handlers) =>
       .handle("removeFile", ({ path, request, urlParams }) =>
         Effect.gen(function*() {
           const ifVersion = yield* ifMatch(request, urlParams.ifVersion)
-          return yield* volumes.removeFile(yield* tenant, path.volumeId, urlParams.path, { ifVersion })
+          return yield* volumes.removeFile(yield* tenant, path.volumeId, urlParams.path, { ifVersion, by: "api" })
         }))
       .handleRaw("upload", ({ path, request }) =>
         Effect.gen(function*() {
