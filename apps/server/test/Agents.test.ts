@@ -428,6 +428,8 @@ layer(WorldLive, { excludeTestServices: true })("agents", (it) => {
         token,
         json: {
           model: "tiny/m1",
+          // No mounts, so no file tools: the window is sized for the messages alone.
+          mounts: [],
           initialMessages: [
             { role: "compactionSummary", summary: "Earlier: the user likes tea." },
             { role: "user", content: "What do I like?" },

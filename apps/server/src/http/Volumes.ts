@@ -9,7 +9,7 @@ import { Api, ApiError, Auth, Session, Volume } from "@agent-runtime/domain"
 import { Downloads, FilePath, Volumes } from "@agent-runtime/files"
 import type { HttpServerRequest } from "@effect/platform"
 import { HttpApiBuilder, HttpServerResponse } from "@effect/platform"
-import { Effect, Either } from "effect"
+import { Effect, Either, Stream } from "effect"
 
 const tenant = Effect.map(Auth.CurrentPrincipal, (principal) => principal.tenantId)
 
@@ -19,8 +19,23 @@ const contentTypeOf = (request: HttpServerRequest.HttpServerRequest) => {
   return type === undefined || type === "" || type.startsWith("application/octet-stream") ? undefined : type
 }
 
-const bodyOf = (request: HttpServerRequest.HttpServerRequest) =>
-  Effect.map(Effect.orDie(request.arrayBuffer), (buffer) => new Uint8Array(buffer))
+/**
+ * The body as one buffer, joined once at the end (the platform's `arrayBuffer` joins the whole body again at
+ * every chunk, which makes a large upload quadratic), refused past `limit` bytes whether or not the request
+ * declared its length.
+ */
+const bodyOf = (request: HttpServerRequest.HttpServerRequest, limit: number) =>
+  request.stream.pipe(
+    Stream.runFoldEffect({ chunks: [] as Array<Uint8Array>, size: 0 }, (read, chunk) => {
+      read.size += chunk.length
+      read.chunks.push(chunk)
+      return read.size > limit
+        ? Effect.fail(new ApiError.TooLarge({ error: `request body over ${limit} bytes` }))
+        : Effect.succeed(read)
+    }),
+    Effect.map((read) => new Uint8Array(Buffer.concat(read.chunks, read.size))),
+    Effect.catchTag("RequestError", Effect.die)
+  )
 
 /** `If-Match: "3"` (or 3) as a version, beside the `ifVersion` parameter. */
 const ifMatch = (request: HttpServerRequest.HttpServerRequest, ifVersion: number | undefined) => {
@@ -51,6 +66,7 @@ export const layer = HttpApiBuilder.group(Api.Api, "volumes", (handlers) =>
   Effect.gen(function*() {
     const volumes = yield* Volumes.Volumes
     const agents = yield* Agents.Agents
+    const maxFileBytes = (yield* Effect.orDie(Volumes.config)).maxFileBytes ?? Volume.defaultMaxFileBytes
     return handlers
       .handle("create", ({ payload }) => Effect.flatMap(tenant, (tenantId) => volumes.create(tenantId, payload)))
       .handle("list", ({ urlParams }) => Effect.flatMap(tenant, (tenantId) => volumes.list(tenantId, urlParams)))
@@ -73,8 +89,11 @@ export const layer = HttpApiBuilder.group(Api.Api, "volumes", (handlers) =>
       .handle("read", ({ path, request, urlParams }) =>
         Effect.gen(function*() {
           const tenantId = yield* tenant
-          const file = yield* volumes.stat(tenantId, path.volumeId, urlParams.path)
-          const range = rangeOf(request.headers["range"], file.size)
+          const header = request.headers["range"]
+          // Only a range needs the size first.
+          const range = header === undefined
+            ? undefined
+            : rangeOf(header, (yield* volumes.stat(tenantId, path.volumeId, urlParams.path)).size)
           const read = yield* volumes.read(tenantId, path.volumeId, urlParams.path, range)
           return HttpServerResponse.uint8Array(read.bytes, {
             status: range === undefined ? 200 : 206,
@@ -83,7 +102,9 @@ export const layer = HttpApiBuilder.group(Api.Api, "volumes", (handlers) =>
               ...fileHeaders(read.file),
               ...(range === undefined
                 ? {}
-                : { "content-range": `bytes ${range.offset}-${range.offset + read.bytes.length - 1}/${file.size}` })
+                : {
+                  "content-range": `bytes ${range.offset}-${range.offset + read.bytes.length - 1}/${read.file.size}`
+                })
             }
           })
         }))
@@ -91,11 +112,17 @@ export const layer = HttpApiBuilder.group(Api.Api, "volumes", (handlers) =>
         Effect.gen(function*() {
           const tenantId = yield* tenant
           const ifVersion = yield* ifMatch(request, urlParams.ifVersion)
-          const file = yield* volumes.write(tenantId, path.volumeId, urlParams.path, yield* bodyOf(request), {
-            contentType: contentTypeOf(request),
-            ifVersion,
-            by: "api"
-          })
+          const file = yield* volumes.write(
+            tenantId,
+            path.volumeId,
+            urlParams.path,
+            yield* bodyOf(request, maxFileBytes),
+            {
+              contentType: contentTypeOf(request),
+              ifVersion,
+              by: "api"
+            }
+          )
           return yield* HttpServerResponse.schemaJson(Volume.VolumeFile)(file, { headers: fileHeaders(file) }).pipe(
             Effect.orDie
           )
@@ -113,7 +140,7 @@ export const layer = HttpApiBuilder.group(Api.Api, "volumes", (handlers) =>
             path.id,
             path.requestId,
             path.name,
-            yield* bodyOf(request),
+            yield* bodyOf(request, maxFileBytes),
             contentTypeOf(request)
           )
           return yield* HttpServerResponse.schemaJson(Session.Upload)(upload).pipe(Effect.orDie)
