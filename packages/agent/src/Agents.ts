@@ -484,41 +484,21 @@ export const make = Effect.gen(function*() {
       }
     })
 
-  /** The prompt sent with a create or upsert: a refusal is reported in the answer, the agent is made regardless. */
-  /** The prompt given with a new agent: refused (not failed) for what a prompt alone would be refused. */
+  /** A refusal of the prompt sent with a create or upsert, reported in the answer: the agent is made regardless. */
+  const refused = (code: string, status: number) => (refusal: { readonly error: string }) =>
+    Effect.succeed(
+      new AgentSchemas.PromptRefused({ error: new Run.RunError({ code, message: refusal.error, status }) })
+    )
+
+  /** The prompt sent with a create or upsert: refused (not failed) for what a prompt alone would be refused. */
   const firstPrompt = (agent: AgentRow, input: Run.PromptInput, defaultRequestId: string) =>
     sendPrompt(agent, input, defaultRequestId, "prompt", undefined, attachOf(agent, input)).pipe(
       Effect.catchTags({
-        InvalidRequest: (refusal) =>
-          Effect.succeed(
-            new AgentSchemas.PromptRefused({
-              error: new Run.RunError({ code: "INVALID_REQUEST", message: refusal.error, status: 400 })
-            })
-          ),
-        NotFound: (refusal) =>
-          Effect.succeed(
-            new AgentSchemas.PromptRefused({
-              error: new Run.RunError({ code: "NOT_FOUND", message: refusal.error, status: 404 })
-            })
-          ),
-        TooLarge: (refusal) =>
-          Effect.succeed(
-            new AgentSchemas.PromptRefused({
-              error: new Run.RunError({ code: "TOO_LARGE", message: refusal.error, status: 413 })
-            })
-          ),
-        SpendLimit: (refusal) =>
-          Effect.succeed(
-            new AgentSchemas.PromptRefused({
-              error: new Run.RunError({ code: "SPEND_LIMIT", message: refusal.error, status: 402 })
-            })
-          ),
-        ApplicationNotConnected: (refusal) =>
-          Effect.succeed(
-            new AgentSchemas.PromptRefused({
-              error: new Run.RunError({ code: "APPLICATION_NOT_CONNECTED", message: refusal.error, status: 409 })
-            })
-          )
+        InvalidRequest: refused("INVALID_REQUEST", 400),
+        NotFound: refused("NOT_FOUND", 404),
+        TooLarge: refused("TOO_LARGE", 413),
+        SpendLimit: refused("SPEND_LIMIT", 402),
+        ApplicationNotConnected: refused("APPLICATION_NOT_CONNECTED", 409)
       })
     )
 
