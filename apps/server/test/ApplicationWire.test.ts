@@ -35,7 +35,8 @@ layer(TestWorld.layer(), { excludeTestServices: true })("application connection,
       const { api, tenantId, token } = yield* TestWorld.tenantWithModel(world, "wire")
       const created = (yield* api.post("/v1/agents", {
         token,
-        json: { model: "fake/m1", subject: "user_42", context: { team: "blue" } }
+        // No mounts, so no file tools: the application's tools are the agent's only source.
+        json: { model: "fake/m1", subject: "user_42", context: { team: "blue" }, mounts: [] }
       })).body
       const app = yield* application(world.node.rest, created.id, created.token)
       expect(app.connection).toMatch(/^conn_/)

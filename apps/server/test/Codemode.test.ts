@@ -70,7 +70,8 @@ const setup = (name: string, include: ReadonlyArray<string>) =>
       }
     })
     expect(definition.status, definition.text).toBe(201)
-    const created = yield* api.post("/v1/agents", { token, json: { definition: definition.body.id } })
+    // No mounts, so no file tools: the model's tools are the MCP server's alone.
+    const created = yield* api.post("/v1/agents", { token, json: { definition: definition.body.id, mounts: [] } })
     expect(created.status, created.text).toBe(201)
     return {
       world,

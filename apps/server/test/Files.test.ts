@@ -8,6 +8,7 @@
 import { Http, TestWorld } from "@agent-runtime/testing"
 import { expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
+import * as NodeHttp from "node:http"
 
 type Api = ReturnType<typeof Http.client>
 
@@ -45,7 +46,36 @@ const paths = (api: Api, token: string, volumeId: string, query = "") =>
     return listed.body.data.map((file: { path: string }) => file.path) as Array<string>
   })
 
-layer(TestWorld.layer(), { excludeTestServices: true })("files", (it) => {
+const MiB = 1024 * 1024
+
+/**
+ * A PUT whose body goes in `mebibytes` chunks of 1 MiB with no declared length (chunked transfer): the status
+ * it is answered, which may come before the whole body is sent.
+ */
+const putChunked = (url: string, token: string, mebibytes: number) =>
+  new Promise<number>((resolve, reject) => {
+    const request = NodeHttp.request(url, { method: "PUT", headers: { authorization: `Bearer ${token}` } })
+    request.on("response", (response) => {
+      response.resume()
+      resolve(response.statusCode ?? 0)
+    })
+    // Cut off mid-body once answered: only the answer matters.
+    request.on("error", (error) => setTimeout(() => reject(error), 1_000))
+    let sent = 0
+    const next = () => {
+      while (sent < mebibytes) {
+        sent++
+        if (!request.write(new Uint8Array(MiB))) return void request.once("drain", next)
+      }
+      request.end()
+    }
+    next()
+  })
+
+/** Small limits, so the tests can reach them: 8 MiB a file, 64 MiB a tenant. */
+const limits = { FILES_MAX_FILE_BYTES: String(8 * MiB), FILES_QUOTA_BYTES: String(64 * MiB) }
+
+layer(TestWorld.layer(() => Effect.succeed(limits)), { excludeTestServices: true })("files", (it) => {
   it.scoped("volumes: write, read (ranges), list, versions, fork isolation both ways; bad input changes nothing", () =>
     Effect.gen(function*() {
       const { api, other, token, volume } = yield* setup("vol-crud")
@@ -214,6 +244,22 @@ layer(TestWorld.layer(), { excludeTestServices: true })("files", (it) => {
       const refused = yield* Effect.promise(() => fetch(tampered))
       expect(refused.status).toBe(403)
       expect(((yield* Effect.promise(() => refused.json())) as { code: string }).code).toBe("FORBIDDEN")
+
+      // Code sees the same files, through the same tools.
+      const code = "const read = await tools.read({ path: 'out/report.md' })\n" +
+        "await tools.write({ path: 'from-code.txt', content: 'hi' })\nreturn read"
+      const ran = yield* api.post(`/v1/agents/${made.id}/execute`, { token, json: { code } })
+      expect(ran.status, ran.text).toBe(202)
+      const executed = yield* Http.settled(api, token, made.id, ran.body.id)
+      expect(executed.outcome.result.ok).toBe(true)
+      expect(JSON.stringify(executed.outcome.result.value)).toContain("# Sum")
+      expect((yield* get(api, token, workspace, "from-code.txt")).text).toBe("hi")
+
+      // fileTools: false leaves present_file alone.
+      const presenter = yield* agent({ fileTools: false })
+      const sources = (yield* api.get(`/v1/agents/${presenter.id}`, { token })).body.toolSources
+      const files = sources.find((source: any) => source.kind === "files")
+      expect(files.tools.map((tool: any) => tool.name)).toEqual(["present_file"])
     }))
 
   it.scoped("mounts: a shared volume read-only, no workspace unless asked; bad mounts make no agent", () =>
@@ -416,5 +462,42 @@ layer(TestWorld.layer(), { excludeTestServices: true })("files", (it) => {
       yield* Effect.sleep("2500 millis")
       expect(yield* notices(watcher.id)).toHaveLength(2)
       expect(yield* notices(writer.id)).toEqual([])
+    }))
+
+  it.scoped("limits: a file over the size limit (declared or streamed) and a write over the quota answer 413", () =>
+    Effect.gen(function*() {
+      const { agent, api, token, volume, world } = yield* setup("limits")
+      const made = yield* agent()
+      const workspace = (yield* api.get(`/v1/agents/${made.id}`, { token })).body.mounts[0].volumeId
+      const over = new Uint8Array(8 * MiB + 1)
+      const declared = yield* api.put(`/v1/agents/${made.id}/uploads/r1/big.bin`, { token, body: over })
+      expect(declared.status, declared.text).toBe(413)
+      expect(declared.body.code).toBe("TOO_LARGE")
+      // Sent in chunks with no length declared: refused once past the limit.
+      const chunked = yield* Effect.promise(() =>
+        putChunked(`${world.node.rest}/v1/volumes/${workspace}/file?path=streamed.bin`, token, 9)
+      )
+      expect(chunked).toBe(413)
+      expect(yield* paths(api, token, workspace)).toEqual([])
+
+      // The quota: 64 MiB across the tenant's volumes, its forks counted in full.
+      const store = yield* volume({ name: "store" })
+      const eight = new Uint8Array(8 * MiB)
+      for (let i = 0; i < 8; i++) {
+        eight[0] = i
+        expect((yield* put(api, token, store.id, `part-${i}`, eight)).status).toBe(200)
+      }
+      const beyond = yield* put(api, token, store.id, "one-more", new Uint8Array(1))
+      expect(beyond.status).toBe(413)
+      expect(beyond.body.error).toContain("quota")
+      expect((yield* api.post(`/v1/volumes/${store.id}/fork`, { token, json: {} })).status).toBe(413)
+      // A write that does not grow usage still passes; removing frees room.
+      expect((yield* put(api, token, store.id, "part-0", new Uint8Array(8 * MiB))).status).toBe(200)
+      yield* api.delete(`/v1/volumes/${store.id}/file?path=part-7`, { token })
+      expect((yield* put(api, token, store.id, "one-more", new Uint8Array(1))).status).toBe(200)
+      expect((yield* api.get(`/v1/volumes/${store.id}`, { token })).body).toMatchObject({
+        files: 8,
+        bytes: 7 * 8 * MiB + 1
+      })
     }))
 })

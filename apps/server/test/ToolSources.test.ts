@@ -45,7 +45,8 @@ layer(TestWorld.layer(), { excludeTestServices: true })("tool sources", (it) => 
       })).body
       const agent = (yield* api.post("/v1/agents", {
         token,
-        json: { definition: definition.id, subject: "user_7", context: { ticket: "T-1" } }
+        // No mounts, so no file tools: the model's tools are the sources' alone.
+        json: { definition: definition.id, subject: "user_7", context: { ticket: "T-1" }, mounts: [] }
       })).body
 
       world.upstream.script({ toolCalls: [{ id: "call_add", name: "add", arguments: { a: 2, b: 3 } }] })
@@ -109,7 +110,9 @@ layer(TestWorld.layer(), { excludeTestServices: true })("tool sources", (it) => 
           }]
         }
       })).body
-      const agent = (yield* api.post("/v1/agents", { token, json: { definition: definition.id } })).body
+      // No mounts, so no file tools: the model's tools are the source's alone.
+      const agent = (yield* api.post("/v1/agents", { token, json: { definition: definition.id, mounts: [] } }))
+        .body
       world.upstream.script({
         toolCalls: [{ id: "call_new", name: "createPet", arguments: { body: { name: "Rex", species: "dog" } } }]
       })

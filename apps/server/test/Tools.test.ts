@@ -19,7 +19,8 @@ layer(TestWorld.layer(), { excludeTestServices: true })("tools", (it) => {
       const { api, token } = yield* TestWorld.tenantWithModel(world, "fetcher")
       const created = (yield* api.post("/v1/agents", {
         token,
-        json: { model: "fake/m1", builtins: ["web_fetch", "ask_user"] }
+        // No mounts, so no file tools: the builtins are the agent's only source.
+        json: { model: "fake/m1", builtins: ["web_fetch", "ask_user"], mounts: [] }
       })).body
       const detail = (yield* api.get(`/v1/agents/${created.id}`, { token })).body
       expect(detail.builtins).toEqual(["web_fetch", "ask_user"])
@@ -97,7 +98,9 @@ layer(TestWorld.layer(), { excludeTestServices: true })("tools", (it) => {
       const pages = yield* ToolServer.start
       const { api, token } = yield* TestWorld.tenantWithModel(world, "errors")
       const created =
-        (yield* api.post("/v1/agents", { token, json: { model: "fake/m1", builtins: ["web_fetch"] } })).body
+        // No mounts, so no file tools: the builtins are the agent's only source.
+        (yield* api.post("/v1/agents", { token, json: { model: "fake/m1", builtins: ["web_fetch"], mounts: [] } }))
+          .body
       world.upstream.script({
         toolCalls: [
           { id: "call_missing", name: "web_fetch", arguments: { url: `${pages.url}/missing?status=404` } },
