@@ -12,7 +12,7 @@
 import type { Agent as AgentSchemas, ApiError, Volume } from "@agent-runtime/domain"
 import type { Downloads, Volumes } from "@agent-runtime/files"
 import { FilePath } from "@agent-runtime/files"
-import { Duration, Effect, Either } from "effect"
+import { Duration, Effect, Either, Option } from "effect"
 import * as Path from "node:path"
 import { text, type ToolContext, type ToolResult } from "./ToolResult.ts"
 import * as Workspace from "./Workspace.ts"
@@ -374,16 +374,15 @@ export const make = (
       }
       const only = stringArg(args, "glob")
       const path = stringArg(args, "path")
-      const single = path === undefined ? Either.left("") : Workspace.resolve(mounts, path)
+      const single = path === undefined ? Option.none() : Either.getRight(Workspace.resolve(mounts, path))
       return Effect.gen(function*() {
-        // A path naming a file searches that file; otherwise it is a directory.
         const targets: Array<{ readonly volumeId: string; readonly path: string; readonly shown: string }> = []
         let cut = false
-        const file = Either.isRight(single)
-          ? yield* Effect.option(volumes.stat(tenantId, single.right.volumeId, single.right.path))
-          : undefined
-        if (file !== undefined && file._tag === "Some" && Either.isRight(single)) {
-          targets.push({ ...single.right, path: single.right.path })
+        // A path naming a file searches that file; otherwise it is a directory.
+        const isFile = Option.isSome(single) &&
+          Option.isSome(yield* Effect.option(volumes.stat(tenantId, single.value.volumeId, single.value.path)))
+        if (isFile) {
+          targets.push(Option.getOrThrow(single))
         } else {
           const dirs = directories(path)
           if (Either.isLeft(dirs)) return failed(dirs.left, "invalid_arguments")

@@ -63,21 +63,27 @@ const withRetryAfter = (error: ApiError.RateLimited | ApiError.Unavailable) => {
 }
 
 /**
- * 503 for a request that needed the database while the node could not reach
- * it. A write may have been journaled before the connection failed, so its
- * answer says the outcome is unknown; a prompt sent again with the same
- * requestId runs once.
+ * 503 for a request this node could not carry through: it needed the
+ * database while the node could not reach it, or it was cut short (the node
+ * stopping, a call to the agent's owner interrupted). A write may have taken
+ * effect before, so its answer says the outcome is unknown; a prompt sent
+ * again with the same requestId runs once.
  */
-const unreachable = (method: string | undefined) =>
+const unavailable = (method: string | undefined, why: string, retryAfter: number) =>
   withRetryAfter(
     new ApiError.Unavailable({
       error: method === "GET" || method === "HEAD"
-        ? "the database cannot be reached from this node; try again shortly"
-        : "the database cannot be reached from this node; whether this request took effect is unknown " +
-          "(a prompt sent again with the same requestId runs once)",
-      retryAfter: 2
+        ? `${why}; try again shortly`
+        : `${why}; whether this request took effect is unknown (a prompt sent again with the same requestId ` +
+          "runs once)",
+      retryAfter
     })
   )
+
+const methodOf = Effect.map(
+  Effect.serviceOption(HttpServerRequest.HttpServerRequest),
+  (request) => Option.getOrUndefined(request)?.method
+)
 
 /**
  * Why a request's URL cannot be served, if it cannot: escapes that are not
@@ -171,16 +177,21 @@ export const layer = HttpApiBuilder.middleware(
           if (failure instanceof ApiError.RateLimited || failure instanceof ApiError.Unavailable) {
             return withRetryAfter(failure)
           }
-          // Handlers' own API errors and interruptions go on as they are.
-          if (Cause.isInterruptedOnly(cause) || ApiError.isApiError(failure)) {
-            return Effect.failCause(cause as Cause.Cause<never>)
+          // Cut short on this side: the spec's 503, not the platform's bare one (a client that left hears none).
+          if (Cause.isInterruptedOnly(cause)) {
+            return Effect.flatMap(
+              methodOf,
+              (method) => unavailable(method, "the request was cut short on this node", 1)
+            )
           }
+          // Handlers' own API errors go on as they are.
+          if (ApiError.isApiError(failure)) return Effect.failCause(cause as Cause.Cause<never>)
           // The node cannot reach the database now (the outage itself is logged once, by DatabaseHealth).
           if (DatabaseHealth.isUnreachable(cause)) {
             health.observe(cause)
             return Effect.flatMap(
-              Effect.serviceOption(HttpServerRequest.HttpServerRequest),
-              (request) => unreachable(Option.getOrUndefined(request)?.method)
+              methodOf,
+              (method) => unavailable(method, "the database cannot be reached from this node", 2)
             )
           }
           return Option.match(toApiError(failure), {
