@@ -14,7 +14,7 @@ import {
   Run,
   Session
 } from "@agent-runtime/domain"
-import { FilePath, Volumes } from "@agent-runtime/files"
+import { Volumes } from "@agent-runtime/files"
 import { Listing, UsageLog } from "@agent-runtime/models"
 import { Ids } from "@agent-runtime/store"
 import { Context, Duration, Effect, Either, Layer, Option, type Scope, type Stream } from "effect"
@@ -398,15 +398,10 @@ export const make = Effect.gen(function*() {
             return yield* invalid(`file ${index + 1}: data is not base64`)
           }
           const name = inlineFile.name ?? `file-${index + 1}`
-          if (name.includes("/") || Either.isLeft(FilePath.parse(name))) {
-            return yield* invalid(`file ${index + 1}: name ${JSON.stringify(name)} is not a file name`)
-          }
           if (names.has(name)) return yield* invalid(`two files are named ${name}`)
           names.add(name)
-          const workspace = Workspace.workspaceOf(mounts)
-          if (workspace === undefined) return yield* invalid("the agent has no writable mount to save files in")
-          const resolved = Workspace.resolve(mounts, `${workspace.path}/uploads/${requestId}/${name}`)
-          if (Either.isLeft(resolved)) return yield* invalid(resolved.left)
+          const resolved = Workspace.uploadPath(mounts, requestId, name)
+          if (Either.isLeft(resolved)) return yield* invalid(`file ${index + 1}: ${resolved.left}`)
           return {
             shown: resolved.right.shown,
             contentType: inlineFile.contentType,
@@ -447,17 +442,10 @@ export const make = Effect.gen(function*() {
   ) =>
     Effect.gen(function*() {
       const agent = yield* live(tenantId, agentId)
-      const invalid = (error: string) => new ApiError.InvalidRequest({ error: `invalid request: ${error}` })
-      if (name.includes("/") || Either.isLeft(FilePath.parse(name))) {
-        return yield* invalid(`name ${JSON.stringify(name)} is not a file name`)
+      const resolved = Workspace.uploadPath(agent.config.mounts ?? [], requestId, name)
+      if (Either.isLeft(resolved)) {
+        return yield* new ApiError.InvalidRequest({ error: `invalid request: ${resolved.left}` })
       }
-      if (requestId.includes("/") || Either.isLeft(FilePath.parse(requestId))) {
-        return yield* invalid(`request id ${JSON.stringify(requestId)} cannot name a directory`)
-      }
-      const workspace = Workspace.workspaceOf(agent.config.mounts ?? [])
-      if (workspace === undefined) return yield* invalid("the agent has no writable mount to save uploads in")
-      const resolved = Workspace.resolve([workspace], `${workspace.path}/uploads/${requestId}/${name}`)
-      if (Either.isLeft(resolved)) return yield* invalid(resolved.left)
       const saved = yield* volumes.write(tenantId, resolved.right.volumeId, resolved.right.path, bytes, {
         contentType,
         by: "upload"

@@ -33,9 +33,26 @@ const pointOf = (mount: AgentSchemas.Mount) => mount.path.replace(/^\/+/, "").re
 
 const under = (path: string, point: string) => point === "" || path === point || path.startsWith(`${point}/`)
 
-/** The mount at /workspace, else the first writable one: where uploads and prompt files go. */
+/** The mount at /workspace, else the first writable one: what relative paths start from. */
 export const workspaceOf = (mounts: ReadonlyArray<AgentSchemas.Mount>) =>
   mounts.find((mount) => pointOf(mount) === "workspace") ?? mounts.find((mount) => mount.mode === "rw")
+
+/** Where an upload (or an inline prompt file) goes: uploads/<requestId>/<name> in the writable workspace. */
+export const uploadPath = (
+  mounts: ReadonlyArray<AgentSchemas.Mount>,
+  requestId: string,
+  name: string
+): Either.Either<Resolved, string> => {
+  if (name.includes("/") || Either.isLeft(FilePath.parse(name))) {
+    return Either.left(`name ${JSON.stringify(name)} is not a file name`)
+  }
+  if (requestId.includes("/") || Either.isLeft(FilePath.parse(requestId))) {
+    return Either.left(`request id ${JSON.stringify(requestId)} cannot name a directory`)
+  }
+  const workspace = workspaceOf(mounts)
+  if (workspace?.mode !== "rw") return Either.left("the agent has no writable workspace to save files in")
+  return resolve([workspace], `${workspace.path}/uploads/${requestId}/${name}`)
+}
 
 /**
  * Where `path` (absolute, or relative to the workspace) lives: the mount
