@@ -127,13 +127,16 @@ export const layerRestApp = HttpApiBuilder.serve((app) => HttpMiddleware.logger(
     Page.layer,
     Errors.layer
   ]),
-  Layer.provide(layerApi)
+  Layer.provide(layerApi),
+  // Whatever server it is served on, links to presented files point at it (unless PUBLIC_URL says otherwise).
+  Layer.merge(
+    Layer.effectDiscard(
+      Effect.flatMap(baseUrl, (url) => Effect.flatMap(RestBase, (base) => Deferred.succeed(base, url)))
+    )
+  )
 )
 
-const layerRest = Layer.effect(
-  RestAddress,
-  Effect.tap(baseUrl, (url) => Effect.flatMap(RestBase, (base) => Deferred.succeed(base, url)))
-).pipe(
+const layerRest = Layer.effect(RestAddress, baseUrl).pipe(
   Layer.provideMerge(layerRestApp),
   Layer.provide(listen((config) => config.port))
 )

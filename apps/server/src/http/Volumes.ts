@@ -6,10 +6,10 @@
  */
 import { Agents } from "@agent-runtime/agent"
 import { Api, ApiError, Auth, Session, Volume } from "@agent-runtime/domain"
-import { Downloads, FilePath, Volumes } from "@agent-runtime/files"
+import { Downloads, Volumes } from "@agent-runtime/files"
 import type { HttpServerRequest } from "@effect/platform"
 import { HttpApiBuilder, HttpServerResponse } from "@effect/platform"
-import { Effect, Either, Stream } from "effect"
+import { Effect, Stream } from "effect"
 
 const tenant = Effect.map(Auth.CurrentPrincipal, (principal) => principal.tenantId)
 
@@ -79,17 +79,12 @@ export const layer = HttpApiBuilder.group(Api.Api, "volumes", (handlers) =>
       .handle("fork", ({ path, payload }) =>
         Effect.flatMap(tenant, (tenantId) => volumes.fork(tenantId, path.volumeId, payload)))
       .handle("files", ({ path, urlParams }) =>
-        Effect.gen(function*() {
-          const prefix = FilePath.parseDirectory(urlParams.prefix ?? "")
-          if (Either.isLeft(prefix)) {
-            return yield* new ApiError.InvalidRequest({ error: `invalid request: prefix: ${prefix.left}` })
-          }
-          return yield* volumes.files(yield* tenant, path.volumeId, {
-            prefix: prefix.right,
+        Effect.flatMap(tenant, (tenantId) =>
+          volumes.files(tenantId, path.volumeId, {
+            prefix: urlParams.prefix ?? "",
             after: urlParams.after,
             limit: urlParams.limit ?? 50
-          })
-        }))
+          })))
       .handle("read", ({ path, request, urlParams }) =>
         Effect.gen(function*() {
           const tenantId = yield* tenant
