@@ -11,8 +11,16 @@
  * - prompts/s sustained by 1 runner and by 3 runners (BENCH_CLIENTS concurrent
  *   clients, each prompting and waiting for the outcome, for BENCH_SECONDS)
  *
+ * - CPU per turn: the runner processes, this process (load generator and fake
+ *   upstream), and the rest of the machine (mostly PostgreSQL)
+ * - SQL statements per turn on 1 runner (pg_stat_statements over the whole run,
+ *   background work included), with the most frequent statements
+ *
  * Environment: BENCH_CLIENTS (default 24), BENCH_SECONDS (15), BENCH_AGENTS (48),
- * RUNNER_LEASE_SECONDS (the nodes' lease; default 6).
+ * RUNNER_LEASE_SECONDS (the nodes' lease; default 6), BENCH_ONLY ("throughput"
+ * skips the drain and crash figures), BENCH_RUNNERS ("1" skips the 3-runner run),
+ * BENCH_STATEMENTS (how many of the most frequent statements to list; default 12),
+ * BENCH_NODE_OPTIONS (reaches the runners, e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof").
  */
 import { EmbeddedPostgres } from "@agent-runtime/store"
 import * as FakeUpstream from "@agent-runtime/testing/FakeUpstream"
@@ -31,6 +39,8 @@ const clients = Number(process.env.BENCH_CLIENTS ?? 24)
 const seconds = Number(process.env.BENCH_SECONDS ?? 15)
 const agentCount = Number(process.env.BENCH_AGENTS ?? 48)
 const lease = process.env.RUNNER_LEASE_SECONDS ?? "6"
+const only = process.env.BENCH_ONLY
+const listed = Number(process.env.BENCH_STATEMENTS ?? 12)
 
 const now = () => performance.timeOrigin + performance.now()
 
@@ -46,7 +56,12 @@ const world = (databaseUrl: string, upstream: FakeUpstream.FakeUpstream, size: n
       script: serverScript,
       size,
       databaseUrl,
-      env: { ALLOW_PRIVATE_URLS: "true", LOG_LEVEL: "Warn", RUNNER_LEASE_SECONDS: lease }
+      env: {
+        ALLOW_PRIVATE_URLS: "true",
+        LOG_LEVEL: "Warn",
+        RUNNER_LEASE_SECONDS: lease,
+        ...(process.env.BENCH_NODE_OPTIONS === undefined ? {} : { NODE_OPTIONS: process.env.BENCH_NODE_OPTIONS })
+      }
     })
     const { token } = yield* TestWorld.tenantWithModel({ node: cluster.members[0]!.node, upstream }, "bench")
     const api = Http.client(cluster.members[0]!.node.rest)
@@ -62,11 +77,56 @@ const world = (databaseUrl: string, upstream: FakeUpstream.FakeUpstream, size: n
     return { cluster, token, ids }
   })
 
+/** CPU seconds used so far by the machine (all cores), and by each of `pids`. */
+const cpuSeconds = (pids: ReadonlyArray<number>) =>
+  Effect.promise(async () => {
+    const ticks = 100
+    const machine = (await Fs.readFile("/proc/stat", "utf8")).split("\n")[0]!.trim().split(/\s+/).slice(1).map(Number)
+    // user nice system idle iowait irq softirq steal: busy is all but idle and iowait
+    const busy = machine.slice(0, 8).reduce((sum, value, i) => i === 3 || i === 4 ? sum : sum + value, 0) / ticks
+    const processes = await Promise.all(pids.map(async (pid) => {
+      const fields = (await Fs.readFile(`/proc/${pid}/stat`, "utf8")).split(") ")[1]!.split(" ")
+      return (Number(fields[11]) + Number(fields[12])) / ticks
+    }))
+    const own = process.cpuUsage()
+    return { busy, processes, own: (own.user + own.system) / 1e6 }
+  })
+
+/** Runs `f` with a connection of its own to the benchmark's database. */
+const withPg = <A>(databaseUrl: string, f: (client: Pg.Client) => Promise<A>) =>
+  Effect.promise(async () => {
+    const client = new Pg.Client({ connectionString: databaseUrl })
+    await client.connect()
+    try {
+      return await f(client)
+    } finally {
+      await client.end()
+    }
+  })
+
+/** Statements run since the last reset, most frequent first (this connection's own left out). */
+const statements = (databaseUrl: string) =>
+  withPg(databaseUrl, async (client) =>
+    (await client.query(
+      `SELECT calls::int, regexp_replace(query, '\\s+', ' ', 'g') AS query FROM pg_stat_statements
+       WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+         AND query NOT LIKE '%pg_stat_statements%' ORDER BY calls DESC`
+    )).rows as Array<{ calls: number; query: string }>)
+
 /** Prompts/s: each client prompts an agent of its own set and waits for the outcome, again and again. */
 const throughput = (databaseUrl: string, upstream: FakeUpstream.FakeUpstream, size: number) =>
   Effect.scoped(Effect.gen(function*() {
     const { cluster, ids, token } = yield* world(databaseUrl, upstream, size, agentCount)
     const bases = cluster.live()
+    yield* withPg(
+      databaseUrl,
+      (client) =>
+        client.query("CREATE EXTENSION IF NOT EXISTS pg_stat_statements").then(() =>
+          client.query("SELECT pg_stat_statements_reset()")
+        )
+    )
+    const runnerPids = cluster.members.map((member) => member.node.process.pid!)
+    const cpuBefore = yield* cpuSeconds(runnerPids)
     const deadline = now() + seconds * 1000
     let completed = 0
     const latencies: Array<number> = []
@@ -93,9 +153,27 @@ const throughput = (databaseUrl: string, upstream: FakeUpstream.FakeUpstream, si
           }
         }
       }), { concurrency: "unbounded", discard: true })
+    const cpuAfter = yield* cpuSeconds(runnerPids)
+    const ran = yield* statements(databaseUrl)
+    const perTurn = (calls: number) => Number((calls / Math.max(1, completed)).toFixed(2))
+    const msPerTurn = (cpu: number) => Number(((cpu * 1000) / Math.max(1, completed)).toFixed(2))
+    const runnersCpu = cpuAfter.processes.reduce((sum, value, i) => sum + value - cpuBefore.processes[i]!, 0)
+    const ownCpu = cpuAfter.own - cpuBefore.own
+    const busy = cpuAfter.busy - cpuBefore.busy
     return {
       runners: size,
       promptsPerSecond: Math.round(completed / seconds),
+      cpuMsPerTurn: {
+        runners: msPerTurn(runnersCpu),
+        loadAndUpstream: msPerTurn(ownCpu),
+        rest: msPerTurn(busy - runnersCpu - ownCpu),
+        machineBusy: Number((busy / seconds).toFixed(2))
+      },
+      statementsPerTurn: perTurn(ran.reduce((sum, row) => sum + row.calls, 0)),
+      frequentStatements: ran.slice(0, listed).map((row) => ({
+        perTurn: perTurn(row.calls),
+        query: row.query.slice(0, 160)
+      })),
       failed: failed.length,
       ...(failed.length === 0 ? {} : { firstFailure: failed[0] }),
       turnLatencyMs: { p50: Math.round(percentile(latencies, 50)), p99: Math.round(percentile(latencies, 99)) }
@@ -104,17 +182,11 @@ const throughput = (databaseUrl: string, upstream: FakeUpstream.FakeUpstream, si
 
 /** The runner that owns the agent now, read from the journal. */
 const ownerOf = (databaseUrl: string, agentId: string) =>
-  Effect.promise(async () => {
-    const client = new Pg.Client({ connectionString: databaseUrl })
-    await client.connect()
-    try {
-      return (await client.query("SELECT owner FROM agents WHERE id = $1", [agentId])).rows[0]?.owner as
-        | string
-        | undefined
-    } finally {
-      await client.end()
-    }
-  })
+  withPg(
+    databaseUrl,
+    async (client) =>
+      (await client.query("SELECT owner FROM agents WHERE id = $1", [agentId])).rows[0]?.owner as string | undefined
+  )
 
 /**
  * An agent's events as a watcher on `base` long-polls them, with arrival times: from the cursor on, jumping
@@ -202,18 +274,27 @@ const program = Effect.gen(function*() {
   const dataDir = yield* Effect.promise(() => Fs.mkdtemp(Path.join(Os.tmpdir(), "bench-cluster-")))
   const postgres = yield* EmbeddedPostgres.start({
     dataDir,
-    postgresFlags: ["-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "max_connections=300"]
+    postgresFlags: [
+      "-c",
+      "fsync=off",
+      "-c",
+      "synchronous_commit=off",
+      "-c",
+      "max_connections=300",
+      "-c",
+      "shared_preload_libraries=pg_stat_statements"
+    ]
   })
   const database = (name: string) => Effect.map(postgres.createDatabase(name), Redacted.value)
   const upstream = yield* FakeUpstream.start({ maxRecorded: 1000 })
 
-  const drain = yield* handover(yield* database("drain"), upstream, "SIGTERM")
+  const drain = only === "throughput" ? null : yield* handover(yield* database("drain"), upstream, "SIGTERM")
   yield* Console.log(JSON.stringify({ drain }))
-  const crash = yield* handover(yield* database("crash"), upstream, "SIGKILL")
+  const crash = only === "throughput" ? null : yield* handover(yield* database("crash"), upstream, "SIGKILL")
   yield* Console.log(JSON.stringify({ crash }))
   const one = yield* throughput(yield* database("one"), upstream, 1)
-  yield* Console.log(JSON.stringify({ one }))
-  const three = yield* throughput(yield* database("three"), upstream, 3)
+  yield* Console.log(JSON.stringify({ one }, null, 2))
+  const three = process.env.BENCH_RUNNERS === "1" ? null : yield* throughput(yield* database("three"), upstream, 3)
   const figures = {
     leaseSeconds: Number(lease),
     drain,
@@ -224,7 +305,7 @@ const program = Effect.gen(function*() {
       agents: agentCount,
       one,
       three,
-      ratio: Number((three.promptsPerSecond / Math.max(1, one.promptsPerSecond)).toFixed(2))
+      ratio: three === null ? null : Number((three.promptsPerSecond / Math.max(1, one.promptsPerSecond)).toFixed(2))
     }
   }
   yield* Console.log(JSON.stringify(figures, null, 2))

@@ -1,13 +1,16 @@
 /**
  * The agent actor: one cluster entity per agent id, with typed messages.
- * Requests that start or change work are persisted messages keyed by their
- * request id, so a redelivery after a move runs nothing twice; reads are
- * volatile.
+ * A prompt is durable once its request row is in the journal, which the
+ * owner writes before it answers: the message itself is volatile, and a
+ * sender that got no answer sends it again under the same request id (the
+ * row is written once). Abort and configure, which act at once, are
+ * persisted messages keyed by their request id, so a redelivery after a move
+ * runs nothing twice. Reads are volatile.
  */
 import { Application, CanonicalJson, Input, Run } from "@agent-runtime/domain"
 import { ClusterSchema, Entity } from "@effect/cluster"
 import { Rpc } from "@effect/rpc"
-import { Schema } from "effect"
+import { Cause, Effect, Schedule, Schema } from "effect"
 import * as Crypto from "node:crypto"
 import {
   AnswerRefused,
@@ -198,11 +201,8 @@ export const Snapshot = Schema.Struct({
 export type Snapshot = typeof Snapshot.Type
 
 export const Agent = Entity.make("Agent", [
-  Rpc.make("Prompt", {
-    payload: PromptPayload.fields,
-    success: Run.RequestRecord,
-    primaryKey: (payload) => payload.requestId
-  }).annotate(ClusterSchema.Persisted, true),
+  /** Records the request in the journal (once per request id) and queues it; answers the record as it stands. */
+  Rpc.make("Prompt", { payload: PromptPayload.fields, success: Run.RequestRecord }),
   /** Cancels queued runs and stops the running turn at once, keeping what was said. */
   Rpc.make("Abort", {
     payload: AbortPayload.fields,
@@ -254,6 +254,22 @@ export const Agent = Entity.make("Agent", [
     error: ReplayGap
   })
 ])
+
+/**
+ * Sends a volatile message again when its handler was cut short because the agent moved to another runner
+ * (a drain, a rebalance): the reply is then an interruption, and the next owner answers the next send. Only
+ * for messages that are idempotent, such as a Prompt under its request id.
+ */
+export const sentUntilAnswered = <A, E, R>(send: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
+  send.pipe(
+    Effect.sandbox,
+    Effect.retry({
+      while: (cause) => Cause.isInterruptedOnly(cause),
+      schedule: Schedule.spaced("200 millis"),
+      times: 50
+    }),
+    Effect.unsandbox
+  )
 
 /** A stored request as the API shows it. */
 export const toRecord = (row: RequestRow): Run.RequestRecord => {

@@ -8,7 +8,7 @@
 import { ApiError } from "@agent-runtime/domain"
 import { DatabaseHealth } from "@agent-runtime/store"
 import type { Scope } from "effect"
-import { Context, Duration, Effect, Layer, Option, Sink, Stream } from "effect"
+import { Context, Deferred, Duration, Effect, Exit, Layer, Option, Sink, Stream } from "effect"
 import { Agent, type Status } from "./Agent.ts"
 import type { ReplayGap } from "./AgentError.ts"
 import * as ApplicationConnection from "./ApplicationConnection.ts"
@@ -318,8 +318,38 @@ export const make = Effect.gen(function*() {
     limit: Duration.Duration
   ) => {
     const deadline = Date.now() + Duration.toMillis(limit)
+    const isResponse = (data: unknown) => {
+      const frame = data as { type?: string; id?: string } | null
+      return frame?.type === "response" && frame.id === requestId
+    }
+    /** Owned here: listens to the log itself (no cluster round trip), from before the read. */
+    const waitLocally = (log: EventLog.EventLog) =>
+      Effect.gen(function*() {
+        // true: the response frame; false: the log closed (the agent moves), and its next owner is waited on.
+        const heard = yield* Deferred.make<boolean>()
+        const { stop } = yield* Effect.orDie(log.listen(Option.none(), {
+          entry: (entry) => isResponse(entry.data) && Deferred.unsafeDone(heard, Exit.succeed(true)),
+          close: () => Deferred.unsafeDone(heard, Exit.succeed(false))
+        }))
+        return yield* Effect.gen(function*() {
+          const current = yield* read
+          const left = deadline - Date.now()
+          if (settled(current) || left <= 0) return Option.some(current)
+          const responded = yield* Effect.timeout(Deferred.await(heard), Duration.millis(left)).pipe(
+            Effect.orElseSucceed(() => true)
+          )
+          if (!responded) yield* Effect.sleep("100 millis")
+          return Option.none<A>()
+        }).pipe(Effect.ensuring(Effect.sync(stop)))
+      })
     const waiting = Effect.gen(function*() {
       while (true) {
+        const local = localLogs.get(agentId)
+        if (Option.isSome(local)) {
+          const answered = yield* waitLocally(local.value)
+          if (Option.isSome(answered)) return answered.value
+          continue
+        }
         // Watch from the current cursor before reading, so the response frame cannot slip in between.
         const owner = yield* Effect.option(status(agentId))
         const current = yield* read
@@ -333,10 +363,7 @@ export const make = Effect.gen(function*() {
         yield* Effect.scoped(
           Effect.flatMap(watch(agentId, Option.some(owner.value.cursor), true), (events) =>
             events.pipe(
-              Stream.filter((entry) => {
-                const data = entry.data as { type?: string; id?: string }
-                return data.type === "response" && data.id === requestId
-              }),
+              Stream.filter((entry) => isResponse(entry.data)),
               Stream.take(1),
               Stream.runDrain
             ))

@@ -39,6 +39,17 @@ import * as Turn from "./Turn.ts"
 /** How long a moving agent's turn may take to finish its step before it is cut (and resumed as after a crash). */
 const handOnTimeout = Duration.seconds(30)
 
+/**
+ * How long the runner is busy before it asks the cluster to keep the entity alive. The keep-alive is a
+ * persisted message (two writes and a reply); a turn shorter than this does without it: if its node is lost,
+ * the wake-up sweep finds its open request once the runner's lease has run out, about as soon as the
+ * cluster would have redelivered the keep-alive.
+ */
+const keepAliveAfter = Duration.seconds(1)
+
+/** How many settled request ids the entity remembers, so a late message cannot queue one again. */
+const rememberedSettled = 1024
+
 // One client for the runner, not one per entity: the runner's messages to itself (Wake) go through it.
 export const layer = Layer.unwrapEffect(Effect.map(Agent.client, (makeClient) =>
   Agent.toLayer(
@@ -188,11 +199,21 @@ export const layer = Layer.unwrapEffect(Effect.map(Agent.client, (makeClient) =>
       let active: string | null = null
       let activeBegan: number | undefined
 
+      /**
+       * Requests this instance settled, most recent last: a row read before it settled (by a Wake, or a
+       * Prompt racing the runner) must not run it again.
+       */
+      const settled = new Set<string>()
+      const remember = (id: string) => {
+        settled.add(id)
+        if (settled.size > rememberedSettled) settled.delete(settled.values().next().value!)
+      }
+
       const enqueue = (row: RequestRow) => {
         const known = (open: RequestRow) => open.id === row.id
         if (
-          row.state === "completed" || active === row.id || pending.some(known) || steering.some(known) ||
-          taken.some(known)
+          row.state === "completed" || settled.has(row.id) || active === row.id || pending.some(known) ||
+          steering.some(known) || taken.some(known)
         ) return false
         pending.push(row)
         pending.sort((a, b) => a.seq - b.seq)
@@ -455,6 +476,7 @@ export const layer = Layer.unwrapEffect(Effect.map(Agent.client, (makeClient) =>
         Effect.gen(function*() {
           const report = RunEvents.ended(agent.tenantId, row, outcome, usage.runUsage(agentId, row.id), steeredInto)
           yield* fenced(store.complete(agentId, row.id, outcome, report, steeredInto))
+          remember(row.id)
           const finished = Option.getOrThrow(yield* journal(store.getRequest(agentId, row.id)))
           yield* term.log.publish({ type: "response", id: row.id, outcome: toRecord(finished).outcome })
           return finished
@@ -479,18 +501,20 @@ export const layer = Layer.unwrapEffect(Effect.map(Agent.client, (makeClient) =>
           return toRecord(yield* settle(row, { result: yield* apply }))
         })
 
-      // The runner: one request at a time, in arrival order. The entity is kept alive while a turn runs; the
-      // cluster keeps that as a message, so when the node is lost, the next owner of the shard starts the agent
-      // at once and it picks the work up. A node letting the agent go on purpose ends the keep-alive (it would
-      // hold the shard until the termination timeout) and announces the release instead (see release).
+      // The runner: one request at a time, in arrival order. The entity is kept alive while the runner stays
+      // busy (see keepAliveAfter); the cluster keeps that as a message, so when the node is lost, the next owner
+      // of the shard starts the agent at once and it picks the work up. A node letting the agent go on purpose
+      // ends the keep-alive (it would hold the shard until the termination timeout) and announces the release
+      // instead (see release).
       const runnerBody = Effect.gen(function*() {
         while (true) {
           yield* Queue.take(wakeup)
+          const keepingAlive = yield* Effect.fork(Effect.delay(Entity.keepAlive(true), keepAliveAfter))
           // A draining node starts nothing new: open work stays journaled for the next owner.
           while (pending.length > 0 && !drain.isDraining() && !releasing) {
-            yield* Entity.keepAlive(true)
             yield* drain.track(runOne(pending.shift()!))
           }
+          yield* Fiber.interrupt(keepingAlive)
           yield* Entity.keepAlive(false)
         }
       }).pipe(

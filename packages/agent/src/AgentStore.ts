@@ -381,13 +381,24 @@ export const make = Effect.gen(function*() {
     readonly fingerprint: string
     readonly input: Record<string, unknown>
   }) =>
-    sql`
-      INSERT INTO agent_requests (agent_id, id, method, state, fingerprint, input)
-      VALUES (${request.agentId}, ${request.id}, ${request.method}, 'queued', ${request.fingerprint},
-        ${JSON.stringify(request.input)}::jsonb)
-      ON CONFLICT (agent_id, id) DO NOTHING`.pipe(
-      Effect.zipRight(getRequest(request.agentId, request.id)),
-      Effect.map(Option.getOrThrow)
+    // One round trip: the new row, or the one already there. A row another statement is inserting at the same
+    // moment is not in this statement's snapshot: it is read once that one has committed.
+    sql<RequestRow>`
+      WITH inserted AS (
+        INSERT INTO agent_requests (agent_id, id, method, state, fingerprint, input)
+        VALUES (${request.agentId}, ${request.id}, ${request.method}, 'queued', ${request.fingerprint},
+          ${JSON.stringify(request.input)}::jsonb)
+        ON CONFLICT (agent_id, id) DO NOTHING
+        RETURNING ${requestFields})
+      SELECT * FROM inserted
+      UNION ALL
+      SELECT ${requestFields} FROM agent_requests
+      WHERE agent_id = ${request.agentId} AND id = ${request.id} AND NOT EXISTS (SELECT 1 FROM inserted)`.pipe(
+      Effect.flatMap((rows) =>
+        rows.length > 0
+          ? Effect.succeed(rows[0]!)
+          : Effect.map(getRequest(request.agentId, request.id), Option.getOrThrow)
+      )
     )
 
   const getRequest = (agentId: string, id: string) =>
@@ -562,7 +573,6 @@ export const make = Effect.gen(function*() {
     ...(report === undefined ? [] : [reported(guard, agentId, id, ["queued", "running"], report)])
   ]
 
-  /** Agents with work not yet completed: what a restarted cluster must pick up again. */
   /**
    * Agents with unfinished work that no live runner holds (let go, or their
    * runner went silent past `leaseSeconds`), whose next wake-up is due.
@@ -570,8 +580,8 @@ export const make = Effect.gen(function*() {
   const agentsToWake = (leaseSeconds: number) =>
     sql<{ agentId: string; resumeFailures: number }>`
       SELECT a.id AS agent_id, a.resume_failures FROM agents a
-      WHERE a.deleted_at IS NULL AND (a.resume_after IS NULL OR a.resume_after <= now())
-        AND EXISTS (SELECT 1 FROM agent_requests r WHERE r.agent_id = a.id AND r.state <> 'completed')
+      WHERE a.id IN (SELECT agent_id FROM agent_requests WHERE state <> 'completed')
+        AND a.deleted_at IS NULL AND (a.resume_after IS NULL OR a.resume_after <= now())
         AND (a.owner IS NULL OR NOT EXISTS (SELECT 1 FROM runner_reports w
           WHERE w.address = a.owner AND w.reported_at > now() - make_interval(secs => ${leaseSeconds})))`
 

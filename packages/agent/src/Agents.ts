@@ -25,6 +25,7 @@ import {
   definitionSettings as toSettings,
   fingerprint,
   type PromptPayload,
+  sentUntilAnswered,
   toRecord
 } from "./Agent.ts"
 import { PersistenceError } from "./AgentError.ts"
@@ -351,16 +352,14 @@ export const make = Effect.gen(function*() {
       if (input.allowDisconnected !== true) yield* checkConnected(agent)
       const files = attached === undefined ? undefined : yield* attached(requestId)
       const accepted = yield* Effect.orDie(
-        makeClient(agent.id).Prompt(files === undefined ? payload : { ...payload, files })
+        sentUntilAnswered(makeClient(agent.id).Prompt(files === undefined ? payload : { ...payload, files }))
       )
       if (accepted.fingerprint !== payload.fingerprint) {
         return yield* new ApiError.IdempotencyConflict({
           error: `request id ${requestId} was used for another request`
         })
       }
-      // A repeated request id gets the cluster's stored reply from its first delivery: answer how it stands now.
-      const current = yield* store.getRequest(agent.id, requestId)
-      return Option.match(current, { onNone: () => accepted, onSome: toRecord })
+      return accepted
     })
   }
 

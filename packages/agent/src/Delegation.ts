@@ -14,7 +14,7 @@
 import { Agent as AgentSchemas, Input } from "@agent-runtime/domain"
 import { Ids } from "@agent-runtime/store"
 import { Context, Duration, Effect, Layer, Option } from "effect"
-import { Agent, applyChanges, definitionSettings, fingerprint } from "./Agent.ts"
+import { Agent, applyChanges, definitionSettings, fingerprint, sentUntilAnswered } from "./Agent.ts"
 import { AgentStore } from "./AgentStore.ts"
 import type { AgentConfig } from "./AgentStore.ts"
 import { Definitions } from "./Definitions.ts"
@@ -191,7 +191,7 @@ export const make = Effect.gen(function*() {
         definition: target.id,
         task: call.task
       })
-      yield* Effect.orDie(
+      yield* Effect.orDie(sentUntilAnswered(
         makeClient(agentId).Prompt({
           requestId: delegatedRequest,
           method: "prompt",
@@ -200,7 +200,7 @@ export const make = Effect.gen(function*() {
           from: new Input.Sender({ id: call.agentId, name: "the agent that delegated this task" }),
           allowDisconnected: true
         })
-      )
+      ))
       const settled = yield* follow(call, agentId).pipe(
         Effect.onInterrupt(() =>
           call.aborting()

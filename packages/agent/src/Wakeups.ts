@@ -1,8 +1,8 @@
 /**
  * Wakes agents with accepted but unfinished work, so nothing accepted is
  * lost: each agent another node let go with work open (announced on a
- * PostgreSQL channel, so it starts on its next owner at once), and now and
- * then every agent no live runner holds. A wake-up that fails is tried again
+ * PostgreSQL channel, so it starts on its next owner at once), and every
+ * second each agent no live runner holds. A wake-up that fails is tried again
  * later, doubling the wait up to an hour, never given up.
  */
 import { DatabaseHealth } from "@agent-runtime/store"
@@ -83,9 +83,11 @@ export const layer = (options: Options) =>
       Effect.forever,
       Effect.forkScoped
     )
+    // Every second: a turn too short to have asked the cluster to keep its entity alive is found here once its
+    // runner's lease runs out (see AgentRuntime.keepAliveAfter). The query reads only the open requests.
     yield* wakeOpenWork.pipe(
       Effect.catchAllCause(DatabaseHealth.warnUnlessUnreachable("waking agents failed")),
-      Effect.repeat(Schedule.spaced(Duration.seconds(options.leaseSeconds / 2))),
+      Effect.repeat(Schedule.spaced(Duration.seconds(1))),
       Effect.forkScoped
     )
   }))
