@@ -442,7 +442,9 @@ export const layer = Layer.unwrapEffect(Effect.map(Agent.client, (makeClient) =>
           yield* settle(row, stored)
           // Steered prompts the turn took (here or on a node before) end with it; those it did not reach
           // run as their own turns.
-          for (const steered of yield* journal(store.steeredInto(agentId, row.id))) {
+          // Read back only when there can be any: taken here, or by the node that began a resumed turn.
+          const steeredHere = resumed || taken.length > 0 ? yield* journal(store.steeredInto(agentId, row.id)) : []
+          for (const steered of steeredHere) {
             yield* settle(steered, stored, row.id)
           }
           taken = []
@@ -477,9 +479,8 @@ export const layer = Layer.unwrapEffect(Effect.map(Agent.client, (makeClient) =>
           const report = RunEvents.ended(agent.tenantId, row, outcome, usage.runUsage(agentId, row.id), steeredInto)
           yield* fenced(store.complete(agentId, row.id, outcome, report, steeredInto))
           remember(row.id)
-          const finished = Option.getOrThrow(yield* journal(store.getRequest(agentId, row.id)))
-          yield* term.log.publish({ type: "response", id: row.id, outcome: toRecord(finished).outcome })
-          return finished
+          // Only a queued or running request is settled here, so the outcome written is this one.
+          yield* term.log.publish({ type: "response", id: row.id, outcome: toRecord({ ...row, outcome }).outcome })
         })
 
       /** Records a request that takes effect at once (abort, configure) and settles it. */
@@ -498,7 +499,8 @@ export const layer = Layer.unwrapEffect(Effect.map(Agent.client, (makeClient) =>
             input
           }))
           if (row.state === "completed" || row.fingerprint !== payload.fingerprint) return toRecord(row)
-          return toRecord(yield* settle(row, { result: yield* apply }))
+          yield* settle(row, { result: yield* apply })
+          return toRecord(Option.getOrThrow(yield* journal(store.getRequest(agentId, row.id))))
         })
 
       // The runner: one request at a time, in arrival order. The entity is kept alive while the runner stays
