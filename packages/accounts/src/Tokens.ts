@@ -1,9 +1,6 @@
 /**
  * The tenant's API keys. A key is shown once when made; only its SHA-256
- * hash is kept, which is enough for 256-bit random secrets. A live key found
- * is remembered for a second, so a client's stream of requests costs one
- * lookup a second: a revoked key is refused at once by the node that revoked
- * it, and by the others within that second.
+ * hash is kept, which is enough for 256-bit random secrets.
  */
 import { Common, Token } from "@agent-runtime/domain"
 import { Ids } from "@agent-runtime/store"
@@ -29,16 +26,9 @@ const TokenRow = Schema.Struct({
 /** Characters of a key kept in the clear to tell keys apart. */
 const shownPrefixLength = 12
 
-/** How long a live key found is trusted without asking the database again. */
-const keyCacheMillis = 1000
-
-/** Bounds the remembered keys; all are forgotten when it is reached. */
-const maxCachedKeys = 10_000
-
 export class Tokens extends Effect.Service<Tokens>()("@agent-runtime/accounts/Tokens", {
   effect: Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
-    const live = new Map<string, { readonly key: Authenticated; readonly until: number }>()
 
     /** Inserts a key for the tenant; runs inside the caller's transaction when there is one. */
     const create = (tenantId: string, input: Token.TokenInput) =>
@@ -82,36 +72,19 @@ export class Tokens extends Effect.Service<Tokens>()("@agent-runtime/accounts/To
         WHERE id = ${id} AND tenant_id = ${tenantId} AND revoked_at IS NULL
         RETURNING id`.pipe(
         Effect.orDie,
-        Effect.tap(() =>
-          Effect.sync(() => {
-            for (const [hash, entry] of live) if (entry.key.tokenId === id) live.delete(hash)
-          })
-        ),
         Effect.flatMap(Common.deleted(id, `no token ${id}`))
       )
 
     /** The tenant and key a presented secret belongs to, if it is a live key. */
     const authenticate = (secret: string): Effect.Effect<Option.Option<Authenticated>> =>
-      Effect.suspend(() => {
-        if (!secret.startsWith(Token.apiKeyPrefix)) return Effect.succeed(Option.none())
-        const hash = Secret.hash(secret)
-        const cacheKey = hash.toString("base64")
-        const hit = live.get(cacheKey)
-        if (hit !== undefined && hit.until > Date.now()) return Effect.succeed(Option.some(hit.key))
-        return sql<Authenticated>`
-          SELECT tenant_id, id AS token_id FROM api_tokens
-          WHERE secret_hash = ${hash} AND revoked_at IS NULL`.pipe(
+      secret.startsWith(Token.apiKeyPrefix)
+        ? sql<Authenticated>`
+            SELECT tenant_id, id AS token_id FROM api_tokens
+            WHERE secret_hash = ${Secret.hash(secret)} AND revoked_at IS NULL`.pipe(
           Effect.map((rows) => Option.fromNullable(rows[0])),
-          Effect.tap((found) =>
-            Effect.sync(() => {
-              if (Option.isNone(found)) return live.delete(cacheKey)
-              if (live.size >= maxCachedKeys) live.clear()
-              live.set(cacheKey, { key: found.value, until: Date.now() + keyCacheMillis })
-            })
-          ),
           Effect.orDie
         )
-      })
+        : Effect.succeed(Option.none())
 
     return { create, list, revoke, authenticate } as const
   })
