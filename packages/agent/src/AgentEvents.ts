@@ -8,8 +8,8 @@
 import { ApiError } from "@agent-runtime/domain"
 import { DatabaseHealth } from "@agent-runtime/store"
 import type { Scope } from "effect"
-import { Context, Deferred, Duration, Effect, Exit, Layer, Option, Sink, Stream } from "effect"
-import { Agent, type Status } from "./Agent.ts"
+import { Cause, Context, Deferred, Duration, Effect, Exit, Layer, Option, Sink, Stream } from "effect"
+import { Agent, sentUntilAnswered, type Status } from "./Agent.ts"
 import type { ReplayGap } from "./AgentError.ts"
 import * as ApplicationConnection from "./ApplicationConnection.ts"
 import { Drain } from "./Drain.ts"
@@ -131,7 +131,8 @@ export const make = Effect.gen(function*() {
     }
   }
 
-  const status = (agentId: string) => fromOwner(Effect.orDie(makeClient(agentId).Status()))
+  // Reads are asked again when the owner lets the agent go while answering (the reply is an interruption).
+  const status = (agentId: string) => fromOwner(Effect.orDie(sentUntilAnswered(makeClient(agentId).Status())))
 
   /**
    * The events of an agent owned elsewhere, read through the cluster, from
@@ -155,8 +156,10 @@ export const make = Effect.gen(function*() {
           last = Option.some(entry.id)
           return { ...entry, json: JSON.stringify(entry.data) }
         }),
-        // A stream that went silent is read again; a gap ends the follow, and the client reconnects.
+        // A stream that went silent, or was cut because the owner let the agent go, is read again; a gap ends
+        // the follow, and the client reconnects.
         Stream.catchTag("Unavailable", () => Stream.empty),
+        Stream.catchAllCause((cause) => Cause.isInterruptedOnly(cause) ? Stream.empty : Stream.failCause(cause)),
         Stream.catchTags({
           MailboxFull: (error) => Stream.die(error),
           AlreadyProcessingMessage: (error) => Stream.die(error),
@@ -176,7 +179,7 @@ export const make = Effect.gen(function*() {
     Effect.gen(function*() {
       const client = makeClient(agentId)
       const behind = Option.isSome(cursor)
-        ? yield* client.Poll({ cursor: cursor.value, waitMillis: 0 }).pipe(
+        ? yield* sentUntilAnswered(client.Poll({ cursor: cursor.value, waitMillis: 0 })).pipe(
           Effect.as(false),
           Effect.catchTag("ReplayGap", () => Effect.succeed(true)),
           Effect.orDie
@@ -202,7 +205,7 @@ export const make = Effect.gen(function*() {
           Option.isSome(cursor) ? cursor : Option.some((yield* status(agentId)).cursor)
         )
       }
-      const taken = yield* Effect.orDie(client.Snapshot())
+      const taken = yield* Effect.orDie(sentUntilAnswered(client.Snapshot()))
       const data = { type: "snapshot", cursor: taken.cursor, requestId: taken.requestId, turn: taken.turn }
       return Stream.make({ id: taken.cursor, data, json: JSON.stringify(data) }).pipe(
         Stream.concat(followRemote(agentId, Option.some(taken.cursor)))
@@ -215,7 +218,9 @@ export const make = Effect.gen(function*() {
       Stream.interruptWhen(entries, streamsEnd))
 
   const poll = (agentId: string, cursor: number, wait: Duration.Duration) =>
-    makeClient(agentId).Poll({ cursor, waitMillis: Duration.toMillis(Duration.min(wait, longPollLimit)) }).pipe(
+    sentUntilAnswered(
+      makeClient(agentId).Poll({ cursor, waitMillis: Duration.toMillis(Duration.min(wait, longPollLimit)) })
+    ).pipe(
       Effect.catchAllDefect(Effect.die),
       (polled) => fromOwner(polled, Duration.sum(Duration.min(wait, longPollLimit), ownerAnswerLimit)),
       // A node letting its streams go answers what it has at once.
