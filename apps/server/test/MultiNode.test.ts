@@ -4,7 +4,7 @@
  */
 import { FakeUpstream, Http, TestDatabase, TestNode } from "@agent-runtime/testing"
 import { expect, it } from "@effect/vitest"
-import { Effect } from "effect"
+import { Duration, Effect, Fiber } from "effect"
 
 it.scoped("two processes on one database serve the same tenants", () =>
   Effect.gen(function*() {
@@ -79,6 +79,19 @@ const twoNodesWithAgents = (count: number) =>
           response.body.id as string)
     )
     return { upstream, one, two, api1, api2, token, agents, databaseUrl }
+  })
+
+/** The runner listing once both runners report (within a lease's third) and together hold every shard. */
+const bothHoldShards = (api: ReturnType<typeof Http.client>, operator: string) =>
+  Effect.gen(function*() {
+    let listed: any
+    for (let i = 0; i < 50; i++) {
+      listed = (yield* api.get("/v1/admin/runners", { token: operator })).body
+      const held = listed.data.reduce((sum: number, runner: any) => sum + runner.shards, 0)
+      if (listed.data.length === 2 && listed.data.every((runner: any) => runner.shards > 0) && held === 300) break
+      yield* Effect.sleep("200 millis")
+    }
+    return listed
   })
 
 it.scopedLive(
@@ -156,19 +169,62 @@ it.scopedLive(
 )
 
 it.scopedLive(
+  "prompts sent through the other node while the owner drains are each accepted, run once, and complete",
+  () =>
+    Effect.gen(function*() {
+      const { agents, api2, databaseUrl, one, token, upstream } = yield* twoNodesWithAgents(8)
+      yield* bothHoldShards(api2, one.operatorToken)
+      yield* Effect.forEach(agents, (id) => api2.get(`/v1/agents/${id}/state`, { token }), { discard: true })
+      const owners = yield* TestDatabase.query(databaseUrl, "SELECT id, owner FROM agents")
+      const owned = owners.filter((row: any) => row.owner === one.runnerAddress).map((row: any) => row.id as string)
+      expect(owned.length).toBeGreaterThan(0)
+      // Answers that take a while: turns run, and prompts queue behind them, as the owner drains.
+      for (let i = 0; i < 60; i++) upstream.script({ text: "done", tokenDelayMs: 40 })
+      const sends: Array<{ agentId: string; requestId: string; text: string; status: number }> = []
+      const sendOne = (n: number) =>
+        Effect.gen(function*() {
+          const agentId = owned[n % owned.length]!
+          const requestId = `req_drain_${n}`
+          const text = `prompt ${n}`
+          // Like any client: an answer of 503 is asked again under the same request id.
+          let status = 0
+          for (let attempt = 0; attempt < 20; attempt++) {
+            status = (yield* api2.post(`/v1/agents/${agentId}/prompt`, { token, json: { text, requestId } })).status
+            if (status !== 503) break
+            yield* Effect.sleep("500 millis")
+          }
+          sends.push({ agentId, requestId, text, status })
+        }).pipe(Effect.delay(Duration.millis(n * 20)))
+      const sending = yield* Effect.fork(
+        Effect.forEach(Array.from({ length: 60 }, (_, n) => n), sendOne, { concurrency: "unbounded" })
+      )
+      yield* Effect.sleep("400 millis")
+      yield* one.stop("SIGTERM")
+      yield* Fiber.join(sending)
+      expect(sends.filter((send) => send.status !== 202)).toEqual([])
+      for (const { agentId, requestId } of sends) {
+        const done = (yield* api2.get(`/v1/agents/${agentId}/requests/${requestId}?wait=25`, { token })).body
+        expect(done.state, requestId).toBe("completed")
+      }
+      // Each prompt is in its agent's history exactly once: none lost, none taken twice by the next owner.
+      for (const agentId of owned) {
+        const history = (yield* api2.get(`/v1/agents/${agentId}/history?limit=1000`, { token })).body
+        const prompts = history.entries.flatMap((entry: any) =>
+          entry.message.role === "user" ? [entry.message.content] : []
+        )
+        expect(prompts.sort()).toEqual(sends.filter((send) => send.agentId === agentId).map((send) => send.text).sort())
+      }
+    }),
+  { timeout: 120_000 }
+)
+
+it.scopedLive(
   "operators list the runners and drain one: its turn finishes its step and goes on elsewhere",
   () =>
     Effect.gen(function*() {
       const { agents, api1, api2, databaseUrl, one, token, two, upstream } = yield* twoNodesWithAgents(6)
       const operator = one.operatorToken
-      // Both runners report within a lease's third; together they hold every shard.
-      let listed: any
-      for (let i = 0; i < 50; i++) {
-        listed = (yield* api2.get("/v1/admin/runners", { token: operator })).body
-        const held = listed.data.reduce((sum: number, runner: any) => sum + runner.shards, 0)
-        if (listed.data.length === 2 && listed.data.every((runner: any) => runner.shards > 0) && held === 300) break
-        yield* Effect.sleep("200 millis")
-      }
+      const listed = yield* bothHoldShards(api2, operator)
       expect(listed).toMatchObject({ healthy: 2, shards: 300, leaseSeconds: 6 })
       expect(listed.data.map((runner: any) => runner.address).sort()).toEqual(
         [one.runnerAddress, two.runnerAddress].sort()
