@@ -314,6 +314,12 @@ const updateInterval = 250
 export const run = (input: TurnInput, hooks: TurnHooks) =>
   Effect.gen(function*() {
     const models = yield* ModelClient.ModelClient
+    // Resolved once for all the turn's calls (one provider read and unsealing per turn, not per call).
+    const target = yield* Effect.cached(models.resolve({
+      tenantId: input.tenantId,
+      keyScope: Option.fromNullable(input.config.keyScope),
+      model: input.config.model
+    }))
     const volumes = yield* Volumes.Volumes
     const toolSet = yield* (yield* Tools.Tools).forAgent(
       {
@@ -480,18 +486,16 @@ export const run = (input: TurnInput, hooks: TurnHooks) =>
      */
     const compactIfNeeded = (incoming: string) =>
       Effect.gen(function*() {
-        const limits = yield* Effect.either(models.limits({
-          tenantId: input.tenantId,
-          keyScope: Option.fromNullable(input.config.keyScope),
-          model: input.config.model
-        }))
-        if (limits._tag === "Left") return
+        const resolved = yield* Effect.either(target)
+        if (resolved._tag === "Left") return
+        const limits = resolved.right.model
         const context = modelContext(hooks.history())
         const tokens = estimateTokens(context) + estimateTokens(systemPrompt) + estimateTokens(incoming) +
           estimateTokens(modelTools)
-        if (context.length === 0 || tokens <= limits.right.contextWindow - limits.right.maxTokens) return
+        if (context.length === 0 || tokens <= limits.contextWindow - limits.maxTokens) return
         yield* event("compaction_start", { tokens })
         const summary = yield* models.complete({
+          target: resolved.right,
           tenantId: input.tenantId,
           keyScope: Option.fromNullable(input.config.keyScope),
           model: input.config.model,
@@ -787,66 +791,68 @@ export const run = (input: TurnInput, hooks: TurnHooks) =>
         messages: modelContext(hooks.history()),
         ...(modelTools.length === 0 ? {} : { tools: modelTools })
       }
-      const response = yield* models.stream({
-        tenantId: input.tenantId,
-        keyScope: Option.fromNullable(input.config.keyScope),
-        model: input.config.model,
-        context,
-        reasoning: input.config.thinkingLevel === undefined || input.config.thinkingLevel === "off"
-          ? undefined
-          : input.config.thinkingLevel as ModelClient.ThinkingLevel,
-        modelHeaders: input.config.modelHeaders,
-        usage: { kind: "response", ...usageOf(input) }
-      }).pipe(
-        Stream.runFoldEffect(
-          Option.none<ModelClient.AssistantMessage>(),
-          (done, modelEvent): Effect.Effect<Option.Option<ModelClient.AssistantMessage>> => {
-            switch (modelEvent.type) {
-              case "start":
-                started = true
-                return Effect.as(event("message_start", { index, message: { role: "assistant", content: [] } }), done)
-              case "auto_retry_start":
-                // What the failed attempt streamed is taken back before the retry.
-                return Effect.as(
-                  Effect.zipRight(
-                    started ? event("message_retracted", { index }) : Effect.void,
-                    Effect.suspend(() => {
-                      started = false
-                      const { type: _type, ...fields } = modelEvent
-                      return event("auto_retry_start", fields)
-                    })
-                  ),
-                  done
-                )
-              case "auto_retry_end": {
-                const { type: _type, ...fields } = modelEvent
-                return Effect.as(event("auto_retry_end", fields), done)
-              }
-              case "done":
-                return Effect.succeed(Option.some(modelEvent.message))
-              default: {
-                const { partial: latest, ...delta } = modelEvent as any
-                partial = latest
-                return Effect.as(event("message_update", { index, assistantMessageEvent: delta }), done)
+      const response = yield* Stream.unwrap(Effect.map(target, (resolved) =>
+        models.stream({
+          target: resolved,
+          tenantId: input.tenantId,
+          keyScope: Option.fromNullable(input.config.keyScope),
+          model: input.config.model,
+          context,
+          reasoning: input.config.thinkingLevel === undefined || input.config.thinkingLevel === "off"
+            ? undefined
+            : input.config.thinkingLevel as ModelClient.ThinkingLevel,
+          modelHeaders: input.config.modelHeaders,
+          usage: { kind: "response", ...usageOf(input) }
+        }))).pipe(
+          Stream.runFoldEffect(
+            Option.none<ModelClient.AssistantMessage>(),
+            (done, modelEvent): Effect.Effect<Option.Option<ModelClient.AssistantMessage>> => {
+              switch (modelEvent.type) {
+                case "start":
+                  started = true
+                  return Effect.as(event("message_start", { index, message: { role: "assistant", content: [] } }), done)
+                case "auto_retry_start":
+                  // What the failed attempt streamed is taken back before the retry.
+                  return Effect.as(
+                    Effect.zipRight(
+                      started ? event("message_retracted", { index }) : Effect.void,
+                      Effect.suspend(() => {
+                        started = false
+                        const { type: _type, ...fields } = modelEvent
+                        return event("auto_retry_start", fields)
+                      })
+                    ),
+                    done
+                  )
+                case "auto_retry_end": {
+                  const { type: _type, ...fields } = modelEvent
+                  return Effect.as(event("auto_retry_end", fields), done)
+                }
+                case "done":
+                  return Effect.succeed(Option.some(modelEvent.message))
+                default: {
+                  const { partial: latest, ...delta } = modelEvent as any
+                  partial = latest
+                  return Effect.as(event("message_update", { index, assistantMessageEvent: delta }), done)
+                }
               }
             }
-          }
-        ),
-        Effect.either,
-        // Aborted mid-response: what was said so far stays in history. A node stopping keeps nothing:
-        // the next owner asks again.
-        Effect.onInterrupt(() =>
-          !hooks.aborting() || partial === undefined || partial.content.length === 0
-            ? Effect.void
-            : Effect.gen(function*() {
-              const kept = { ...partial!, stopReason: "aborted" as const }
-              yield* hooks.append(index, kept)
-              yield* event("message_end", { index, message: kept })
-              yield* event("turn_end", { aborted: true })
-              yield* event("agent_end")
-            })
+          ),
+          Effect.either,
+          // Aborted mid-response: what was said so far stays in history. A node stopping keeps nothing:
+          // the next owner asks again.
+          Effect.onInterrupt(() =>
+            !hooks.aborting() || partial === undefined || partial.content.length === 0
+              ? Effect.void
+              : Effect.gen(function*() {
+                const kept = { ...partial!, stopReason: "aborted" as const }
+                yield* hooks.append(index, kept)
+                yield* event("message_end", { index, message: kept })
+                yield* event("turn_end", { aborted: true })
+                yield* event("agent_end")
+              })
+          )
         )
-      )
       if (response._tag === "Left") {
         const failure = response.left
         if (started) yield* event("message_retracted", { index })

@@ -51,6 +51,11 @@ export interface Call {
   readonly temperature?: number | undefined
   /** Non-secret headers, sent after the key scope's or custom provider's own. */
   readonly modelHeaders?: Record<string, string> | undefined
+  /**
+   * The provider, model and key already resolved for `model` (see `resolve`): a turn resolves them once for
+   * all its calls, so a provider changed meanwhile applies from the next turn. Resolved per call when absent.
+   */
+  readonly target?: Target | undefined
   /** What the fields above do not say: the gateway's tool choice, thinking budgets and payload edits. */
   readonly options?: Pick<Pi.SimpleStreamOptions, "toolChoice" | "thinkingBudgets" | "onPayload"> | undefined
   readonly usage: {
@@ -255,21 +260,15 @@ export class ModelClient extends Effect.Service<ModelClient>()("@agent-runtime/m
         })
       )
 
+    /** The provider, model (with its limits) and key a call for `model` would use. */
+    const resolve = (call: Pick<Call, "tenantId" | "keyScope" | "model">) =>
+      credentials.resolve({ tenantId: call.tenantId, keyScope: call.keyScope, model: call.model })
+
     /** Streams one model response for `call`, retrying transient failures. */
     const stream = (call: Call, policy: RetryPolicy = defaultRetryPolicy): Stream.Stream<ModelEvent, ModelError> =>
-      Stream.unwrap(
-        Effect.map(
-          credentials.resolve({ tenantId: call.tenantId, keyScope: call.keyScope, model: call.model }),
-          (target) => withRetries(target, call, policy, 1)
-        )
-      )
-
-    /** The limits of the model a call would use: context window and output limit. */
-    const limits = (call: Pick<Call, "tenantId" | "keyScope" | "model">) =>
-      Effect.map(credentials.resolve(call), (target) => ({
-        contextWindow: target.model.contextWindow,
-        maxTokens: target.model.maxTokens
-      }))
+      call.target === undefined
+        ? Stream.unwrap(Effect.map(resolve(call), (target) => withRetries(target, call, policy, 1)))
+        : withRetries(call.target, call, policy, 1)
 
     /** The finished message of a call, its events run to the end. */
     const complete = (call: Call, policy?: RetryPolicy) =>
@@ -279,6 +278,6 @@ export class ModelClient extends Effect.Service<ModelClient>()("@agent-runtime/m
         Effect.map(Option.getOrThrow)
       )
 
-    return { stream, complete, limits } as const
+    return { resolve, stream, complete } as const
   })
 }) {}

@@ -209,8 +209,32 @@ export const make = (options: Options = {}) =>
           ),
           Effect.map(Option.getOrThrow)
         ),
-      limits: () =>
-        Effect.succeed({ contextWindow: options.contextWindow ?? 200_000, maxTokens: options.maxTokens ?? 8_192 })
+      resolve: (call) => {
+        const slash = call.model.indexOf("/")
+        const provider = call.model.slice(0, Math.max(slash, 0))
+        const id = call.model.slice(slash + 1)
+        return Effect.succeed({
+          id: call.model,
+          provider,
+          model: {
+            id,
+            name: id,
+            api: "openai-completions",
+            provider,
+            baseUrl: "http://127.0.0.1:1/v1",
+            reasoning: false,
+            input: ["text"],
+            cost: { input: 0, output: 0, cacheRead: 0, cacheWrite: 0 },
+            contextWindow: options.contextWindow ?? 200_000,
+            maxTokens: options.maxTokens ?? 8_192
+          },
+          apiKey: Option.none(),
+          bearer: true,
+          headers: {},
+          source: "tenant",
+          keyScope: call.keyScope
+        })
+      }
     })
 
     const scripted: Service = {
