@@ -10,6 +10,8 @@
  * - crash: the same for kill -9 (lease expiry, shard takeover, resume)
  * - prompts/s sustained by 1 runner and by 3 runners (BENCH_CLIENTS concurrent
  *   clients, each prompting and waiting for the outcome, for BENCH_SECONDS)
+ * - the floor beside them, same clients and upstream: scripts/bench/floorServer.cjs,
+ *   the same statements, requests and model call of a turn in plain Node
  *
  * - CPU per turn: the runner processes, this process (load generator and fake
  *   upstream), and the rest of the machine (mostly PostgreSQL)
@@ -29,11 +31,15 @@ import * as TestCluster from "@agent-runtime/testing/TestCluster"
 import * as TestWorld from "@agent-runtime/testing/TestWorld"
 import { NodeRuntime } from "@effect/platform-node"
 import { Console, Effect, Redacted } from "effect"
+import * as ChildProcess from "node:child_process"
 import * as Fs from "node:fs/promises"
 import * as Os from "node:os"
 import * as Path from "node:path"
+import { fileURLToPath } from "node:url"
 import Pg from "pg"
 import { serverScript } from "../serverScript.ts"
+
+const floorScript = fileURLToPath(new URL("floorServer.cjs", import.meta.url))
 
 const clients = Number(process.env.BENCH_CLIENTS ?? 24)
 const seconds = Number(process.env.BENCH_SECONDS ?? 15)
@@ -117,7 +123,28 @@ const statements = (databaseUrl: string) =>
 const throughput = (databaseUrl: string, upstream: FakeUpstream.FakeUpstream, size: number) =>
   Effect.scoped(Effect.gen(function*() {
     const { cluster, ids, token } = yield* world(databaseUrl, upstream, size, agentCount)
-    const bases = cluster.live()
+    const figures = yield* load({
+      databaseUrl,
+      bases: cluster.live(),
+      ids,
+      token,
+      pids: cluster.members.map((member) => member.node.process.pid!)
+    })
+    return { runners: size, ...figures }
+  }))
+
+/** The clients' loop against `bases` (prompt, then wait for the outcome), with CPU and statements per turn. */
+const load = (
+  options: {
+    readonly databaseUrl: string
+    readonly bases: ReadonlyArray<string>
+    readonly ids: ReadonlyArray<string>
+    readonly token: string
+    readonly pids: ReadonlyArray<number>
+  }
+) =>
+  Effect.gen(function*() {
+    const { bases, databaseUrl, ids, token } = options
     yield* withPg(
       databaseUrl,
       (client) =>
@@ -125,7 +152,7 @@ const throughput = (databaseUrl: string, upstream: FakeUpstream.FakeUpstream, si
           client.query("SELECT pg_stat_statements_reset()")
         )
     )
-    const runnerPids = cluster.members.map((member) => member.node.process.pid!)
+    const runnerPids = options.pids
     const cpuBefore = yield* cpuSeconds(runnerPids)
     const deadline = now() + seconds * 1000
     let completed = 0
@@ -161,7 +188,6 @@ const throughput = (databaseUrl: string, upstream: FakeUpstream.FakeUpstream, si
     const ownCpu = cpuAfter.own - cpuBefore.own
     const busy = cpuAfter.busy - cpuBefore.busy
     return {
-      runners: size,
       promptsPerSecond: Math.round(completed / seconds),
       cpuMsPerTurn: {
         runners: msPerTurn(runnersCpu),
@@ -178,6 +204,41 @@ const throughput = (databaseUrl: string, upstream: FakeUpstream.FakeUpstream, si
       ...(failed.length === 0 ? {} : { firstFailure: failed[0] }),
       turnLatencyMs: { p50: Math.round(percentile(latencies, 50)), p99: Math.round(percentile(latencies, 99)) }
     }
+  })
+
+/**
+ * The same load against scripts/bench/floorServer.cjs: the statements, requests and model call of a turn in
+ * plain Node (its own process, like a runner), on a database of its own with the same agents and a token.
+ */
+const floor = (databaseUrl: string, upstream: FakeUpstream.FakeUpstream) =>
+  Effect.scoped(Effect.gen(function*() {
+    const token = "floor-token"
+    const ids = Array.from({ length: agentCount }, (_, i) => `client_floor${i}`)
+    yield* withPg(databaseUrl, async (client) => {
+      await client.query(`
+        CREATE TABLE floor_tokens (hash text PRIMARY KEY, tenant_id text NOT NULL);
+        CREATE TABLE floor_agents (id text PRIMARY KEY, tenant_id text NOT NULL, model text NOT NULL);
+        CREATE TABLE floor_requests (agent_id text NOT NULL, id text NOT NULL, state text NOT NULL, input jsonb,
+          outcome jsonb, began_at timestamptz, ended_at timestamptz, PRIMARY KEY (agent_id, id));
+        CREATE TABLE floor_messages (agent_id text NOT NULL, seq int NOT NULL, message jsonb NOT NULL,
+          PRIMARY KEY (agent_id, seq));
+        CREATE TABLE floor_usage (agent_id text NOT NULL, request_id text NOT NULL, input int, output int)`)
+      await client.query("INSERT INTO floor_tokens VALUES (encode(sha256($1::bytea), 'hex'), 'tenant')", [token])
+      await client.query("INSERT INTO floor_agents SELECT id, 'tenant', 'fake/m1' FROM unnest($1::text[]) AS id", [ids])
+    })
+    const server = yield* Effect.acquireRelease(
+      Effect.async<{ child: ChildProcess.ChildProcess; base: string }>((resume) => {
+        const child = ChildProcess.spawn(process.execPath, [floorScript], {
+          env: { ...process.env, DATABASE_URL: databaseUrl, UPSTREAM: upstream.url },
+          stdio: ["ignore", "pipe", "inherit"]
+        })
+        child.stdout.once("data", (port: Buffer) =>
+          resume(Effect.succeed({ child, base: `http://127.0.0.1:${String(port).trim()}` })))
+      }),
+      ({ child }) =>
+        Effect.sync(() => child.kill())
+    )
+    return yield* load({ databaseUrl, bases: [server.base], ids, token, pids: [server.child.pid!] })
   }))
 
 /** The runner that owns the agent now, read from the journal. */
@@ -292,6 +353,8 @@ const program = Effect.gen(function*() {
   yield* Console.log(JSON.stringify({ drain }))
   const crash = only === "throughput" ? null : yield* handover(yield* database("crash"), upstream, "SIGKILL")
   yield* Console.log(JSON.stringify({ crash }))
+  const bare = yield* floor(yield* database("floor"), upstream)
+  yield* Console.log(JSON.stringify({ floor: bare }, null, 2))
   const one = yield* throughput(yield* database("one"), upstream, 1)
   yield* Console.log(JSON.stringify({ one }, null, 2))
   const three = process.env.BENCH_RUNNERS === "1" ? null : yield* throughput(yield* database("three"), upstream, 3)
@@ -303,9 +366,11 @@ const program = Effect.gen(function*() {
       clients,
       seconds,
       agents: agentCount,
+      floor: bare,
       one,
       three,
-      ratio: three === null ? null : Number((three.promptsPerSecond / Math.max(1, one.promptsPerSecond)).toFixed(2))
+      ratio: three === null ? null : Number((three.promptsPerSecond / Math.max(1, one.promptsPerSecond)).toFixed(2)),
+      oneOfFloor: Number((one.promptsPerSecond / Math.max(1, bare.promptsPerSecond)).toFixed(2))
     }
   }
   yield* Console.log(JSON.stringify(figures, null, 2))
