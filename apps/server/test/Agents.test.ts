@@ -20,6 +20,36 @@ const settle = (api: ReturnType<typeof Http.client>, token: string, agentId: str
   )
 
 layer(WorldLive, { excludeTestServices: true })("agents", (it) => {
+  it.scoped("a stream cut after its ready frame resumes from the cursor that frame names, missing nothing", () =>
+    Effect.gen(function*() {
+      const world = yield* TestWorld.TestWorld
+      const { api, token } = yield* tenantWithModel(world, "ready-cursor")
+      const agentId = (yield* api.post("/v1/agents", { token, json: { model: "fake/m1" } })).body.id as string
+      // Connected, told ready, and cut before any event.
+      const ready = yield* Effect.scoped(Effect.gen(function*() {
+        const events = yield* Http.sse(world.node.rest, `/v1/agents/${agentId}/events`, { token })
+        return (yield* events.take((frame) => frame.event === "ready"))[0]!
+      }))
+      expect(ready.id).toMatch(/^\d+$/)
+      world.upstream.script({ text: "said while away" })
+      const accepted = (yield* api.post(`/v1/agents/${agentId}/prompt`, { token, json: { text: "hi" } })).body
+      yield* settle(api, token, agentId, accepted.id)
+      // Like any client: reconnect with the last id seen, the ready frame's.
+      const resumed = yield* Http.sse(world.node.rest, `/v1/agents/${agentId}/events`, {
+        token,
+        headers: { "last-event-id": ready.id! }
+      })
+      const frames = yield* resumed.take((frame) => frame.data?.includes('"type":"response"') ?? false)
+      expect(frames[0]).toMatchObject({ event: "ready", id: ready.id })
+      const events = frames.filter((frame) => frame.event === undefined)
+      expect(Number(events[0]!.id)).toBe(Number(ready.id) + 1)
+      const kinds = events.map((frame) => JSON.parse(frame.data!)).map((data) =>
+        data.type === "event" ? data.event.type : data.type
+      )
+      expect(kinds[0]).toBe("turn_opened")
+      expect(kinds.at(-1)).toBe("response")
+    }))
+
   it.scoped("a prompt runs end to end: record, outcome, history, state, and the exact frame sequence", () =>
     Effect.gen(function*() {
       const world = yield* TestWorld.TestWorld
@@ -64,6 +94,8 @@ layer(WorldLive, { excludeTestServices: true })("agents", (it) => {
       const data = frames.filter((frame) => frame.data !== undefined && frame.event === undefined)
       const ids = data.map((frame) => Number(frame.id))
       expect(ids.every((id, i) => i === 0 || id === ids[i - 1]! + 1)).toBe(true)
+      // The ready frame names the cursor the stream goes on from: just before the first event.
+      expect(Number(frames[0]!.id)).toBe(ids[0]! - 1)
       const parsed = data.map((frame) => JSON.parse(frame.data!))
       const kinds = parsed.map((frame) =>
         frame.type === "event"

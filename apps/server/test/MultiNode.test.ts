@@ -279,7 +279,7 @@ it.scopedLive(
         const frames = yield* resumedWatcher.take((frame) =>
           frame.event === "reconnect" || (frame.data?.includes('"type":"response"') ?? false)
         )
-        for (const frame of frames) if (frame.id !== undefined) after.push(frame)
+        for (const frame of frames) if (frame.id !== undefined && frame.event === undefined) after.push(frame)
         cursor = after.at(-1)?.id ?? cursor
       }
       const ids = after.map((frame) => Number(frame.id))

@@ -36,6 +36,12 @@ const ownerUnavailable = () =>
 export const fromOwner = <A, E, R>(effect: Effect.Effect<A, E, R>, limit: Duration.DurationInput = ownerAnswerLimit) =>
   Effect.timeoutFail(effect, { duration: limit, onTimeout: ownerUnavailable })
 
+/** An agent's events from `cursor` on (see `watch`). */
+export interface Watched {
+  readonly cursor: number
+  readonly entries: Stream.Stream<EventLog.Entry, ApiError.Unavailable | ReplayGap>
+}
+
 /** An SSE response body: written straight from the local log, or a stream of frames. */
 export type EventBody =
   | { readonly _tag: "Node"; readonly body: NodeJS.ReadableStream }
@@ -58,17 +64,14 @@ export class AgentEvents extends Context.Tag("@agent-runtime/agent/AgentEvents")
   /**
    * The agent's events after `cursor` (from now when none), in order, live;
    * with `snapshot`, a cursor behind the replay buffer starts from a snapshot
-   * of the running turn instead of failing with ReplayGap.
+   * of the running turn instead of failing with ReplayGap. `cursor` in the
+   * answer is where the entries start: the one asked for, or "now" as a number.
    */
   readonly watch: (
     agentId: string,
     cursor: Option.Option<number>,
     snapshot: boolean
-  ) => Effect.Effect<
-    Stream.Stream<EventLog.Entry, ApiError.Unavailable | ReplayGap>,
-    ApiError.ReplayGap | ApiError.Unavailable,
-    Scope.Scope
-  >
+  ) => Effect.Effect<Watched, ApiError.ReplayGap | ApiError.Unavailable, Scope.Scope>
   /** The events after `cursor`, waiting up to `wait` (at most 25 s) for the first. */
   readonly poll: (
     agentId: string,
@@ -195,27 +198,32 @@ export const make = Effect.gen(function*() {
         const local = localLogs.get(agentId)
         if (Option.isSome(local)) {
           // Owned here: read the log itself, its JSON already made once for every watcher.
-          const entries = yield* local.value.subscribe(cursor).pipe(Effect.orDie)
-          return Stream.catchAll(entries, () => Stream.empty)
+          const from = Option.isSome(cursor) ? cursor.value : yield* local.value.cursor
+          const entries = yield* local.value.subscribe(Option.some(from)).pipe(Effect.orDie)
+          return { cursor: from, entries: Stream.catchAll(entries, () => Stream.empty) }
         }
         // "From now" is the owner's cursor taken before the stream is answered (and its ready frame sent): taken
         // once the stream is read, a prompt sent on seeing ready could run its turn before it, unseen.
-        return followRemote(
-          agentId,
-          Option.isSome(cursor) ? cursor : Option.some((yield* status(agentId)).cursor)
-        )
+        const from = Option.isSome(cursor) ? cursor.value : (yield* status(agentId)).cursor
+        return { cursor: from, entries: followRemote(agentId, Option.some(from)) }
       }
       const taken = yield* Effect.orDie(sentUntilAnswered(client.Snapshot()))
       const data = { type: "snapshot", cursor: taken.cursor, requestId: taken.requestId, turn: taken.turn }
-      return Stream.make({ id: taken.cursor, data, json: JSON.stringify(data) }).pipe(
-        Stream.concat(followRemote(agentId, Option.some(taken.cursor)))
-      )
+      return {
+        // Cut before the snapshot frame, the stream is asked again from the same cursor: a snapshot again.
+        cursor: Option.getOrElse(cursor, () => taken.cursor),
+        entries: Stream.make({ id: taken.cursor, data, json: JSON.stringify(data) }).pipe(
+          Stream.concat(followRemote(agentId, Option.some(taken.cursor)))
+        )
+      }
     })
 
   const watch = (agentId: string, cursor: Option.Option<number>, snapshot: boolean) =>
-    Effect.map(watchFrom(agentId, cursor, snapshot), (entries) =>
+    Effect.map(watchFrom(agentId, cursor, snapshot), (watched): Watched => ({
+      cursor: watched.cursor,
       // A draining node ends its streams, so its agents can move at once.
-      Stream.interruptWhen(entries, streamsEnd))
+      entries: Stream.interruptWhen(watched.entries, streamsEnd)
+    }))
 
   const poll = (agentId: string, cursor: number, wait: Duration.Duration) =>
     sentUntilAnswered(
@@ -255,9 +263,9 @@ export const make = Effect.gen(function*() {
       }
       const watched = yield* watch(agentId, cursor, options.snapshot)
       const entries = view === undefined
-        ? watched
-        : Stream.filterMap(watched, (entry) => Option.fromNullable(view(entry)))
-      return { _tag: "Stream", body: Sse.toStream({ ready: options.ready, entries }) } as const
+        ? watched.entries
+        : Stream.filterMap(watched.entries, (entry) => Option.fromNullable(view(entry)))
+      return { _tag: "Stream", body: Sse.toStream({ ready: options.ready, cursor: watched.cursor, entries }) } as const
     })
 
   const connectionBody = (
@@ -285,7 +293,7 @@ export const make = Effect.gen(function*() {
       )
       if (Option.isNone(first) || first.value._tag !== "Ready") return yield* Effect.fail(ownerUnavailable())
       const { connection, toolsHash } = first.value
-      const entries = yield* watch(agentId, cursor, options.snapshot)
+      const watched = yield* watch(agentId, cursor, options.snapshot)
       let replaced = false
       const owner = frames.pipe(
         // The owner sends a keep-alive every few seconds: silence means it was lost, and the application
@@ -302,14 +310,14 @@ export const make = Effect.gen(function*() {
       const heartbeats = Stream.drain(Stream.fromEffect(
         Effect.forever(Effect.delay(client.Heartbeat({ connection }), ApplicationConnection.keepAliveInterval))
       ))
-      const body = Stream.map(entries, Sse.encode).pipe(
+      const body = Stream.map(watched.entries, Sse.encode).pipe(
         Stream.merge(owner, { haltStrategy: "either" }),
         Stream.merge(heartbeats, { haltStrategy: "either" }),
         Stream.catchAllCause(() => Stream.empty),
         Stream.concat(Stream.suspend(() => replaced ? Stream.empty : Stream.make(Sse.reconnect)))
       )
       return Sse.withHeartbeat(
-        Stream.make(Sse.ready({ version: options.version, agentId, connection, toolsHash })).pipe(
+        Stream.make(Sse.ready({ version: options.version, agentId, connection, toolsHash }, watched.cursor)).pipe(
           Stream.concat(body)
         )
       )
@@ -366,8 +374,8 @@ export const make = Effect.gen(function*() {
           continue
         }
         yield* Effect.scoped(
-          Effect.flatMap(watch(agentId, Option.some(owner.value.cursor), true), (events) =>
-            events.pipe(
+          Effect.flatMap(watch(agentId, Option.some(owner.value.cursor), true), ({ entries }) =>
+            entries.pipe(
               Stream.filter((entry) => isResponse(entry.data)),
               Stream.take(1),
               Stream.runDrain

@@ -3,14 +3,19 @@
  * `data:` frames, a heartbeat comment every few seconds, and a reconnect
  * frame when the runtime ends the stream on purpose.
  */
-import { Duration, Effect, type Option, Schedule, Stream } from "effect"
+import { Duration, Effect, Option, Schedule, Stream } from "effect"
 import { PassThrough } from "node:stream"
 import type * as EventLog from "./EventLog.ts"
 
 const encoder = new TextEncoder()
 
-/** `event: ready` with the connection's details; the first frame of every stream. */
-export const ready = (data: unknown): Uint8Array => encoder.encode(`event: ready\ndata: ${JSON.stringify(data)}\n\n`)
+/**
+ * `event: ready` with the connection's details; the first frame of every stream. Its `id:` is the cursor the
+ * stream goes on from, so a stream cut before its first event is resumed from there (Last-Event-ID), not
+ * from whatever is newest when the client reconnects.
+ */
+export const ready = (data: unknown, cursor: number): Uint8Array =>
+  encoder.encode(`id: ${cursor}\nevent: ready\ndata: ${JSON.stringify(data)}\n\n`)
 
 /** One event frame; `json` never holds a raw line break (JSON.stringify escapes them). */
 export const frame = (id: number, json: string): Uint8Array => encoder.encode(`id: ${id}\ndata: ${json}\n\n`)
@@ -46,6 +51,8 @@ export const defaultHeartbeat = Duration.seconds(5)
 
 export interface Options<E> {
   readonly ready: unknown
+  /** The cursor the entries follow: the ready frame's id. */
+  readonly cursor: number
   readonly entries: Stream.Stream<{ readonly id: number; readonly json: string }, E>
   readonly heartbeat?: Duration.DurationInput
 }
@@ -58,7 +65,7 @@ export interface Options<E> {
  */
 export const toStream = <E>(options: Options<E>): Stream.Stream<Uint8Array> =>
   withHeartbeat(
-    Stream.make(ready(options.ready)).pipe(
+    Stream.make(ready(options.ready, options.cursor)).pipe(
       Stream.concat(Stream.map(options.entries, encode)),
       // However the entries end (a gap, the owner lost, a defect), the client is told to reconnect.
       Stream.catchAllCause(() => Stream.empty),
@@ -142,17 +149,19 @@ export const toNodeStream = (options: WriterOptions) =>
       unregister()
       clearInterval(timer)
     })
-    body.write(ready(options.ready))
     const { view } = options
     const send = view === undefined ? (entry: EventLog.Entry) => write(encode(entry)) : (entry: EventLog.Entry) => {
       const seen = view(entry)
       if (seen !== undefined) write(encode(seen))
     }
-    const listening = yield* options.log.listen(options.cursor, {
+    // "From now" is the log's cursor now; whatever is published after it comes in the replay.
+    const cursor = Option.isSome(options.cursor) ? options.cursor.value : yield* options.log.cursor
+    const listening = yield* options.log.listen(Option.some(cursor), {
       entry: send,
       close: () => finish(reconnect)
     }).pipe(Effect.tapError(() => Effect.sync(() => finish(new Uint8Array()))))
     stop = listening.stop
+    body.write(ready(options.ready, cursor))
     for (const entry of listening.replay) send(entry)
     unregister = options.endWhen?.(() => finish(reconnect)) ?? unregister
     return body

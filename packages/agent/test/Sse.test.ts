@@ -17,8 +17,9 @@ const entry = (id: number, data: unknown): EventLog.Entry => ({ id, data, json: 
 
 describe("Sse", () => {
   it("renders each frame exactly", () => {
-    expect(Sse.ready({ version: "1", agentId: "ag_1", connection: "c_1" })).toEqual(
-      bytes('event: ready\ndata: {"version":"1","agentId":"ag_1","connection":"c_1"}\n\n')
+    // The ready frame's id is the cursor the stream goes on from.
+    expect(Sse.ready({ version: "1", agentId: "ag_1", connection: "c_1" }, 41)).toEqual(
+      bytes('id: 41\nevent: ready\ndata: {"version":"1","agentId":"ag_1","connection":"c_1"}\n\n')
     )
     expect(Sse.encode(entry(42, { type: "event", requestId: "rq_1", event: { type: "agent_start" } }))).toEqual(
       bytes('id: 42\ndata: {"type":"event","requestId":"rq_1","event":{"type":"agent_start"}}\n\n')
@@ -35,9 +36,9 @@ describe("Sse", () => {
       const entries = Stream.make(entry(1, { n: 1 }), entry(2, { n: 2 })).pipe(
         Stream.concat(Stream.fail(new AgentError.SubscriberLagged({ lastId: 2 })))
       )
-      const out = yield* Stream.runCollect(Sse.toStream({ ready: { agentId: "ag_1" }, entries }))
+      const out = yield* Stream.runCollect(Sse.toStream({ ready: { agentId: "ag_1" }, cursor: 0, entries }))
       expect(Chunk.toReadonlyArray(out).map(text)).toEqual([
-        'event: ready\ndata: {"agentId":"ag_1"}\n\n',
+        'id: 0\nevent: ready\ndata: {"agentId":"ag_1"}\n\n',
         'id: 1\ndata: {"n":1}\n\n',
         'id: 2\ndata: {"n":2}\n\n',
         "event: reconnect\ndata: {}\n\n"
@@ -49,11 +50,11 @@ describe("Sse", () => {
       const entries = Stream.fromEffect(Effect.as(Effect.sleep("12 seconds"), entry(9, { n: 9 }))).pipe(
         Stream.concat(Stream.fail(new AgentError.SubscriberLagged({ lastId: 9 })))
       )
-      const fiber = yield* Effect.fork(Stream.runCollect(Sse.toStream({ ready: {}, entries })))
+      const fiber = yield* Effect.fork(Stream.runCollect(Sse.toStream({ ready: {}, cursor: 8, entries })))
       yield* TestClock.adjust("12 seconds")
       const out = Chunk.toReadonlyArray(yield* Fiber.join(fiber)).map(text)
       expect(out).toEqual([
-        "event: ready\ndata: {}\n\n",
+        "id: 8\nevent: ready\ndata: {}\n\n",
         ": heartbeat\n\n",
         ": heartbeat\n\n",
         'id: 9\ndata: {"n":9}\n\n',
@@ -64,11 +65,11 @@ describe("Sse", () => {
   it.effect("the heartbeat interval is configurable and runs while nothing else arrives", () =>
     Effect.gen(function*() {
       const fiber = yield* Effect.fork(
-        Stream.runCollect(Stream.take(Sse.toStream({ ready: {}, entries: Stream.never, heartbeat: "1 second" }), 4))
+        Stream.runCollect(Stream.take(Sse.toStream({ ready: {}, cursor: 0, entries: Stream.never, heartbeat: "1 second" }), 4))
       )
       yield* TestClock.adjust("3 seconds")
       expect(Chunk.toReadonlyArray(yield* Fiber.join(fiber)).map(text)).toEqual([
-        "event: ready\ndata: {}\n\n",
+        "id: 0\nevent: ready\ndata: {}\n\n",
         ": heartbeat\n\n",
         ": heartbeat\n\n",
         ": heartbeat\n\n"
@@ -94,11 +95,22 @@ describe("toNodeStream", () => {
       yield* log.publish({ n: 2 })
       yield* Scope.close(scope, Exit.void)
       expect(yield* text).toBe(
-        'event: ready\ndata: {"v":1}\n\n' +
+        'id: 0\nevent: ready\ndata: {"v":1}\n\n' +
           'id: 1\ndata: {"n":1}\n\n' +
           'id: 2\ndata: {"n":2}\n\n' +
           "event: reconnect\ndata: {}\n\n"
       )
+    }))
+
+  it.scoped("from now: the ready frame names the log's cursor, so a reader cut before any event loses nothing", () =>
+    Effect.gen(function*() {
+      const scope = yield* Scope.make()
+      const log = yield* EventLog.make({ agentId: "a", startCursor: 100 }).pipe(Scope.extend(scope))
+      yield* log.publish({ n: 1 })
+      const body = yield* Sse.toNodeStream({ ready: {}, log, cursor: Option.none(), heartbeat: "1 hour" })
+      const text = Effect.promise(() => read(body))
+      yield* Scope.close(scope, Exit.void)
+      expect(yield* text).toBe("id: 101\nevent: ready\ndata: {}\n\nevent: reconnect\ndata: {}\n\n")
     }))
 
   it.scoped("cuts off a watcher that leaves too much unread, without slowing publishing", () =>

@@ -535,7 +535,8 @@ export class AgentsGroup extends HttpApiGroup.make("agents")
       .addError(ApiError.ReplayGap.Wire)
       .annotate(
         OpenApi.Description,
-        "Server-sent events (text/event-stream): `event: ready`, then `id:`/`data:` frames and `: heartbeat` " +
+        "Server-sent events (text/event-stream): `event: ready` (its `id:` the cursor the stream goes on from, so " +
+          "a stream cut before its first event resumes from it), then `id:`/`data:` frames and `: heartbeat` " +
           "comments about every 5 s. With poll=1 the answer is one JSON EventPoll after at most `wait` seconds."
       )
   )

@@ -13,8 +13,10 @@
  * - asking for a snapshot (`snapshot=1`) when its cursor fell behind the
  *   runtime's replay buffer (409 REPLAY_GAP).
  *
- * Only frames with their own `id:` line move the cursor; frames without one
- * (`ready`, `mcp`, `closed`) never do. `event: closed` ends the stream for
+ * Only frames with their own `id:` line move the cursor: the events, and the
+ * `ready` frame (the cursor its stream goes on from, so a stream cut before
+ * its first event resumes from there); frames without one (`mcp`, `closed`)
+ * never do. `event: closed` ends the stream for
  * good. Other refusals (401, 404, 410, 409 APPLICATION_CONNECTED) fail it.
  *
  * As an Effect `Stream` (`make`, needing an `HttpClient`) and as an async

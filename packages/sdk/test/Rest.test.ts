@@ -143,7 +143,11 @@ layer(TestWorld.layer(), { excludeTestServices: true })("the SDK against a node"
       const frames = yield* events.until(responseTo(second.id))
       const after = frames.slice(before)
       expect(after.filter((frame) => frame.event === "ready")).toHaveLength(1)
-      const ids = frames.flatMap((frame) => (frame.id === undefined ? [] : [frame.id]))
+      const ids = frames.flatMap((frame) => (frame.id === undefined || frame.event === "ready" ? [] : [frame.id]))
+      // The ready frame names the cursor its stream goes on from: the last one seen before the cut.
+      const lastBefore = frames.slice(0, before).filter((frame) => frame.id !== undefined && frame.event !== "ready")
+        .at(-1)!.id
+      expect(after.find((frame) => frame.event === "ready")!.id).toBe(lastBefore)
       // Replayed from the last cursor: every id once, in order, across the cut.
       expect(ids.every((id, i) => i === 0 || id === ids[i - 1]! + 1)).toBe(true)
       expect(eventTypes(after)).toContain("agent_start")
@@ -152,7 +156,8 @@ layer(TestWorld.layer(), { excludeTestServices: true })("the SDK against a node"
       // The tenant's own stream of the agent, from a cursor: what follows it.
       const tenantEvents = follow(runtime.events(created.id, { cursor: ids[0]! }))
       const replayed = yield* tenantEvents.until(responseTo(second.id))
-      expect(replayed.find((frame) => frame.id !== undefined)!.id).toBe(ids[1])
+      expect(replayed.find((frame) => frame.event === "ready")!.id).toBe(ids[0])
+      expect(replayed.find((frame) => frame.id !== undefined && frame.event !== "ready")!.id).toBe(ids[1])
       yield* tenantEvents.stop()
       // Closing the handle ends its streams: the loop reading them finishes.
       yield* Effect.promise(() => watcher.close())
