@@ -65,7 +65,9 @@ describe("Sse", () => {
   it.effect("the heartbeat interval is configurable and runs while nothing else arrives", () =>
     Effect.gen(function*() {
       const fiber = yield* Effect.fork(
-        Stream.runCollect(Stream.take(Sse.toStream({ ready: {}, cursor: 0, entries: Stream.never, heartbeat: "1 second" }), 4))
+        Stream.runCollect(
+          Stream.take(Sse.toStream({ ready: {}, cursor: 0, entries: Stream.never, heartbeat: "1 second" }), 4)
+        )
       )
       yield* TestClock.adjust("3 seconds")
       expect(Chunk.toReadonlyArray(yield* Fiber.join(fiber)).map(text)).toEqual([

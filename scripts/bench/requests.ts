@@ -1,0 +1,109 @@
+/**
+ * `node scripts/bench/requests.ts`: the node's CPU per request, by kind, one
+ * client sending one request at a time (so nothing else runs in the node
+ * and its CPU time, read from /proc, is the request's own), against a real
+ * node on an embedded PostgreSQL with the fake upstream as the model:
+ *
+ * - `GET /healthz`: the HTTP pipeline with no handler work
+ * - `GET /v1/me`: plus the API key's lookup
+ * - `GET /v1/agents/{id}`: plus the agent's row and its owner's status
+ * - a turn: `POST .../prompt`, then `GET .../requests/{id}?wait=20`, over 30 agents in turn
+ * - `GET .../requests/{id}` of a settled request
+ * - a prompt accepted while the agent's turn is held by a slow answer: the accept alone
+ *
+ * Environment: BENCH_REQUESTS (per kind, default 300), BENCH_ONLY=turn (the turn only, e.g. under a
+ * profiler), BENCH_NODE_OPTIONS (reaches the node, e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof").
+ */
+import { EmbeddedPostgres } from "@agent-runtime/store"
+import * as FakeUpstream from "@agent-runtime/testing/FakeUpstream"
+import * as Http from "@agent-runtime/testing/Http"
+import * as TestNode from "@agent-runtime/testing/TestNode"
+import * as TestWorld from "@agent-runtime/testing/TestWorld"
+import { NodeRuntime } from "@effect/platform-node"
+import { Console, Effect, Redacted } from "effect"
+import * as Fs from "node:fs/promises"
+import * as Os from "node:os"
+import * as Path from "node:path"
+import { serverScript } from "../serverScript.ts"
+
+const count = Number(process.env.BENCH_REQUESTS ?? 300)
+const agentCount = 30
+
+/** CPU milliseconds a process has used (user and system, at the kernel's 100 Hz). */
+const cpuMs = (pid: number) =>
+  Effect.promise(async () => {
+    const fields = (await Fs.readFile(`/proc/${pid}/stat`, "utf8")).split(") ")[1]!.split(" ")
+    return (Number(fields[11]) + Number(fields[12])) * 10
+  })
+
+const program = Effect.gen(function*() {
+  const dataDir = yield* Effect.promise(() => Fs.mkdtemp(Path.join(Os.tmpdir(), "bench-requests-")))
+  const postgres = yield* EmbeddedPostgres.start({
+    dataDir,
+    postgresFlags: ["-c", "fsync=off", "-c", "synchronous_commit=off"]
+  })
+  const databaseUrl = Redacted.value(yield* postgres.createDatabase("requests"))
+  const upstream = yield* FakeUpstream.start({ maxRecorded: 10 })
+  const node = yield* TestNode.start({
+    script: serverScript,
+    databaseUrl,
+    env: {
+      ALLOW_PRIVATE_URLS: "true",
+      LOG_LEVEL: "Warn",
+      ...(process.env.BENCH_NODE_OPTIONS === undefined ? {} : { NODE_OPTIONS: process.env.BENCH_NODE_OPTIONS })
+    }
+  })
+  const { token } = yield* TestWorld.tenantWithModel({ node, upstream }, "requests")
+  const api = Http.client(node.rest)
+  const newAgent = Effect.map(
+    api.post("/v1/agents", { token, json: { model: "fake/m1" } }),
+    (response) => response.body.id as string
+  )
+  const agents = yield* Effect.forEach(Array.from({ length: agentCount }), () => newAgent)
+  const figures: Record<string, { cpuMs: number; wallMs: number }> = {}
+
+  /** `count` requests one after the other, after 20 to warm up: the node's CPU and the wall time per request. */
+  const measure = (kind: string, one: (i: number) => Effect.Effect<unknown>) =>
+    Effect.gen(function*() {
+      for (let i = 0; i < 20; i++) yield* one(i)
+      const before = yield* cpuMs(node.process.pid!)
+      const started = performance.now()
+      for (let i = 0; i < count; i++) yield* one(i)
+      const wall = (performance.now() - started) / count
+      const cpu = ((yield* cpuMs(node.process.pid!)) - before) / count
+      figures[kind] = { cpuMs: Number(cpu.toFixed(2)), wallMs: Number(wall.toFixed(2)) }
+      yield* Console.log(`${kind}: ${cpu.toFixed(2)} ms CPU, ${wall.toFixed(2)} ms wall`)
+    })
+
+  let settled = ""
+  const turn = (i: number) =>
+    Effect.gen(function*() {
+      const agentId = agents[i % agentCount]!
+      const accepted = (yield* api.post(`/v1/agents/${agentId}/prompt`, { token, json: { text: "hi" } })).body
+      settled = `/v1/agents/${agentId}/requests/${accepted.id}`
+      yield* api.get(`${settled}?wait=20`, { token })
+    })
+
+  if (process.env.BENCH_ONLY === "turn") {
+    yield* measure("turn (prompt, then wait for the outcome)", turn)
+  } else {
+    yield* measure("GET /healthz", () => api.get("/healthz"))
+    yield* measure("GET /v1/me", () => api.get("/v1/me", { token }))
+    yield* measure("GET /v1/agents/{id}", () => api.get(`/v1/agents/${agents[0]}`, { token }))
+    yield* measure("turn (prompt, then wait for the outcome)", turn)
+    yield* measure("GET a settled request", () => api.get(settled, { token }))
+    // The accept alone: prompts queue behind a turn held by a slow answer.
+    const held = yield* newAgent
+    upstream.script({ text: "held", tokenDelayMs: 600_000 })
+    yield* api.post(`/v1/agents/${held}/prompt`, { token, json: { text: "hold" } })
+    yield* Effect.sleep("500 millis")
+    yield* measure(
+      "accept with the turn held",
+      () => api.post(`/v1/agents/${held}/prompt`, { token, json: { text: "queued" } })
+    )
+  }
+  yield* Console.log(JSON.stringify({ requests: count, figures }, null, 2))
+  yield* Effect.promise(() => Fs.rm(dataDir, { recursive: true, force: true }))
+})
+
+program.pipe(Effect.scoped, NodeRuntime.runMain({ disablePrettyLogger: true }))
