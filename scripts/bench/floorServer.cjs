@@ -106,14 +106,20 @@ const prompt = async (res, tenantId, agentId, body) => {
 
 const request = async (res, tenantId, agentId, id, wait) => {
   if (!(await agentOf(tenantId, agentId))) return send(res, 404, { error: "no such agent", code: "NOT_FOUND" })
+  // Listening before the read: a turn that completes in between is heard.
+  let done = () => {}
+  const completed = new Promise((resolve) => (done = resolve))
+  if (wait > 0) waiting.set(id, [...(waiting.get(id) ?? []), done])
   let row = await readRequest(agentId, id)
   if (row !== undefined && row.state !== "completed" && wait > 0) {
-    await new Promise((resolve) => {
-      const timer = setTimeout(resolve, wait * 1000)
-      waiting.set(id, [...(waiting.get(id) ?? []), () => (clearTimeout(timer), resolve())])
-    })
+    const timer = setTimeout(done, wait * 1000)
+    await completed
+    clearTimeout(timer)
     row = await readRequest(agentId, id)
   }
+  const left = (waiting.get(id) ?? []).filter((listener) => listener !== done)
+  if (left.length === 0) waiting.delete(id)
+  else waiting.set(id, left)
   return row === undefined ? send(res, 404, { error: "no such request", code: "NOT_FOUND" }) : send(res, 200, row)
 }
 
