@@ -1,8 +1,8 @@
 /**
  * `node scripts/bench/requests.ts`: the node's CPU per request, by kind, one
  * client sending one request at a time (so nothing else runs in the node
- * and its CPU time, read from /proc, is the request's own), against a real
- * node on an embedded PostgreSQL with the fake upstream as the model:
+ * and its CPU time, read from /proc, is the request's own), against the
+ * benchmarks' node (benchNode.ts):
  *
  * - `GET /healthz`: the HTTP pipeline with no handler work
  * - `GET /v1/me`: plus the API key's lookup
@@ -12,19 +12,12 @@
  * - a prompt accepted while the agent's turn is held by a slow answer: the accept alone
  *
  * Environment: BENCH_REQUESTS (per kind, default 300), BENCH_ONLY=turn (the turn only, e.g. under a
- * profiler), BENCH_NODE_OPTIONS (reaches the node, e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof").
+ * profiler), BENCH_NODE_OPTIONS (see benchNode.ts).
  */
-import { EmbeddedPostgres } from "@agent-runtime/store"
-import * as FakeUpstream from "@agent-runtime/testing/FakeUpstream"
-import * as Http from "@agent-runtime/testing/Http"
-import * as TestNode from "@agent-runtime/testing/TestNode"
-import * as TestWorld from "@agent-runtime/testing/TestWorld"
 import { NodeRuntime } from "@effect/platform-node"
-import { Console, Effect, Redacted } from "effect"
+import { Console, Effect } from "effect"
 import * as Fs from "node:fs/promises"
-import * as Os from "node:os"
-import * as Path from "node:path"
-import { serverScript } from "../serverScript.ts"
+import * as BenchNode from "./benchNode.ts"
 
 const count = Number(process.env.BENCH_REQUESTS ?? 300)
 const agentCount = 30
@@ -37,24 +30,7 @@ const cpuMs = (pid: number) =>
   })
 
 const program = Effect.gen(function*() {
-  const dataDir = yield* Effect.promise(() => Fs.mkdtemp(Path.join(Os.tmpdir(), "bench-requests-")))
-  const postgres = yield* EmbeddedPostgres.start({
-    dataDir,
-    postgresFlags: ["-c", "fsync=off", "-c", "synchronous_commit=off"]
-  })
-  const databaseUrl = Redacted.value(yield* postgres.createDatabase("requests"))
-  const upstream = yield* FakeUpstream.start({ maxRecorded: 10 })
-  const node = yield* TestNode.start({
-    script: serverScript,
-    databaseUrl,
-    env: {
-      ALLOW_PRIVATE_URLS: "true",
-      LOG_LEVEL: "Warn",
-      ...(process.env.BENCH_NODE_OPTIONS === undefined ? {} : { NODE_OPTIONS: process.env.BENCH_NODE_OPTIONS })
-    }
-  })
-  const { token } = yield* TestWorld.tenantWithModel({ node, upstream }, "requests")
-  const api = Http.client(node.rest)
+  const { api, node, token, upstream } = yield* BenchNode.start("requests", { maxRecorded: 10 })
   const newAgent = Effect.map(
     api.post("/v1/agents", { token, json: { model: "fake/m1" } }),
     (response) => response.body.id as string
@@ -103,7 +79,6 @@ const program = Effect.gen(function*() {
     )
   }
   yield* Console.log(JSON.stringify({ requests: count, figures }, null, 2))
-  yield* Effect.promise(() => Fs.rm(dataDir, { recursive: true, force: true }))
 })
 
 program.pipe(Effect.scoped, NodeRuntime.runMain({ disablePrettyLogger: true }))
