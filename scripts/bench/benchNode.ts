@@ -15,6 +15,14 @@ import * as Os from "node:os"
 import * as Path from "node:path"
 import { serverScript } from "../serverScript.ts"
 
+/** CPU seconds a process has used (user + system), from /proc/<pid>/stat (clock ticks of 1/100 s). */
+export const cpuSeconds = async (pid: number): Promise<number> => {
+  const stat = await Fs.readFile(`/proc/${pid}/stat`, "utf8")
+  // Fields after the command name (which may hold spaces, so split after its closing parenthesis).
+  const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ")
+  return (Number(fields[11]) + Number(fields[12])) / 100
+}
+
 export const start = (name: string, options: { readonly maxRecorded: number }) =>
   Effect.gen(function*() {
     const dataDir = yield* Effect.promise(() => Fs.mkdtemp(Path.join(Os.tmpdir(), `bench-${name}-`)))

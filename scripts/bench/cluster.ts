@@ -38,6 +38,7 @@ import * as Path from "node:path"
 import { fileURLToPath } from "node:url"
 import Pg from "pg"
 import { serverScript } from "../serverScript.ts"
+import * as BenchNode from "./benchNode.ts"
 
 const floorScript = fileURLToPath(new URL("floorServer.cjs", import.meta.url))
 
@@ -90,10 +91,7 @@ const cpuSeconds = (pids: ReadonlyArray<number>) =>
     const machine = (await Fs.readFile("/proc/stat", "utf8")).split("\n")[0]!.trim().split(/\s+/).slice(1).map(Number)
     // user nice system idle iowait irq softirq steal: busy is all but idle and iowait
     const busy = machine.slice(0, 8).reduce((sum, value, i) => i === 3 || i === 4 ? sum : sum + value, 0) / ticks
-    const processes = await Promise.all(pids.map(async (pid) => {
-      const fields = (await Fs.readFile(`/proc/${pid}/stat`, "utf8")).split(") ")[1]!.split(" ")
-      return (Number(fields[11]) + Number(fields[12])) / ticks
-    }))
+    const processes = await Promise.all(pids.map(BenchNode.cpuSeconds))
     const own = process.cpuUsage()
     return { busy, processes, own: (own.user + own.system) / 1e6 }
   })

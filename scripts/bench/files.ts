@@ -63,12 +63,10 @@ const ok = async (response: Response, what: string) => {
 const usageOf = async (pid: number) => {
   const status = await Fs.readFile(`/proc/${pid}/status`, "utf8")
   const kib = (field: string) => Number(new RegExp(`^${field}:\\s+(\\d+) kB`, "m").exec(status)![1])
-  // utime and stime, in ticks of 1/100 s, are the 12th and 13th fields after the command's ")".
-  const stat = (await Fs.readFile(`/proc/${pid}/stat`, "utf8")).split(") ")[1]!.split(" ")
   return {
     rss: round(kib("VmRSS") / 1024),
     peak: round(kib("VmHWM") / 1024),
-    cpu: (Number(stat[11]) + Number(stat[12])) / 100
+    cpu: await BenchNode.cpuSeconds(pid)
   }
 }
 

@@ -16,18 +16,13 @@
  */
 import { NodeRuntime } from "@effect/platform-node"
 import { Console, Effect } from "effect"
-import * as Fs from "node:fs/promises"
 import * as BenchNode from "./benchNode.ts"
 
 const count = Number(process.env.BENCH_REQUESTS ?? 300)
 const agentCount = 30
 
-/** CPU milliseconds a process has used (user and system, at the kernel's 100 Hz). */
-const cpuMs = (pid: number) =>
-  Effect.promise(async () => {
-    const fields = (await Fs.readFile(`/proc/${pid}/stat`, "utf8")).split(") ")[1]!.split(" ")
-    return (Number(fields[11]) + Number(fields[12])) * 10
-  })
+/** CPU milliseconds the node has used. */
+const cpuMs = (pid: number) => Effect.promise(async () => (await BenchNode.cpuSeconds(pid)) * 1000)
 
 const program = Effect.gen(function*() {
   const { api, node, token, upstream } = yield* BenchNode.start("requests", { maxRecorded: 10 })

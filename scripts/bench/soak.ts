@@ -46,6 +46,7 @@ import { monitorEventLoopDelay } from "node:perf_hooks"
 import { fileURLToPath } from "node:url"
 import Pg from "pg"
 import { serverScript } from "../serverScript.ts"
+import * as BenchNode from "./benchNode.ts"
 
 const env = (name: string, fallback: number) => {
   const value = Number(process.env[name] ?? fallback)
@@ -189,14 +190,8 @@ const rssBytes = (pid: number) =>
     return Number(status.match(/VmRSS:\s+(\d+)/)![1]) * 1024
   })
 
-/** CPU seconds the process has used (user + system), from /proc/<pid>/stat (clock ticks of 1/100 s). */
-const cpuSeconds = (pid: number) =>
-  Effect.promise(async () => {
-    const stat = await Fs.readFile(`/proc/${pid}/stat`, "utf8")
-    // Fields after the command name (which may hold spaces, so split after its closing parenthesis).
-    const fields = stat.slice(stat.lastIndexOf(")") + 2).split(" ")
-    return (Number(fields[11]) + Number(fields[12])) / 100
-  })
+/** CPU seconds the process has used (see BenchNode.cpuSeconds). */
+const cpuSeconds = (pid: number) => Effect.promise(() => BenchNode.cpuSeconds(pid))
 
 const openFds = (pid: number) => Effect.promise(async () => (await Fs.readdir(`/proc/${pid}/fd`)).length)
 
