@@ -11,8 +11,8 @@
  * - `GET .../requests/{id}` of a settled request
  * - a prompt accepted while the agent's turn is held by a slow answer: the accept alone
  *
- * Environment: BENCH_REQUESTS (per kind, default 300), BENCH_ONLY=turn (the turn only, e.g. under a
- * profiler), BENCH_NODE_OPTIONS (see benchNode.ts).
+ * Environment: BENCH_REQUESTS (per kind, default 300), BENCH_ONLY (only the kinds whose name contains
+ * it, e.g. "turn" under a profiler), BENCH_NODE_OPTIONS (see benchNode.ts).
  */
 import { NodeRuntime } from "@effect/platform-node"
 import { Console, Effect } from "effect"
@@ -20,6 +20,7 @@ import * as BenchNode from "./benchNode.ts"
 
 const count = Number(process.env.BENCH_REQUESTS ?? 300)
 const agentCount = 30
+const only = process.env.BENCH_ONLY
 
 /** CPU milliseconds the node has used. */
 const cpuMs = (pid: number) => Effect.promise(async () => (await BenchNode.cpuSeconds(pid)) * 1000)
@@ -36,6 +37,7 @@ const program = Effect.gen(function*() {
   /** `count` requests one after the other, after 20 to warm up: the node's CPU and the wall time per request. */
   const measure = (kind: string, one: (i: number) => Effect.Effect<unknown>) =>
     Effect.gen(function*() {
+      if (only !== undefined && !kind.includes(only)) return
       for (let i = 0; i < 20; i++) yield* one(i)
       const before = yield* cpuMs(node.process.pid!)
       const started = performance.now()
@@ -55,14 +57,12 @@ const program = Effect.gen(function*() {
       yield* api.get(`${settled}?wait=20`, { token })
     })
 
-  if (process.env.BENCH_ONLY === "turn") {
-    yield* measure("turn (prompt, then wait for the outcome)", turn)
-  } else {
-    yield* measure("GET /healthz", () => api.get("/healthz"))
-    yield* measure("GET /v1/me", () => api.get("/v1/me", { token }))
-    yield* measure("GET /v1/agents/{id}", () => api.get(`/v1/agents/${agents[0]}`, { token }))
-    yield* measure("turn (prompt, then wait for the outcome)", turn)
-    yield* measure("GET a settled request", () => api.get(settled, { token }))
+  yield* measure("GET /healthz", () => api.get("/healthz"))
+  yield* measure("GET /v1/me", () => api.get("/v1/me", { token }))
+  yield* measure("GET /v1/agents/{id}", () => api.get(`/v1/agents/${agents[0]}`, { token }))
+  yield* measure("turn (prompt, then wait for the outcome)", turn)
+  if (settled !== "") yield* measure("GET a settled request", () => api.get(settled, { token }))
+  if (only === undefined || "accept with the turn held".includes(only)) {
     // The accept alone: prompts queue behind a turn held by a slow answer.
     const held = yield* newAgent
     upstream.script({ text: "held", tokenDelayMs: 600_000 })

@@ -271,7 +271,10 @@ export const sentUntilAnswered = <A, E, R>(send: Effect.Effect<A, E, R>): Effect
     Effect.unsandbox
   )
 
-/** A stored request as the API shows it. */
+/**
+ * A stored request as the API shows it. Built from our own rows, it skips the constructor's validation (a
+ * walk over every value, the outcome's included, on each read): the API encodes it against its schema anyway.
+ */
 export const toRecord = (row: RequestRow): Run.RequestRecord => {
   const outcome = row.outcome as
     | {
@@ -303,9 +306,9 @@ export const toRecord = (row: RequestRow): Run.RequestRecord => {
           ...(outcome.result === undefined ? {} : { result: outcome.result }),
           ...(outcome.error === undefined ? {} : { error: outcome.error }),
           ...(outcome.uncertain === undefined ? {} : { uncertain: outcome.uncertain })
-        })
+        }, { disableValidation: true })
       }),
     ...(error === undefined || error === null ? {} : { error }),
     ...(outcome?.result?.stopped === undefined ? {} : { stopped: outcome.result.stopped })
-  })
+  }, { disableValidation: true })
 }

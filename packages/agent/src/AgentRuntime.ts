@@ -27,7 +27,7 @@ import {
 } from "effect"
 import { Agent, applyChanges, toRecord, watchKeepAlive } from "./Agent.ts"
 import { type ApplicationConnected, Draining, Fenced, PersistenceError } from "./AgentError.ts"
-import { type AgentConfig, AgentStore, type RequestRow, type Write } from "./AgentStore.ts"
+import { type AgentConfig, AgentStore, type RequestRow, type Write, writeAll } from "./AgentStore.ts"
 import * as ApplicationConnection from "./ApplicationConnection.ts"
 import { Drain } from "./Drain.ts"
 import * as EventLog from "./EventLog.ts"
@@ -116,7 +116,7 @@ export const layer = Layer.unwrapEffect(Effect.map(Agent.client, (makeClient) =>
        * noticed and let this entity go, so two runners never take the agent from each other in turn.
        */
       let fencedAt: number | undefined
-      const fenced = (write: Write) =>
+      const fencedNow = (write: Write) =>
         journal(store.fenced(agentId, term.epoch, write)).pipe(
           Effect.tapDefect((defect) =>
             Effect.sync(() => {
@@ -127,6 +127,55 @@ export const layer = Layer.unwrapEffect(Effect.map(Agent.client, (makeClient) =>
             })
           )
         )
+
+      /**
+       * A turn's start and its messages are held back to go with the turn's next journal write, in the same
+       * statement: with nothing outside the node between them (the turn makes everything held durable before
+       * it calls the model or a tool, see `durable`), a crash loses all of them or none, as one write would.
+       * Events told after a held write wait for it, so a watcher never hears of a message the journal lost.
+       */
+      let heldStart: Write | undefined
+      const heldMessages = new Map<number, Write>()
+      let heldEvents: Array<unknown> = []
+      /** Held writes on their way to the database: events told meanwhile wait for them too. */
+      let flushing = 0
+      const holding = () => heldStart !== undefined || heldMessages.size > 0 || flushing > 0
+      const publishAll = (events: ReadonlyArray<unknown>) =>
+        Effect.forEach(events, (data) => term.log.publish(data), { discard: true })
+
+      /**
+       * Journals `write` (when given) with everything held, in one statement; in two when the turn's start is
+       * held, as `write` may change the same request (PostgreSQL changes a row once per statement). Then the
+       * events that waited are told.
+       */
+      const fenced = (write?: Write) =>
+        Effect.suspend(() => {
+          if (!holding() && heldEvents.length === 0) return write === undefined ? Effect.void : fencedNow(write)
+          const held = [...(heldStart === undefined ? [] : [heldStart]), ...heldMessages.values()]
+          const statements = held.length === 0
+            ? write === undefined ? [] : [write]
+            : write === undefined
+            ? [writeAll(held)]
+            : heldStart === undefined
+            ? [writeAll([...held, write])]
+            : [writeAll(held), write]
+          const waited = heldEvents
+          heldStart = undefined
+          heldMessages.clear()
+          heldEvents = []
+          flushing++
+          return Effect.forEach(statements, fencedNow, { discard: true }).pipe(
+            Effect.zipRight(publishAll(waited)),
+            Effect.ensuring(Effect.suspend(() => {
+              flushing--
+              if (holding() || heldEvents.length === 0) return Effect.void
+              // Told while these were written, with nothing held since: they need wait no longer.
+              const since = heldEvents
+              heldEvents = []
+              return publishAll(since)
+            }))
+          )
+        })
       const loadAgent = Effect.map(
         journal(store.findById(agentId)),
         Option.getOrThrowWith(() => new Error(`agent ${agentId} does not exist`))
@@ -245,7 +294,12 @@ export const layer = Layer.unwrapEffect(Effect.map(Agent.client, (makeClient) =>
       const frame = (requestId: string) => (event: Record<string, unknown>) =>
         Effect.suspend(() => {
           track(event)
-          return Effect.asVoid(term.log.publish({ type: "event", requestId, event }))
+          const data = { type: "event", requestId, event }
+          if (holding()) {
+            heldEvents.push(data)
+            return Effect.void
+          }
+          return Effect.asVoid(term.log.publish(data))
         })
 
       /**
@@ -316,7 +370,8 @@ export const layer = Layer.unwrapEffect(Effect.map(Agent.client, (makeClient) =>
               ...(row.handoff === null ? {} : { handoff: row.handoff })
             })
           } else {
-            yield* fenced(store.markRunning(agentId, row.id, history.length, RunEvents.started(agent.tenantId, row)))
+            // Journaled with the user message, before the model is called (see heldStart).
+            heldStart = store.markRunning(agentId, row.id, history.length, RunEvents.started(agent.tenantId, row))
           }
           activeBegan = began
           aborting = false
@@ -368,12 +423,11 @@ export const layer = Layer.unwrapEffect(Effect.map(Agent.client, (makeClient) =>
               overBudget: overBudget(agentId, agent.config, row),
               emit: frame(row.id),
               append: (index, message) =>
-                Effect.zipRight(
-                  fenced(store.appendMessage(agentId, index, row.id, message)),
-                  Effect.sync(() => {
-                    history[index] = message
-                  })
-                ),
+                Effect.sync(() => {
+                  heldMessages.set(index, store.appendMessage(agentId, index, row.id, message))
+                  history[index] = message
+                }),
+              durable: fenced(),
               historySize: () => history.length,
               history: () => history,
               askInputs: (asks) =>
@@ -578,6 +632,10 @@ export const layer = Layer.unwrapEffect(Effect.map(Agent.client, (makeClient) =>
         term = yield* claimTerm
         Object.assign(agent, yield* loadAgent)
         history.splice(0, history.length, ...yield* loadHistory)
+        // What the stopped runner held back was never journaled: the journal, just read, is what there is.
+        heldStart = undefined
+        heldMessages.clear()
+        heldEvents = []
         pending.length = 0
         steering = []
         taken = []

@@ -141,6 +141,10 @@ export type Write = (
   guard: Statement.Fragment
 ) => Statement.Statement<unknown> | ReadonlyArray<Statement.Statement<unknown>>
 
+/** Several writes as one, in one statement: none of them may change a row another changes. */
+export const writeAll = (writes: ReadonlyArray<Write>): Write => (guard) =>
+  writes.flatMap((write) => [write(guard)].flat())
+
 /** A new agent's row; the store sets its times. */
 export interface NewAgent extends
   Omit<

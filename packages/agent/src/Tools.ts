@@ -509,6 +509,8 @@ export class Tools extends Effect.Service<Tools>()("@agent-runtime/agent/Tools",
         const direct = new Map<string, Tool>()
         const code: Array<Tool> = []
         const taken = new Map<string, string>([[codemodeName, "the runtime's code mode"]])
+        // Built on every turn from tools already checked where they were declared: not validated again.
+        const unchecked = { disableValidation: true }
         const describe = (tool: Tool, excluded?: string) =>
           new AgentSchemas.ToolSourceTool({
             name: tool.name,
@@ -517,7 +519,7 @@ export class Tools extends Effect.Service<Tools>()("@agent-runtime/agent/Tools",
             executionMode: tool.executionMode,
             parameters: tool.parameters,
             ...(excluded === undefined ? {} : { excluded })
-          })
+          }, unchecked)
         /** Offers `tool` from `source` to the model, unless an earlier source has one of its name. */
         const offer = (tool: Tool, source: string) => {
           const holder = taken.get(tool.name)
@@ -537,14 +539,17 @@ export class Tools extends Effect.Service<Tools>()("@agent-runtime/agent/Tools",
             const excluded = name === "delegate"
               ? "no delegate setting names a definition it may use, or the depth is reached"
               : "unknown"
-            builtinTools.push(new AgentSchemas.ToolSourceTool({ name, description: name, excluded }))
+            builtinTools.push(new AgentSchemas.ToolSourceTool({ name, description: name, excluded }, unchecked))
             continue
           }
           // A question waits on a person: only the model asks one, never code.
           builtinTools.push(offer({ ...builtin, exposure: name === "ask_user" ? "direct" : exposure }, "builtins"))
         }
         const toolSources: Array<AgentSchemas.ToolSource> = names.length === 0 ? [] : [
-          new AgentSchemas.ToolSource({ kind: "builtin", name: "builtins", status: "listed", tools: builtinTools })
+          new AgentSchemas.ToolSource(
+            { kind: "builtin", name: "builtins", status: "listed", tools: builtinTools },
+            unchecked
+          )
         ]
         if (fileTools.length > 0) {
           // The runtime's own, like builtins: direct for the model, and in code so code sees the same files.
@@ -554,7 +559,7 @@ export class Tools extends Effect.Service<Tools>()("@agent-runtime/agent/Tools",
               name: "files",
               status: "listed",
               tools: fileTools.map((tool) => offer({ ...tool, exposure: "both" }, "files"))
-            })
+            }, unchecked)
           )
         }
         const sourceErrors: Array<{ source: string; error: string }> = []
@@ -579,7 +584,7 @@ export class Tools extends Effect.Service<Tools>()("@agent-runtime/agent/Tools",
               ...(listing.listedAt === undefined ? {} : { listedAt: listing.listedAt }),
               ...(source.kind === "mcp" || source.url !== undefined ? { url: source.url! } : {}),
               ...(settings.exposure === undefined ? {} : { exposure: settings.exposure })
-            })
+            }, unchecked)
           )
         }
         if (application !== undefined) {
@@ -592,7 +597,7 @@ export class Tools extends Effect.Service<Tools>()("@agent-runtime/agent/Tools",
                 offer({ ...declared, exposure: declared.exposure ?? exposure }, "application")
               ),
               connected: application.connected
-            })
+            }, unchecked)
           )
         }
         const set: ToolSet = { direct, code, sources: toolSources, sourceErrors }

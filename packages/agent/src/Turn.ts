@@ -90,8 +90,10 @@ export interface TurnHooks {
   readonly overBudget: Effect.Effect<boolean>
   /** Emits one display event of this run. */
   readonly emit: (event: Record<string, unknown>) => Effect.Effect<void>
-  /** Journals the message at `index` and keeps it in memory. */
+  /** Journals the message at `index` (with the next write, or at `durable`) and keeps it in memory. */
   readonly append: (index: number, message: StoredMessage) => Effect.Effect<void>
+  /** Makes every message appended so far durable: before anything leaves the node (a model request, a tool call). */
+  readonly durable: Effect.Effect<void>
   readonly historySize: () => number
   readonly history: () => ReadonlyArray<StoredMessage>
   /** Journals that a call is about to be sent, and its result once it is back. */
@@ -494,6 +496,7 @@ export const run = (input: TurnInput, hooks: TurnHooks) =>
           estimateTokens(modelTools)
         if (context.length === 0 || tokens <= limits.contextWindow - limits.maxTokens) return
         yield* event("compaction_start", { tokens })
+        yield* hooks.durable
         const summary = yield* models.complete({
           target: resolved.right,
           tenantId: input.tenantId,
@@ -633,34 +636,39 @@ export const run = (input: TurnInput, hooks: TurnHooks) =>
           done.add(call.id)
           recordCall({ tool: call.name, toolCallId: call.id, ok: !result.isError }, result)
         })
-      return Tools.executeAll(
-        calls,
-        (call) =>
-          call.name === Tools.codemodeName ? "sequential" : toolSet.direct.get(call.name)?.executionMode ?? "parallel",
-        (call) => runCall(call, sent, options.earlier)
-      ).pipe(
-        Effect.flatMap((results) =>
-          Effect.forEach(calls, (call, i) => {
-            const result = results[i]!
-            if (result.ask === undefined) return appendResult(call, result)
-            if (options.mayAsk !== false) {
-              return Effect.sync(() => {
-                waiting.push({ toolCallId: call.id, ...result.ask! })
-              })
-            }
-            return appendResult(
-              call,
-              Tools.text("The tool asked a person for input, but a new message came first.", true, "superseded")
+      return Effect.zipRight(
+        hooks.durable,
+        Tools.executeAll(
+          calls,
+          (call) =>
+            call.name === Tools.codemodeName
+              ? "sequential"
+              : toolSet.direct.get(call.name)?.executionMode ?? "parallel",
+          (call) => runCall(call, sent, options.earlier)
+        ).pipe(
+          Effect.flatMap((results) =>
+            Effect.forEach(calls, (call, i) => {
+              const result = results[i]!
+              if (result.ask === undefined) return appendResult(call, result)
+              if (options.mayAsk !== false) {
+                return Effect.sync(() => {
+                  waiting.push({ toolCallId: call.id, ...result.ask! })
+                })
+              }
+              return appendResult(
+                call,
+                Tools.text("The tool asked a person for input, but a new message came first.", true, "superseded")
+              )
+            }, { discard: true })
+          ),
+          // Aborted while tools ran: every call still gets an answer, so the history stays valid for the model.
+          // A node stopping answers nothing: the next owner finds which calls were sent.
+          Effect.onInterrupt(() =>
+            !hooks.aborting() ? Effect.void : Effect.forEach(
+              calls.filter((call) => !done.has(call.id)),
+              (call) => appendResult(call, Tools.text("aborted before this tool call finished", true, "aborted")),
+              { discard: true }
             )
-          }, { discard: true })
-        ),
-        // Aborted while tools ran: every call still gets an answer, so the history stays valid for the model.
-        // A node stopping answers nothing: the next owner finds which calls were sent.
-        Effect.onInterrupt(() =>
-          !hooks.aborting() ? Effect.void : Effect.forEach(
-            calls.filter((call) => !done.has(call.id)),
-            (call) => appendResult(call, Tools.text("aborted before this tool call finished", true, "aborted")),
-            { discard: true }
           )
         )
       )
@@ -783,6 +791,7 @@ export const run = (input: TurnInput, hooks: TurnHooks) =>
         break
       }
       yield* event("turn_start")
+      yield* hooks.durable
       const index = hooks.historySize()
       let started = false
       let partial: ModelClient.AssistantMessage | undefined

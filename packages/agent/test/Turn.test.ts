@@ -194,6 +194,9 @@ describe("Turn", () => {
       const ends = recording.events.filter((event) => event.type === "tool_execution_end")
       expect(ends.map((event) => [event.toolCallId, event.isError])).toContainEqual(["c3", true])
       expect(recording.eventTypes().filter((type) => type === "turn_start")).toHaveLength(2)
+      // What was appended is made durable before each model request and before the calls run; the last answer
+      // goes with the request's completion (in the runtime, not here).
+      expect(recording.durableAt).toEqual([1, 2, 5])
     }).pipe(Effect.provide(TurnLive)))
 
   it.scopedLive("a steered prompt sent while the model answers joins after that step, and the turn goes on", () =>

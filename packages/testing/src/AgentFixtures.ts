@@ -278,6 +278,8 @@ export interface Recording {
   readonly hooks: Turn.TurnHooks
   readonly history: Array<Turn.StoredMessage>
   readonly appended: Array<{ readonly index: number; readonly message: Turn.StoredMessage }>
+  /** How many messages had been appended each time the turn asked for them to be durable. */
+  readonly durableAt: Array<number>
   readonly events: Array<Record<string, unknown>>
   readonly toolsStarted: Array<{ readonly toolCallId: string; readonly tool: string }>
   readonly toolsFinished: Array<{ readonly toolCallId: string; readonly isError: boolean }>
@@ -298,6 +300,7 @@ export interface Recording {
 export const recordingHooks = (options: RecordingOptions = {}): Recording => {
   const history: Array<Turn.StoredMessage> = [...(options.history ?? [])]
   const appended: Recording["appended"] = []
+  const durableAt: Array<number> = []
   const events: Array<Record<string, unknown>> = []
   const toolsStarted: Recording["toolsStarted"] = []
   const toolsFinished: Recording["toolsFinished"] = []
@@ -319,6 +322,7 @@ export const recordingHooks = (options: RecordingOptions = {}): Recording => {
         appended.push({ index, message })
         history[index] = message
       }),
+    durable: Effect.sync(() => void durableAt.push(appended.length)),
     historySize: () => history.length,
     history: () => history,
     toolStarted: (toolCallId, tool) => Effect.sync(() => void toolsStarted.push({ toolCallId, tool })),
@@ -358,6 +362,7 @@ export const recordingHooks = (options: RecordingOptions = {}): Recording => {
   }
   return {
     hooks,
+    durableAt,
     history,
     appended,
     events,
