@@ -782,6 +782,7 @@ layer(WorldLive, { excludeTestServices: true })("agents", (it) => {
         ["get", `/v1/agents/${agent.id}/state`],
         ["get", `/v1/agents/${agent.id}/history`],
         ["get", `/v1/agents/${agent.id}/requests/${agent.prompt.id}`],
+        ["get", `/v1/agents/${agent.id}/requests/${agent.prompt.id}?wait=5`],
         ["get", `/v1/agents/${agent.id}/events?poll=1`],
         ["post", `/v1/agents/${agent.id}/prompt`],
         ["delete", `/v1/agents/${agent.id}`]
@@ -807,11 +808,18 @@ layer(WorldLive, { excludeTestServices: true })("agents", (it) => {
       })
       expect((yield* a.api.post(`/v1/agents/${agent.id}/prompt`, { token: a.token, json: { text: "late" } })).status)
         .toBe(410)
+      // A request's record is read with the agent's expiry: gone too, and at once even when asked to wait.
+      const record = `/v1/agents/${agent.id}/requests/${agent.prompt.id}`
+      expect((yield* a.api.get(record, { token: a.token })).body.code).toBe("GONE")
+      const started = Date.now()
+      expect((yield* a.api.get(`${record}?wait=5`, { token: a.token })).body.code).toBe("GONE")
+      expect(Date.now() - started).toBeLessThan(2_000)
       expect((yield* a.api.delete(`/v1/agents/${agent.id}`, { token: a.token })).body).toEqual({
         id: agent.id,
         deleted: true
       })
       expect((yield* a.api.get(`/v1/agents/${agent.id}`, { token: a.token })).status).toBe(404)
+      expect((yield* a.api.get(`${record}?wait=5`, { token: a.token })).status).toBe(404)
     }))
 })
 

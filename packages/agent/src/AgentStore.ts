@@ -209,6 +209,18 @@ export class AgentStore extends Context.Tag("@agent-runtime/agent/AgentStore")<A
     readonly input: Record<string, unknown>
   }) => Effect.Effect<RequestRow, PersistenceError>
   readonly getRequest: (agentId: string, id: string) => Effect.Effect<Option.Option<RequestRow>, PersistenceError>
+  /**
+   * A request of a tenant's agent, read with the agent's expiry in one statement: none when the tenant has
+   * no such agent.
+   */
+  readonly requestOf: (
+    tenantId: string,
+    agentId: string,
+    id: string
+  ) => Effect.Effect<
+    Option.Option<{ readonly expiresAt: number | null; readonly request: Option.Option<RequestRow> }>,
+    PersistenceError
+  >
   /** Sub-agents below an agent, at any depth; with `requestId`, those its run delegated to (and theirs). */
   readonly subAgents: (
     agentId: string,
@@ -408,6 +420,19 @@ export const make = Effect.gen(function*() {
   const getRequest = (agentId: string, id: string) =>
     sql<RequestRow>`SELECT ${requestFields} FROM agent_requests WHERE agent_id = ${agentId} AND id = ${id}`.pipe(
       Effect.map((rows) => Option.fromNullable(rows[0]))
+    )
+
+  const requestOf = (tenantId: string, agentId: string, id: string) =>
+    sql<RequestRow & { readonly agentExpiresAt: number | null }>`
+      SELECT ${sql.unsafe(epoch("a.expires_at"))} AS agent_expires_at, r.* FROM agents a
+      LEFT JOIN LATERAL (SELECT ${requestFields} FROM agent_requests WHERE agent_id = a.id AND id = ${id}) r ON true
+      WHERE a.id = ${agentId} AND a.tenant_id = ${tenantId} AND a.deleted_at IS NULL`.pipe(
+      Effect.map((rows) =>
+        Option.map(Option.fromNullable(rows[0]), ({ agentExpiresAt, ...request }) => ({
+          expiresAt: agentExpiresAt,
+          request: request.id === null ? Option.none<RequestRow>() : Option.some(request as RequestRow)
+        }))
+      )
     )
 
   /** Requests not yet completed, in arrival order. */
@@ -648,6 +673,7 @@ export const make = Effect.gen(function*() {
     reserveEvents: flow(reserveEvents, PersistenceError.refail),
     insertRequest: flow(insertRequest, PersistenceError.refail),
     getRequest: flow(getRequest, PersistenceError.refail),
+    requestOf: flow(requestOf, PersistenceError.refail),
     openRequests: flow(openRequests, PersistenceError.refail),
     markSteered,
     steeredInto: flow(steeredInto, PersistenceError.refail),
@@ -680,14 +706,31 @@ export const make = Effect.gen(function*() {
 })
 
 /** A live agent of the tenant: NotFound when it has none by that id, Gone once it expired. */
+/** An agent found by its tenant, unless it expired (410); not found, 404. */
+const live = <A extends { readonly expiresAt: number | null }>(
+  id: string,
+  found: Option.Option<A>
+): Effect.Effect<A, ApiError.NotFound | ApiError.Gone> => {
+  if (Option.isNone(found)) return Effect.fail(new ApiError.NotFound({ error: `no agent ${id}` }))
+  if (found.value.expiresAt !== null && found.value.expiresAt * 1000 <= Date.now()) {
+    return Effect.fail(new ApiError.Gone({ error: `agent ${id} expired` }))
+  }
+  return Effect.succeed(found.value)
+}
+
 export const findLive = (store: AgentStore["Type"], tenantId: string, id: string) =>
-  Effect.gen(function*() {
-    const agent = yield* store.find(tenantId, id)
-    if (Option.isNone(agent)) return yield* new ApiError.NotFound({ error: `no agent ${id}` })
-    if (agent.value.expiresAt !== null && agent.value.expiresAt * 1000 <= Date.now()) {
-      return yield* new ApiError.Gone({ error: `agent ${id} expired` })
-    }
-    return agent.value
-  })
+  Effect.flatMap(store.find(tenantId, id), (agent) => live(id, agent))
+
+/** A request of a live agent of the tenant, in one read. */
+export const findLiveRequest = (store: AgentStore["Type"], tenantId: string, agentId: string, id: string) =>
+  Effect.flatMap(
+    store.requestOf(tenantId, agentId, id),
+    (found) =>
+      Effect.flatMap(live(agentId, found), ({ request }) =>
+        Option.match(request, {
+          onNone: () => Effect.fail(new ApiError.NotFound({ error: `no request ${id}` })),
+          onSome: Effect.succeed
+        }))
+  )
 
 export const layer: Layer.Layer<AgentStore, never, SqlClient.SqlClient> = Layer.effect(AgentStore, make)

@@ -30,11 +30,18 @@ import {
 } from "./Agent.ts"
 import { PersistenceError } from "./AgentError.ts"
 import * as AgentEvents from "./AgentEvents.ts"
-import { type AgentConfig, type AgentRow, AgentStore, findLive } from "./AgentStore.ts"
+import {
+  type AgentConfig,
+  type AgentRow,
+  AgentStore,
+  findLive,
+  findLiveRequest,
+  type RequestRow
+} from "./AgentStore.ts"
 import * as AgentTokens from "./AgentTokens.ts"
 import * as ApplicationConnection from "./ApplicationConnection.ts"
 import { Definitions } from "./Definitions.ts"
-import type * as EventLog from "./EventLog.ts"
+import * as EventLog from "./EventLog.ts"
 import * as HistoryPage from "./HistoryPage.ts"
 import * as Inputs from "./Inputs.ts"
 import { Tools } from "./Tools.ts"
@@ -281,6 +288,7 @@ export const make = Effect.gen(function*() {
   const usage = yield* UsageLog.UsageLog
   const makeClient = yield* Agent.client
   const volumes = yield* Volumes.Volumes
+  const localLogs = yield* EventLog.LocalLogs
 
   const live = (tenantId: string, id: string) => findLive(store, tenantId, id)
 
@@ -967,16 +975,17 @@ export const make = Effect.gen(function*() {
   /** The record of a request; with `wait` it answers once the request settles or the wait (at most 25 s) ends. */
   const request = (tenantId: string, agentId: string, requestId: string, wait: Duration.Duration) =>
     Effect.gen(function*() {
-      yield* live(tenantId, agentId)
-      const read = store.getRequest(agentId, requestId).pipe(
-        Effect.flatMap(Option.match({
-          onNone: () => Effect.fail(new ApiError.NotFound({ error: `no request ${requestId}` })),
-          onSome: Effect.succeed
-        }))
-      )
+      // The agent is checked (the tenant's, not expired) with every read of the request, in the same statement.
+      const read = findLiveRequest(store, tenantId, agentId, requestId)
+      const settled = (row: RequestRow) => row.state === "completed"
       const limit = Duration.min(wait, AgentEvents.longPollLimit)
       if (Duration.toMillis(limit) === 0) return toRecord(yield* read)
-      return toRecord(yield* events.awaitSettled(agentId, requestId, read, (row) => row.state === "completed", limit))
+      // An owner elsewhere is asked for its events only about an agent known to be the tenant's.
+      if (Option.isNone(localLogs.get(agentId))) {
+        const current = yield* read
+        if (settled(current)) return toRecord(current)
+      }
+      return toRecord(yield* events.awaitSettled(agentId, requestId, read, settled, limit))
     })
 
   /** A status request: answered at once, from the owner's view of the agent. */
