@@ -9,7 +9,7 @@ import type { Input } from "@agent-runtime/domain"
 import { Volumes } from "@agent-runtime/files"
 import type { ModelError } from "@agent-runtime/models"
 import { ModelClient } from "@agent-runtime/models"
-import { Effect, Either, Option, Stream } from "effect"
+import { Effect, Either, Option } from "effect"
 import type { AttachedFile } from "./Agent.ts"
 import type { AgentConfig } from "./AgentStore.ts"
 import { argumentsHash } from "./Inputs.ts"
@@ -800,8 +800,36 @@ export const run = (input: TurnInput, hooks: TurnHooks) =>
         messages: modelContext(hooks.history()),
         ...(modelTools.length === 0 ? {} : { tools: modelTools })
       }
-      const response = yield* Stream.unwrap(Effect.map(target, (resolved) =>
-        models.stream({
+      const onEvent = (modelEvent: ModelClient.ModelEvent): Effect.Effect<void> => {
+        switch (modelEvent.type) {
+          case "start":
+            started = true
+            return event("message_start", { index, message: { role: "assistant", content: [] } })
+          case "auto_retry_start":
+            // What the failed attempt streamed is taken back before the retry.
+            return Effect.zipRight(
+              started ? event("message_retracted", { index }) : Effect.void,
+              Effect.suspend(() => {
+                started = false
+                const { type: _type, ...fields } = modelEvent
+                return event("auto_retry_start", fields)
+              })
+            )
+          case "auto_retry_end": {
+            const { type: _type, ...fields } = modelEvent
+            return event("auto_retry_end", fields)
+          }
+          case "done":
+            return Effect.void
+          default: {
+            const { partial: latest, ...delta } = modelEvent
+            partial = latest
+            return event("message_update", { index, assistantMessageEvent: delta })
+          }
+        }
+      }
+      const response = yield* Effect.flatMap(target, (resolved) =>
+        models.respond({
           target: resolved,
           tenantId: input.tenantId,
           keyScope: Option.fromNullable(input.config.keyScope),
@@ -812,41 +840,7 @@ export const run = (input: TurnInput, hooks: TurnHooks) =>
             : input.config.thinkingLevel as ModelClient.ThinkingLevel,
           modelHeaders: input.config.modelHeaders,
           usage: { kind: "response", ...usageOf(input) }
-        }))).pipe(
-          Stream.runFoldEffect(
-            Option.none<ModelClient.AssistantMessage>(),
-            (done, modelEvent): Effect.Effect<Option.Option<ModelClient.AssistantMessage>> => {
-              switch (modelEvent.type) {
-                case "start":
-                  started = true
-                  return Effect.as(event("message_start", { index, message: { role: "assistant", content: [] } }), done)
-                case "auto_retry_start":
-                  // What the failed attempt streamed is taken back before the retry.
-                  return Effect.as(
-                    Effect.zipRight(
-                      started ? event("message_retracted", { index }) : Effect.void,
-                      Effect.suspend(() => {
-                        started = false
-                        const { type: _type, ...fields } = modelEvent
-                        return event("auto_retry_start", fields)
-                      })
-                    ),
-                    done
-                  )
-                case "auto_retry_end": {
-                  const { type: _type, ...fields } = modelEvent
-                  return Effect.as(event("auto_retry_end", fields), done)
-                }
-                case "done":
-                  return Effect.succeed(Option.some(modelEvent.message))
-                default: {
-                  const { partial: latest, ...delta } = modelEvent as any
-                  partial = latest
-                  return Effect.as(event("message_update", { index, assistantMessageEvent: delta }), done)
-                }
-              }
-            }
-          ),
+        }, onEvent)).pipe(
           Effect.either,
           // Aborted mid-response: what was said so far stays in history. A node stopping keeps nothing:
           // the next owner asks again.
@@ -870,7 +864,7 @@ export const run = (input: TurnInput, hooks: TurnHooks) =>
         yield* event("turn_end", { error })
         break
       }
-      const message = Option.getOrThrow(response.right)
+      const message = response.right
       yield* hooks.append(index, message)
       yield* event("message_end", { index, message })
       const text = textOf(message)

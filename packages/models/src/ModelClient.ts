@@ -7,7 +7,7 @@
  * finished response has its usage and cost recorded.
  */
 import { Egress, EgressError } from "@agent-runtime/egress"
-import { Duration, Effect, Option, Redacted, Stream } from "effect"
+import { Duration, Effect, Option, Redacted } from "effect"
 import { Credentials, type Target } from "./Credentials.ts"
 import * as Pi from "./internal/pi.ts"
 import {
@@ -146,9 +146,18 @@ export class ModelClient extends Effect.Service<ModelClient>()("@agent-runtime/m
     const apiKeyFor = (target: Target) =>
       Option.isNone(target.apiKey) ? "unused" : target.bearer ? undefined : Redacted.value(target.apiKey.value)
 
-    /** One request to the provider; its failure is classified, not retried. */
-    const attempt = (target: Target, call: Call, attemptNumber: number): Stream.Stream<ModelEvent, ModelError> =>
-      Stream.unwrapScoped(Effect.gen(function*() {
+    /**
+     * One request to the provider, its events handed to `onEvent` as they come: the finished message, or its
+     * failure classified, not retried. A plain loop over the provider's events rather than a stream: a turn's
+     * response is its busiest path, and each stream stage costs every event a few hundred runtime steps.
+     */
+    const attempt = (
+      target: Target,
+      call: Call,
+      attemptNumber: number,
+      onEvent: (event: ModelEvent) => Effect.Effect<void>
+    ): Effect.Effect<Pi.AssistantMessage, ModelError> =>
+      Effect.scoped(Effect.gen(function*() {
         const controller = new AbortController()
         yield* Effect.addFinalizer(() => Effect.sync(() => controller.abort()))
         let last: LastResponse | undefined
@@ -175,21 +184,21 @@ export class ModelClient extends Effect.Service<ModelClient>()("@agent-runtime/m
           ...(call.reasoning === undefined ? {} : { reasoning: call.reasoning }),
           ...(call.maxTokens === undefined ? {} : { maxTokens: call.maxTokens }),
           ...(call.temperature === undefined ? {} : { temperature: call.temperature })
-        })
-        return Stream.fromAsyncIterable(
-          events,
-          (error) => new ModelNetworkError({ provider: target.provider, detail: String(error) })
-        ).pipe(
-          Stream.mapEffect((event): Effect.Effect<ReadonlyArray<ModelEvent>, ModelError> => {
-            if (event.type === "error") return Effect.fail(classify(target, event.error, last, refused))
-            if (event.type !== "done") return Effect.succeed([event])
-            return Effect.as(
-              record(target, call, event.message),
-              attemptNumber > 1 ? [{ type: "auto_retry_end", success: true, attempt: attemptNumber }, event] : [event]
-            )
-          }),
-          Stream.flattenIterables
-        )
+        })[Symbol.asyncIterator]()
+        const networkError = (error: unknown) =>
+          new ModelNetworkError({ provider: target.provider, detail: String(error) })
+        while (true) {
+          const next = yield* Effect.tryPromise({ try: () => events.next(), catch: networkError })
+          if (next.done === true) return yield* networkError("the response ended without a final message")
+          const event = next.value
+          if (event.type === "error") return yield* Effect.fail(classify(target, event.error, last, refused))
+          if (event.type === "done") {
+            yield* record(target, call, event.message)
+            if (attemptNumber > 1) yield* onEvent({ type: "auto_retry_end", success: true, attempt: attemptNumber })
+            return event.message
+          }
+          yield* onEvent(event)
+        }
       }))
 
     const record = (target: Target, call: Call, message: Pi.AssistantMessage) =>
@@ -234,28 +243,31 @@ export class ModelClient extends Effect.Service<ModelClient>()("@agent-runtime/m
       target: Target,
       call: Call,
       policy: RetryPolicy,
-      attemptNumber: number
-    ): Stream.Stream<ModelEvent, ModelError> =>
-      attempt(target, call, attemptNumber).pipe(
-        Stream.catchAll((error) => {
+      attemptNumber: number,
+      onEvent: (event: ModelEvent) => Effect.Effect<void>
+    ): Effect.Effect<Pi.AssistantMessage, ModelError> =>
+      attempt(target, call, attemptNumber, onEvent).pipe(
+        Effect.catchAll((error) => {
           const delay = isTransient(error) && attemptNumber < policy.maxAttempts
             ? delayOf(policy, error, attemptNumber)
             : Option.none()
           if (Option.isNone(delay)) {
-            const end: Stream.Stream<ModelEvent> = attemptNumber > 1
-              ? Stream.make<[ModelEvent]>({ type: "auto_retry_end", success: false, attempt: attemptNumber })
-              : Stream.empty
-            return Stream.concat(end, Stream.fail(error))
+            return Effect.zipRight(
+              attemptNumber > 1
+                ? onEvent({ type: "auto_retry_end", success: false, attempt: attemptNumber })
+                : Effect.void,
+              Effect.fail(error)
+            )
           }
-          return Stream.make<[ModelEvent]>({
+          return onEvent({
             type: "auto_retry_start",
             attempt: attemptNumber,
             maxAttempts: policy.maxAttempts,
             delayMs: Duration.toMillis(delay.value),
             errorMessage: error.message
           }).pipe(
-            Stream.concat(Stream.fromEffect(Effect.sleep(delay.value)).pipe(Stream.drain)),
-            Stream.concat(withRetries(target, call, policy, attemptNumber + 1))
+            Effect.zipRight(Effect.sleep(delay.value)),
+            Effect.zipRight(withRetries(target, call, policy, attemptNumber + 1, onEvent))
           )
         })
       )
@@ -264,20 +276,22 @@ export class ModelClient extends Effect.Service<ModelClient>()("@agent-runtime/m
     const resolve = (call: Pick<Call, "tenantId" | "keyScope" | "model">) =>
       credentials.resolve({ tenantId: call.tenantId, keyScope: call.keyScope, model: call.model })
 
-    /** Streams one model response for `call`, retrying transient failures. */
-    const stream = (call: Call, policy: RetryPolicy = defaultRetryPolicy): Stream.Stream<ModelEvent, ModelError> =>
+    /**
+     * One model response for `call`, retrying transient failures: its events go to `onEvent` as they come
+     * (the final message excepted), and the finished message is the result.
+     */
+    const respond = (
+      call: Call,
+      onEvent: (event: ModelEvent) => Effect.Effect<void>,
+      policy: RetryPolicy = defaultRetryPolicy
+    ): Effect.Effect<Pi.AssistantMessage, ModelError> =>
       call.target === undefined
-        ? Stream.unwrap(Effect.map(resolve(call), (target) => withRetries(target, call, policy, 1)))
-        : withRetries(call.target, call, policy, 1)
+        ? Effect.flatMap(resolve(call), (target) => withRetries(target, call, policy, 1, onEvent))
+        : withRetries(call.target, call, policy, 1, onEvent)
 
-    /** The finished message of a call, its events run to the end. */
-    const complete = (call: Call, policy?: RetryPolicy) =>
-      stream(call, policy).pipe(
-        Stream.runFold(Option.none<Pi.AssistantMessage>(), (result, event) =>
-          event.type === "done" ? Option.some(event.message) : result),
-        Effect.map(Option.getOrThrow)
-      )
+    /** The finished message of a call. */
+    const complete = (call: Call, policy?: RetryPolicy) => respond(call, () => Effect.void, policy)
 
-    return { resolve, stream, complete } as const
+    return { resolve, respond, complete } as const
   })
 }) {}

@@ -21,7 +21,7 @@ import { FakeUpstream, TestDatabase } from "@agent-runtime/testing"
 import { WebhookMigrations } from "@agent-runtime/webhooks"
 import { SqlClient } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
-import { Chunk, Duration, Effect, Either, Layer, Option, Redacted, Stream } from "effect"
+import { Deferred, Duration, Effect, Either, Fiber, Layer, Option, Redacted } from "effect"
 import * as Crypto from "node:crypto"
 
 const tenantId = "tn_models"
@@ -119,11 +119,18 @@ const fast: ModelClientModule.RetryPolicy = {
   maxRetryAfter: Duration.seconds(5)
 }
 
+/** The events of a response, its final message last as the provider's `done` event. */
 const collect = (options: ModelClientModule.Call) =>
-  Effect.flatMap(
-    ModelClient.ModelClient,
-    (client) => client.stream(options, fast).pipe(Stream.runCollect, Effect.map(Chunk.toReadonlyArray), Effect.either)
-  )
+  Effect.flatMap(ModelClient.ModelClient, (client) => {
+    const events: Array<ModelClientModule.ModelEvent> = []
+    return client.respond(options, (event) => Effect.sync(() => void events.push(event)), fast).pipe(
+      Effect.map((message): ReadonlyArray<ModelClientModule.ModelEvent> => [
+        ...events,
+        { type: "done", reason: message.stopReason === "toolUse" ? "toolUse" : "stop", message }
+      ]),
+      Effect.either
+    )
+  })
 
 const types: ReadonlyArray<Provider.CustomProviderType> = [
   "openai-completions",
@@ -300,12 +307,21 @@ describe("failures and interruption", () => {
           upstream.script({ text: Array.from({ length: 20 }, (_, i) => `w${i}`).join(" "), tokenDelayMs: 300 })
           const client = yield* ModelClient.ModelClient
           const started = Date.now()
-          const firstDeltas = yield* client.stream(call({ reasoning: undefined }), fast).pipe(
-            Stream.filter((event) => event.type === "text_delta"),
-            Stream.take(2),
-            Stream.runCollect
-          )
-          expect(Chunk.size(firstDeltas)).toBe(2)
+          // Interrupted after its second delta.
+          const deltas: Array<ModelClientModule.ModelEvent> = []
+          const second = yield* Deferred.make<void>()
+          const responding = yield* Effect.fork(client.respond(
+            call({ reasoning: undefined }),
+            (event) =>
+              event.type !== "text_delta" ? Effect.void : Effect.suspend(() => {
+                deltas.push(event)
+                return deltas.length === 2 ? Deferred.succeed(second, void 0) : Effect.void
+              }),
+            fast
+          ))
+          yield* Deferred.await(second)
+          yield* Fiber.interrupt(responding)
+          expect(deltas).toHaveLength(2)
           expect(Date.now() - started).toBeLessThan(3000)
           const sql = yield* SqlClient.SqlClient
           expect((yield* sql`SELECT id FROM usage_records`).length).toBe(0)

@@ -33,7 +33,7 @@ import { Database, SealedSecret } from "@agent-runtime/store"
 import { ToolSources } from "@agent-runtime/toolsources"
 import { WebhookMigrations } from "@agent-runtime/webhooks"
 import { TestRunner } from "@effect/cluster"
-import { Context, Deferred, Effect, Layer, Option, Queue, Redacted, Stream } from "effect"
+import { Context, Deferred, Effect, Layer, Option, Queue, Redacted } from "effect"
 import * as Crypto from "node:crypto"
 import * as TestDatabase from "./TestDatabase.ts"
 
@@ -182,33 +182,34 @@ export const make = (options: Options = {}) =>
         return queue.shift() ?? { text: "ok" }
       })
 
-    const respond = (call: ModelClient.Call): Stream.Stream<ModelClient.ModelEvent, ModelError.ModelError> =>
-      Stream.unwrap(Effect.gen(function*() {
+    const respond = (
+      call: ModelClient.Call,
+      onEvent: (event: ModelClient.ModelEvent) => Effect.Effect<void>
+    ): Effect.Effect<ModelClient.AssistantMessage, ModelError.ModelError> =>
+      Effect.gen(function*() {
         const reply = yield* next(call)
-        if (reply.fail !== undefined) return Stream.fail(reply.fail)
+        if (reply.fail !== undefined) return yield* Effect.fail(reply.fail)
         const { before, held } = eventsOf(reply, call.model)
-        if (held === undefined) return Stream.fromIterable(before)
-        const gate = yield* Deferred.make<void>()
-        const wait = Effect.zipRight(
-          Queue.offer(holding, { call, release: Deferred.succeed(gate, void 0) }),
-          Deferred.await(gate)
-        )
-        return Stream.concat(
-          Stream.fromIterable(before),
-          Stream.concat(Stream.drain(Stream.fromEffect(wait)), Stream.fromIterable(held))
-        )
-      }))
+        let done: ModelClient.AssistantMessage | undefined
+        const send = (events: ReadonlyArray<ModelClient.ModelEvent>) =>
+          Effect.forEach(events, (event) => {
+            if (event.type !== "done") return onEvent(event)
+            done = event.message
+            return Effect.void
+          }, { discard: true })
+        yield* send(before)
+        if (held !== undefined) {
+          const gate = yield* Deferred.make<void>()
+          yield* Queue.offer(holding, { call, release: Deferred.succeed(gate, void 0) })
+          yield* Deferred.await(gate)
+          yield* send(held)
+        }
+        return done!
+      })
 
     const client = ModelClient.ModelClient.make({
-      stream: (call: ModelClient.Call) => respond(call),
-      complete: (call: ModelClient.Call) =>
-        respond(call).pipe(
-          Stream.runFold(
-            Option.none<ModelClient.AssistantMessage>(),
-            (done, event) => event.type === "done" ? Option.some(event.message) : done
-          ),
-          Effect.map(Option.getOrThrow)
-        ),
+      respond,
+      complete: (call: ModelClient.Call) => respond(call, () => Effect.void),
       resolve: (call) => {
         const slash = call.model.indexOf("/")
         const provider = call.model.slice(0, Math.max(slash, 0))
