@@ -15,7 +15,7 @@
  *
  * - CPU per turn: the runner processes, this process (load generator and fake
  *   upstream), and the rest of the machine (mostly PostgreSQL)
- * - SQL statements per turn on 1 runner (pg_stat_statements over the whole run,
+ * - SQL statements per turn on 1 runner and their planning and execution time in PostgreSQL (pg_stat_statements over the whole run,
  *   background work included), with the most frequent statements
  *
  * Environment: BENCH_CLIENTS (default 24), BENCH_SECONDS (15), BENCH_AGENTS (48),
@@ -108,14 +108,19 @@ const withPg = <A>(databaseUrl: string, f: (client: Pg.Client) => Promise<A>) =>
     }
   })
 
-/** Statements run since the last reset, most frequent first (this connection's own left out). */
+/**
+ * Statements run since the last reset, most frequent first (this connection's own left out), with the time
+ * PostgreSQL spent executing them.
+ */
 const statements = (databaseUrl: string) =>
   withPg(databaseUrl, async (client) =>
     (await client.query(
-      `SELECT calls::int, regexp_replace(query, '\\s+', ' ', 'g') AS query FROM pg_stat_statements
+      `SELECT calls::int, total_exec_time::float8 AS ms, total_plan_time::float8 AS plan_ms,
+         regexp_replace(query, '\\s+', ' ', 'g') AS query
+       FROM pg_stat_statements
        WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
          AND query NOT LIKE '%pg_stat_statements%' ORDER BY calls DESC`
-    )).rows as Array<{ calls: number; query: string }>)
+    )).rows as Array<{ calls: number; ms: number; plan_ms: number; query: string }>)
 
 /** Prompts/s: each client prompts an agent of its own set and waits for the outcome, again and again. */
 const throughput = (databaseUrl: string, upstream: FakeUpstream.FakeUpstream, size: number) =>
@@ -194,8 +199,12 @@ const load = (
         machineBusy: Number((busy / seconds).toFixed(2))
       },
       statementsPerTurn: perTurn(ran.reduce((sum, row) => sum + row.calls, 0)),
+      executionMsPerTurn: perTurn(ran.reduce((sum, row) => sum + row.ms, 0)),
+      planningMsPerTurn: perTurn(ran.reduce((sum, row) => sum + row.plan_ms, 0)),
       frequentStatements: ran.slice(0, listed).map((row) => ({
         perTurn: perTurn(row.calls),
+        executionMsPerTurn: perTurn(row.ms),
+        planningMsPerTurn: perTurn(row.plan_ms),
         query: row.query.slice(0, 160)
       })),
       failed: failed.length,
@@ -341,7 +350,9 @@ const program = Effect.gen(function*() {
       "-c",
       "max_connections=300",
       "-c",
-      "shared_preload_libraries=pg_stat_statements"
+      "shared_preload_libraries=pg_stat_statements",
+      "-c",
+      "pg_stat_statements.track_planning=on"
     ]
   })
   const database = (name: string) => Effect.map(postgres.createDatabase(name), Redacted.value)
