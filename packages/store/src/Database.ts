@@ -6,9 +6,11 @@
  */
 import { SqlClient } from "@effect/sql"
 import { PgClient } from "@effect/sql-pg"
-import type { Redacted } from "effect"
-import { Config, Duration, Effect, Layer, Option, String } from "effect"
+import { SqlError } from "@effect/sql/SqlError"
+import { Config, Duration, Effect, Layer, Option, Redacted, String } from "effect"
+import Pg from "pg"
 import * as EmbeddedPostgres from "./EmbeddedPostgres.ts"
+import { PreparingClient } from "./internal/preparingClient.ts"
 import * as Migrations from "./Migrations.ts"
 
 export interface Options {
@@ -20,6 +22,11 @@ export interface Options {
   readonly applicationName?: string
   /** The packages' schemas, applied in this order under the startup lock before the layer is ready. */
   readonly migrations?: ReadonlyArray<Migrations.Migrations>
+  /**
+   * Whether statements are prepared on each connection (parsed once, their plans kept); on unless a pooler
+   * in front of the server cannot keep them (PgBouncer in transaction mode before 1.21).
+   */
+  readonly preparedStatements?: boolean
 }
 
 /** Any number, the same in every process: it names the lock nodes take while they change the schema. */
@@ -51,13 +58,40 @@ export const withStartupLock = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
  */
 export const connectTimeout = Duration.seconds(2)
 
+/** The connections: `pg`'s pool, its clients preparing their statements unless told not to. */
+const pool = (url: Redacted.Redacted<string>, options: Omit<Options, "url" | "dataDir">) =>
+  Effect.acquireRelease(
+    Effect.gen(function*() {
+      const pool = new Pg.Pool({
+        connectionString: Redacted.value(url),
+        max: options.maxConnections ?? 20,
+        connectionTimeoutMillis: Duration.toMillis(connectTimeout),
+        application_name: options.applicationName ?? "agent-runtime",
+        ...(options.preparedStatements === false ? {} : { Client: PreparingClient })
+      })
+      // A session's failure reaches the statement on it; the pool's own report of it would crash the process.
+      pool.on("error", () => {})
+      yield* Effect.tryPromise({
+        try: () => pool.query("SELECT 1"),
+        catch: (cause) => new SqlError({ cause, message: "PgClient: Failed to connect" })
+      }).pipe(
+        Effect.timeoutFail({
+          duration: connectTimeout,
+          onTimeout: () =>
+            new SqlError({ cause: new Error("Connection timed out"), message: "PgClient: Connection timed out" })
+        }),
+        Effect.tapError(() => Effect.promise(() => pool.end()))
+      )
+      return pool
+    }),
+    (pool) => Effect.promise(() => pool.end()).pipe(Effect.interruptible, Effect.timeoutOption(1000))
+  )
+
 /** A client on `url`, with `options.migrations` applied. */
 export const layerClient = (url: Redacted.Redacted<string>, options: Omit<Options, "url" | "dataDir"> = {}) =>
   Layer.effectDiscard(withStartupLock(Migrations.run(...options.migrations ?? []))).pipe(
-    Layer.provideMerge(PgClient.layer({
-      url,
-      maxConnections: options.maxConnections ?? 20,
-      connectTimeout,
+    Layer.provideMerge(PgClient.layerFromPool({
+      acquire: pool(url, options),
       applicationName: options.applicationName ?? "agent-runtime",
       transformQueryNames: String.camelToSnake,
       transformResultNames: String.snakeToCamel,
@@ -87,6 +121,7 @@ export const layerConfig = (options: Omit<Options, "url" | "dataDir"> = {}) =>
     Effect.gen(function*() {
       const url = yield* Config.option(Config.redacted("DATABASE_URL"))
       const dataDir = yield* Config.string("DATA_DIR").pipe(Config.withDefault("./.data"))
-      return layer({ ...options, url, dataDir })
+      const preparedStatements = yield* Config.boolean("DATABASE_PREPARED_STATEMENTS").pipe(Config.withDefault(true))
+      return layer({ ...options, url, dataDir, preparedStatements })
     })
   )

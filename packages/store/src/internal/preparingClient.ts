@@ -1,0 +1,37 @@
+/**
+ * A `pg` client that prepares its statements: each statement with
+ * parameters is named by its text, so PostgreSQL parses it once per
+ * connection and may keep a generic plan for it. Measured under a turn's
+ * load, planning cost PostgreSQL more than running the statements did
+ * (docs/benchmarks.md).
+ */
+import * as Crypto from "node:crypto"
+import Pg from "pg"
+
+/**
+ * Statements kept prepared on one connection, at most: a text seen only past
+ * it is planned each time again, so a statement whose text varies (a list of
+ * n values) cannot fill a connection's memory.
+ */
+const maxPerConnection = 500
+
+/** What PostgreSQL can prepare: no DDL, no LISTEN or transaction control. */
+const preparable = /^\s*(?:SELECT|INSERT|UPDATE|DELETE|WITH)\b/i
+
+const nameOf = (text: string) => `s_${Crypto.createHash("sha1").update(text).digest("base64url")}`
+
+export class PreparingClient extends Pg.Client {
+  readonly #prepared = new Set<string>()
+
+  // pg's own overloads (text or config, values, callback): only (text, values, callback) is changed.
+  override query(config: any, values?: any, callback?: any): any {
+    if (typeof config === "string" && Array.isArray(values) && values.length > 0 && preparable.test(config)) {
+      const name = nameOf(config)
+      if (this.#prepared.has(name) || this.#prepared.size < maxPerConnection) {
+        this.#prepared.add(name)
+        return super.query({ name, text: config, values }, callback)
+      }
+    }
+    return super.query(config, values, callback)
+  }
+}
