@@ -205,14 +205,37 @@ export const toModelMessage = (message: StoredMessage): ModelClient.Message => {
   }
 }
 
-/** The messages the model sees: from the last compaction summary on, which stands in for all before it. */
-export const modelContext = (history: ReadonlyArray<StoredMessage>) => {
-  const start = history.findLastIndex((message) => message.role === "compactionSummary")
-  return (start === -1 ? history : history.slice(start)).map(toModelMessage)
+/**
+ * Each history entry as the model sees it and its size, worked out once: an entry is never changed once
+ * appended, and every step of every turn sends the whole history again.
+ */
+const seen = new WeakMap<StoredMessage, { readonly message: ModelClient.Message; readonly tokens: number }>()
+const seenOf = (message: StoredMessage) => {
+  let found = seen.get(message)
+  if (found === undefined) {
+    const modelMessage = toModelMessage(message)
+    found = { message: modelMessage, tokens: estimateTokens(modelMessage) }
+    seen.set(message, found)
+  }
+  return found
 }
+
+/** The history the model sees: from the last compaction summary on, which stands in for all before it. */
+const sinceCompaction = (history: ReadonlyArray<StoredMessage>) => {
+  const start = history.findLastIndex((message) => message.role === "compactionSummary")
+  return start === -1 ? history : history.slice(start)
+}
+
+/** The messages the model sees. */
+export const modelContext = (history: ReadonlyArray<StoredMessage>) =>
+  sinceCompaction(history).map((message) => seenOf(message).message)
 
 /** A rough token count (4 characters a token), enough to decide when to compact. */
 export const estimateTokens = (value: unknown) => Math.ceil(JSON.stringify(value).length / 4)
+
+/** The estimate of what the model sees of the history, each entry's counted once. */
+const contextTokens = (history: ReadonlyArray<StoredMessage>) =>
+  sinceCompaction(history).reduce((sum, message) => sum + seenOf(message).tokens, 0)
 
 const compactionPrompt =
   "Summarize the conversation above for your own later use: the user's goals, decisions made, facts learned, " +
@@ -491,10 +514,10 @@ export const run = (input: TurnInput, hooks: TurnHooks) =>
         const resolved = yield* Effect.either(target)
         if (resolved._tag === "Left") return
         const limits = resolved.right.model
-        const context = modelContext(hooks.history())
-        const tokens = estimateTokens(context) + estimateTokens(systemPrompt) + estimateTokens(incoming) +
+        const tokens = contextTokens(hooks.history()) + estimateTokens(systemPrompt) + estimateTokens(incoming) +
           estimateTokens(modelTools)
-        if (context.length === 0 || tokens <= limits.contextWindow - limits.maxTokens) return
+        if (hooks.historySize() === 0 || tokens <= limits.contextWindow - limits.maxTokens) return
+        const context = modelContext(hooks.history())
         yield* event("compaction_start", { tokens })
         yield* hooks.durable
         const summary = yield* models.complete({

@@ -7,7 +7,7 @@
  * finished response has its usage and cost recorded.
  */
 import { Egress, EgressError } from "@agent-runtime/egress"
-import { Duration, Effect, Option, Redacted } from "effect"
+import { Duration, Effect, Exit, Option, Redacted } from "effect"
 import { Credentials, type Target } from "./Credentials.ts"
 import * as Pi from "./internal/pi.ts"
 import {
@@ -159,7 +159,8 @@ export class ModelClient extends Effect.Service<ModelClient>()("@agent-runtime/m
     ): Effect.Effect<Pi.AssistantMessage, ModelError> =>
       Effect.scoped(Effect.gen(function*() {
         const controller = new AbortController()
-        yield* Effect.addFinalizer(() => Effect.sync(() => controller.abort()))
+        // A finished response has nothing left to cut (and an abort builds an error with its stack each time).
+        yield* Effect.addFinalizer((exit) => Exit.isSuccess(exit) ? Effect.void : Effect.sync(() => controller.abort()))
         let last: LastResponse | undefined
         let refused: EgressError.EgressError | undefined
         const fetch: typeof globalThis.fetch = (input, init) =>

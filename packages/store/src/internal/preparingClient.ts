@@ -18,7 +18,19 @@ const maxPerConnection = 500
 /** What PostgreSQL can prepare: no DDL, no LISTEN or transaction control. */
 const preparable = /^\s*(?:SELECT|INSERT|UPDATE|DELETE|WITH)\b/i
 
-const nameOf = (text: string) => `s_${Crypto.createHash("sha1").update(text).digest("base64url")}`
+/** Names by text, for all sessions: most statements run again and again, and a lookup costs less than a hash. */
+const names = new Map<string, string>()
+const maxNames = 2_000
+
+const nameOf = (text: string) => {
+  let name = names.get(text)
+  if (name === undefined) {
+    if (names.size >= maxNames) names.clear()
+    name = `s_${Crypto.createHash("sha1").update(text).digest("base64url")}`
+    names.set(text, name)
+  }
+  return name
+}
 
 export class PreparingClient extends Pg.Client {
   readonly #prepared = new Set<string>()
