@@ -248,6 +248,14 @@ export const Agent = Entity.make("Agent", [
   Rpc.make("Heartbeat", { payload: { connection: Schema.String }, error: ConnectionUnknown }),
   /** Whether a connection serves the agent's tools, waiting up to `waitMillis` for one. */
   Rpc.make("AwaitConnected", { payload: { waitMillis: Schema.Number }, success: Schema.Boolean }),
+  /**
+   * Answers once the request settles here, or at once when it is not open here (settled, or never seen: the
+   * caller reads the journal); false when the wait ended first or the agent moved.
+   */
+  Rpc.make("AwaitResponse", {
+    payload: { requestId: Schema.String, waitMillis: Schema.Number },
+    success: Schema.Boolean
+  }),
   Rpc.make("Poll", {
     payload: { cursor: Schema.Number, waitMillis: Schema.Number },
     success: Schema.Struct({ cursor: Schema.Number, events: Schema.Array(LoggedEvent) }),

@@ -363,28 +363,19 @@ export const make = Effect.gen(function*() {
           if (Option.isSome(answered)) return answered.value
           continue
         }
-        // Watch from the current cursor before reading, so the response frame cannot slip in between.
-        const owner = yield* Effect.option(status(agentId))
+        // Owned elsewhere: read first (the read checks the agent is the caller's, before any message to its
+        // owner), then the owner answers once the request settles there, and it is read again.
         const current = yield* read
         const left = deadline - Date.now()
         if (settled(current) || left <= 0) return current
-        // The owner does not answer now (stopping, or its shard between runners): read again shortly.
-        if (Option.isNone(owner)) {
-          yield* Effect.sleep("500 millis")
-          continue
-        }
-        yield* Effect.scoped(
-          Effect.flatMap(watch(agentId, Option.some(owner.value.cursor), true), ({ entries }) =>
-            entries.pipe(
-              Stream.filter((entry) => isResponse(entry.data)),
-              Stream.take(1),
-              Stream.runDrain
-            ))
-        ).pipe(
-          Effect.timeout(Duration.millis(left)),
-          // The stream also ends when the agent moves (a drain): read again and watch its next owner.
-          Effect.catchAllCause(() => Effect.sleep("1 second"))
-        )
+        const answered = yield* sentUntilAnswered(makeClient(agentId).AwaitResponse({ requestId, waitMillis: left }))
+          .pipe(
+            Effect.timeout(Duration.millis(left)),
+            Effect.option
+          )
+        // No owner answers now (stopping, or its shard between runners), or the agent moved: read again shortly.
+        if (Option.isNone(answered)) yield* Effect.sleep("500 millis")
+        else if (!answered.value) yield* Effect.sleep("100 millis")
       }
     })
     // An owner that does not answer (paused, or its shard between runners) ends the wait on time; a node

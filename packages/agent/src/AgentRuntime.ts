@@ -13,6 +13,7 @@ import { DatabaseHealth } from "@agent-runtime/store"
 import { Entity, ShardingConfig } from "@effect/cluster"
 import {
   Cause,
+  Deferred,
   Duration,
   Effect,
   ExecutionStrategy,
@@ -781,6 +782,35 @@ export const layer = Layer.unwrapEffect(Effect.map(Agent.client, (makeClient) =>
         Mcp: ({ payload }) => current(application.receive(payload.connection, payload.message)),
         Heartbeat: ({ payload }) => application.heartbeat(payload.connection),
         AwaitConnected: ({ payload }) => application.awaitConnected(Duration.millis(payload.waitMillis)),
+        AwaitResponse: ({ payload }) =>
+          current(Effect.gen(function*() {
+            const open = (id: string) =>
+              active === id || [pending, steering, taken].some((rows) => rows.some((row) => row.id === id))
+            // Listening before looking, so a response told in between is heard.
+            const heard = yield* Deferred.make<boolean>()
+            const { stop } = yield* Effect.orDie(term.log.listen(Option.none(), {
+              entry: (entry) => {
+                const frame = entry.data as { type?: string; id?: string } | null
+                if (frame?.type === "response" && frame.id === payload.requestId) {
+                  Deferred.unsafeDone(heard, Exit.succeed(true))
+                }
+              },
+              close: () => Deferred.unsafeDone(heard, Exit.succeed(false))
+            }))
+            if (!open(payload.requestId)) {
+              stop()
+              return true
+            }
+            return yield* Deferred.await(heard).pipe(
+              Effect.timeoutTo({
+                duration: Duration.millis(payload.waitMillis),
+                onSuccess: (responded: boolean) => responded,
+                onTimeout: () => false
+              }),
+              Effect.raceFirst(Effect.as(drain.closed, false)),
+              Effect.ensuring(Effect.sync(stop))
+            )
+          })),
         Poll: ({ payload }) =>
           current(Effect.raceFirst(
             Effect.suspend(() => term.log.poll(payload.cursor, `${payload.waitMillis} millis`)),

@@ -41,7 +41,7 @@ import {
 import * as AgentTokens from "./AgentTokens.ts"
 import * as ApplicationConnection from "./ApplicationConnection.ts"
 import { Definitions } from "./Definitions.ts"
-import * as EventLog from "./EventLog.ts"
+import type * as EventLog from "./EventLog.ts"
 import * as HistoryPage from "./HistoryPage.ts"
 import * as Inputs from "./Inputs.ts"
 import { Tools } from "./Tools.ts"
@@ -288,7 +288,6 @@ export const make = Effect.gen(function*() {
   const usage = yield* UsageLog.UsageLog
   const makeClient = yield* Agent.client
   const volumes = yield* Volumes.Volumes
-  const localLogs = yield* EventLog.LocalLogs
 
   const live = (tenantId: string, id: string) => findLive(store, tenantId, id)
 
@@ -980,11 +979,6 @@ export const make = Effect.gen(function*() {
       const settled = (row: RequestRow) => row.state === "completed"
       const limit = Duration.min(wait, AgentEvents.longPollLimit)
       if (Duration.toMillis(limit) === 0) return toRecord(yield* read)
-      // An owner elsewhere is asked for its events only about an agent known to be the tenant's.
-      if (Option.isNone(localLogs.get(agentId))) {
-        const current = yield* read
-        if (settled(current)) return toRecord(current)
-      }
       return toRecord(yield* events.awaitSettled(agentId, requestId, read, settled, limit))
     })
 
