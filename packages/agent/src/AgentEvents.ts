@@ -106,6 +106,8 @@ export class AgentEvents extends Context.Tag("@agent-runtime/agent/AgentEvents")
   /**
    * Waits until `requestId` settles (its response event), the deadline
    * passes, or the node closes its streams; `read` tells whether it has.
+   * An agent owned elsewhere is read before its owner is asked anything, so
+   * `read` can check that the caller may see it.
    */
   readonly awaitSettled: <A, E>(
     agentId: string,

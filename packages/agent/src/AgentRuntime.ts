@@ -784,8 +784,10 @@ export const layer = Layer.unwrapEffect(Effect.map(Agent.client, (makeClient) =>
         AwaitConnected: ({ payload }) => application.awaitConnected(Duration.millis(payload.waitMillis)),
         AwaitResponse: ({ payload }) =>
           current(Effect.gen(function*() {
+            // Settled ones are remembered before their response is told, while still the active request.
             const open = (id: string) =>
-              active === id || [pending, steering, taken].some((rows) => rows.some((row) => row.id === id))
+              !settled.has(id) &&
+              (active === id || [pending, steering, taken].some((rows) => rows.some((row) => row.id === id)))
             // Listening before looking, so a response told in between is heard.
             const heard = yield* Deferred.make<boolean>()
             const { stop } = yield* Effect.orDie(term.log.listen(Option.none(), {
