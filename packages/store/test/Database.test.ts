@@ -39,15 +39,19 @@ it.scopedLive("a statement with parameters is prepared once per session; others 
     ])
   }).pipe(Effect.provide(oneSession(true))))
 
-it.scopedLive("a session keeps at most 500 statements prepared; the rest are planned each time and still answer", () =>
-  Effect.gen(function*() {
-    const sql = yield* SqlClient.SqlClient
-    for (let i = 0; i < 520; i++) {
-      expect(yield* sql.unsafe<{ n: number }>(`SELECT $1::int + ${i} AS n`, [1])).toEqual([{ n: i + 1 }])
-    }
-    expect(yield* sql.unsafe<{ n: number }>(`SELECT $1::int + 519 AS n`, [2])).toEqual([{ n: 521 }])
-    expect((yield* prepared).length).toBe(500)
-  }).pipe(Effect.provide(oneSession(true))), { timeout: 60_000 })
+it.scopedLive(
+  "a session keeps at most 500 statements prepared; the rest are planned each time and still answer",
+  () =>
+    Effect.gen(function*() {
+      const sql = yield* SqlClient.SqlClient
+      for (let i = 0; i < 520; i++) {
+        expect(yield* sql.unsafe<{ n: number }>(`SELECT $1::int + ${i} AS n`, [1])).toEqual([{ n: i + 1 }])
+      }
+      expect(yield* sql.unsafe<{ n: number }>(`SELECT $1::int + 519 AS n`, [2])).toEqual([{ n: 521 }])
+      expect((yield* prepared).length).toBe(500)
+    }).pipe(Effect.provide(oneSession(true))),
+  { timeout: 60_000 }
+)
 
 it.scopedLive("with preparedStatements off (a pooler in front), nothing is prepared", () =>
   Effect.gen(function*() {
