@@ -705,7 +705,6 @@ export const make = Effect.gen(function*() {
   })
 })
 
-/** A live agent of the tenant: NotFound when it has none by that id, Gone once it expired. */
 /** An agent found by its tenant, unless it expired (410); not found, 404. */
 const live = <A extends { readonly expiresAt: number | null }>(
   id: string,
@@ -718,6 +717,7 @@ const live = <A extends { readonly expiresAt: number | null }>(
   return Effect.succeed(found.value)
 }
 
+/** A live agent of the tenant: NotFound when it has none by that id, Gone once it expired. */
 export const findLive = (store: AgentStore["Type"], tenantId: string, id: string) =>
   Effect.flatMap(store.find(tenantId, id), (agent) => live(id, agent))
 

@@ -823,7 +823,7 @@ export const run = (input: TurnInput, hooks: TurnHooks) =>
         messages: modelContext(hooks.history()),
         ...(modelTools.length === 0 ? {} : { tools: modelTools })
       }
-      const onEvent = (modelEvent: ModelClient.ModelEvent): Effect.Effect<void> => {
+      const onEvent = (modelEvent: ModelClient.ResponseEvent): Effect.Effect<void> => {
         switch (modelEvent.type) {
           case "start":
             started = true
@@ -842,8 +842,6 @@ export const run = (input: TurnInput, hooks: TurnHooks) =>
             const { type: _type, ...fields } = modelEvent
             return event("auto_retry_end", fields)
           }
-          case "done":
-            return Effect.void
           default: {
             const { partial: latest, ...delta } = modelEvent
             partial = latest

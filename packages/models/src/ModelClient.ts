@@ -40,6 +40,9 @@ export type ModelEvent =
   }
   | { readonly type: "auto_retry_end"; readonly success: boolean; readonly attempt: number }
 
+/** What `respond` tells as a response comes: every event but the final message, which is its result. */
+export type ResponseEvent = Exclude<ModelEvent, { readonly type: "done" }>
+
 export interface Call {
   readonly tenantId: string
   readonly keyScope: Option.Option<string>
@@ -155,7 +158,7 @@ export class ModelClient extends Effect.Service<ModelClient>()("@agent-runtime/m
       target: Target,
       call: Call,
       attemptNumber: number,
-      onEvent: (event: ModelEvent) => Effect.Effect<void>
+      onEvent: (event: ResponseEvent) => Effect.Effect<void>
     ): Effect.Effect<Pi.AssistantMessage, ModelError> =>
       Effect.scoped(Effect.gen(function*() {
         const controller = new AbortController()
@@ -245,7 +248,7 @@ export class ModelClient extends Effect.Service<ModelClient>()("@agent-runtime/m
       call: Call,
       policy: RetryPolicy,
       attemptNumber: number,
-      onEvent: (event: ModelEvent) => Effect.Effect<void>
+      onEvent: (event: ResponseEvent) => Effect.Effect<void>
     ): Effect.Effect<Pi.AssistantMessage, ModelError> =>
       attempt(target, call, attemptNumber, onEvent).pipe(
         Effect.catchAll((error) => {
@@ -283,7 +286,7 @@ export class ModelClient extends Effect.Service<ModelClient>()("@agent-runtime/m
      */
     const respond = (
       call: Call,
-      onEvent: (event: ModelEvent) => Effect.Effect<void>,
+      onEvent: (event: ResponseEvent) => Effect.Effect<void>,
       policy: RetryPolicy = defaultRetryPolicy
     ): Effect.Effect<Pi.AssistantMessage, ModelError> =>
       call.target === undefined

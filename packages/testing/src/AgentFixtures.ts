@@ -184,7 +184,7 @@ export const make = (options: Options = {}) =>
 
     const respond = (
       call: ModelClient.Call,
-      onEvent: (event: ModelClient.ModelEvent) => Effect.Effect<void>
+      onEvent: (event: ModelClient.ResponseEvent) => Effect.Effect<void>
     ): Effect.Effect<ModelClient.AssistantMessage, ModelError.ModelError> =>
       Effect.gen(function*() {
         const reply = yield* next(call)
