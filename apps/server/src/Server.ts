@@ -43,7 +43,6 @@ import { RunnerAddress, ShardingConfig, SqlMessageStorage, SqlRunnerStorage } fr
 import { HttpApiBuilder, HttpApiScalar, HttpMiddleware, HttpServer } from "@effect/platform"
 import { NodeClusterHttp, NodeHttpServer } from "@effect/platform-node"
 import { Context, Deferred, Duration, Effect, Layer, Option } from "effect"
-import { createServer } from "node:http"
 import * as Gateway from "./Gateway.ts"
 import * as Admin from "./http/Admin.ts"
 import * as AgentsHttp from "./http/Agents.ts"
@@ -53,6 +52,7 @@ import * as Cors from "./http/Cors.ts"
 import * as DefinitionsHttp from "./http/Definitions.ts"
 import * as Errors from "./http/Errors.ts"
 import * as Health from "./http/Health.ts"
+import * as HotRoutes from "./http/HotRoutes.ts"
 import * as InputsHttp from "./http/Inputs.ts"
 import * as Me from "./http/Me.ts"
 import * as Models from "./http/Models.ts"
@@ -82,15 +82,17 @@ const baseUrl = Effect.map(HttpServer.HttpServer, (server) =>
     ? `http://${server.address.hostname}:${server.address.port}`
     : `unix:${server.address.path}`)
 
-const listen = (port: (config: ServerConfig.ServerConfig) => number) =>
-  Layer.unwrapEffect(
-    Effect.map(ServerConfig.ServerConfig, (config) =>
-      NodeHttpServer.layer(() =>
-        Errors.answerClientErrors(createServer(), Errors.restClientError), {
-        port: port(config),
+/** The REST listener: the hot routes first (see HotRoutes), then the API. */
+const listenRest = Layer.unwrapEffect(
+  Effect.map(
+    Effect.all([ServerConfig.ServerConfig, HotRoutes.HotRoutes]),
+    ([config, hot]) =>
+      NodeHttpServer.layer(() => Errors.answerClientErrors(HotRoutes.server(hot), Errors.restClientError), {
+        port: config.port,
         host: config.host
-      }))
+      })
   )
+).pipe(Layer.provide(HotRoutes.layer))
 
 const layerApi = HttpApiBuilder.api(Api.Api).pipe(
   Layer.provide([
@@ -138,7 +140,7 @@ export const layerRestApp = HttpApiBuilder.serve((app) => HttpMiddleware.logger(
 
 const layerRest = Layer.effect(RestAddress, baseUrl).pipe(
   Layer.provideMerge(layerRestApp),
-  Layer.provide(listen((config) => config.port))
+  Layer.provide(listenRest)
 )
 
 const layerGateway = Layer.scoped(GatewayAddress, Gateway.serve).pipe(Layer.provide(Gateway.layer))

@@ -341,6 +341,12 @@ const waitSeconds = Schema.NumberFromString.pipe(Schema.between(0, 25)).annotati
   jsonSchema: { type: "number", minimum: 0, maximum: 25 }
 })
 
+/** The query of `GET /v1/agents/{id}/requests/{requestId}`. */
+export const RequestParams = Schema.Struct({ wait: Schema.optional(waitSeconds) })
+
+/** The status of an accepted prompt. */
+export const promptAccepted = 202
+
 /** A page of history: about `limit` messages (whole turns) before `before`. */
 const HistoryParams = Schema.Struct({
   before: Schema.optional(
@@ -407,7 +413,7 @@ export class AgentsGroup extends HttpApiGroup.make("agents")
   .add(
     HttpApiEndpoint.post("prompt")`/v1/agents/${agentParam}/prompt`
       .setPayload(PromptInput)
-      .addSuccess(RequestRecord, { status: 202 })
+      .addSuccess(RequestRecord, { status: promptAccepted })
       .addError(ApiError.SpendLimit.Wire)
       .addError(ApiError.ApplicationNotConnected.Wire)
       .addError(ApiError.NotFound.Wire)
@@ -501,7 +507,7 @@ export class AgentsGroup extends HttpApiGroup.make("agents")
   )
   .add(
     HttpApiEndpoint.get("request")`/v1/agents/${agentParam}/requests/${requestParam}`
-      .setUrlParams(Schema.Struct({ wait: Schema.optional(waitSeconds) }))
+      .setUrlParams(RequestParams)
       .addSuccess(RequestRecord)
       .addError(ApiError.NotFound.Wire)
       .addError(ApiError.Gone.Wire)

@@ -31,6 +31,15 @@ export const browserRoute = (
   }
 }
 
+/** The principal of an API key: its tenant, or 401 for a key that is not live. */
+export const apiKey = (tokens: Tokens.Tokens, secret: string) =>
+  Effect.flatMap(tokens.authenticate(secret), (key) =>
+    Option.isNone(key)
+      ? Effect.fail(invalid)
+      : Effect.succeed(
+        { tenantId: key.value.tenantId, via: "token", tokenId: Option.some(key.value.tokenId) } satisfies Auth.Principal
+      ))
+
 const browserOnly = new ApiError.Forbidden({
   error: "a browser token reads only GET /v1/agents/{id}/events, state, history and inputs of its own agent"
 })
@@ -86,9 +95,7 @@ export const layer = Layer.effect(
           if (secret === "") return yield* missing
           if (BrowserTokens.isToken(secret)) return yield* asBrowser(secret)
           if (operator.verify(secret)) return yield* asOperator
-          const key = yield* tokens.authenticate(secret)
-          if (Option.isNone(key)) return yield* invalid
-          return { tenantId: key.value.tenantId, via: "token", tokenId: Option.some(key.value.tokenId) }
+          return yield* apiKey(tokens, secret)
         })
     })
   })

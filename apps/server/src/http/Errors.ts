@@ -10,12 +10,13 @@ import { DatabaseHealth } from "@agent-runtime/store"
 import {
   HttpApiBuilder,
   HttpApiError,
+  HttpApiSchema,
   type HttpApp,
   HttpServerError,
   HttpServerRequest,
   HttpServerResponse
 } from "@effect/platform"
-import { Cause, Effect, Option, Schema } from "effect"
+import { Cause, Effect, Option, type ParseResult, Schema } from "effect"
 import * as Http from "node:http"
 import type { Duplex } from "node:stream"
 import { ServerConfig } from "../ServerConfig.ts"
@@ -53,13 +54,26 @@ const toApiError = (
   return Option.none()
 }
 
+/** An API error's `Wire` schema: its `{error, code}` body and its status. */
+const wireOf = (error: ApiError.ApiError) =>
+  (error.constructor as unknown as { readonly Wire: Schema.Schema<ApiError.ApiError, unknown> }).Wire
+
+/** The answer for an API error: its status, its `{error, code}` body, and Retry-After for 429 and 503. */
+export const answerOf = (error: ApiError.ApiError) => {
+  const wire = wireOf(error)
+  return {
+    status: HttpApiSchema.getStatusError(wire),
+    body: Schema.encodeSync(wire)(error),
+    headers: error instanceof ApiError.RateLimited || error instanceof ApiError.Unavailable
+      ? { "retry-after": String(Math.max(1, Math.ceil(error.retryAfter ?? 1))) }
+      : undefined
+  }
+}
+
 /** 429 and 503 tell the client when to come back. */
 const withRetryAfter = (error: ApiError.RateLimited | ApiError.Unavailable) => {
-  const wire = error instanceof ApiError.RateLimited ? ApiError.RateLimited.Wire : ApiError.Unavailable.Wire
-  return HttpServerResponse.json(Schema.encodeSync(wire as Schema.Schema<typeof error, unknown>)(error), {
-    status: error instanceof ApiError.RateLimited ? 429 : 503,
-    headers: { "retry-after": String(Math.max(1, Math.ceil(error.retryAfter ?? 1))) }
-  }).pipe(Effect.orDie)
+  const { body, headers, status } = answerOf(error)
+  return HttpServerResponse.json(body, { status, headers }).pipe(Effect.orDie)
 }
 
 /**
@@ -70,14 +84,47 @@ const withRetryAfter = (error: ApiError.RateLimited | ApiError.Unavailable) => {
  * again with the same requestId runs once.
  */
 const unavailable = (method: string | undefined, why: string, retryAfter: number) =>
-  withRetryAfter(
-    new ApiError.Unavailable({
-      error: method === "GET" || method === "HEAD"
-        ? `${why}; try again shortly`
-        : `${why}; whether this request took effect is unknown (a prompt sent again with the same requestId ` +
-          "runs once)",
-      retryAfter
-    })
+  new ApiError.Unavailable({
+    error: method === "GET" || method === "HEAD"
+      ? `${why}; try again shortly`
+      : `${why}; whether this request took effect is unknown (a prompt sent again with the same requestId ` +
+        "runs once)",
+    retryAfter
+  })
+
+/**
+ * The API error a request answers with when it failed with `cause`: a handler's own API error as it is, a
+ * request cut short or a database out of reach as 503, a schema or body failure as 400 (see `toApiError`),
+ * anything else (a defect, logged here) as 500.
+ */
+export const failureOf = (
+  health: DatabaseHealth.DatabaseHealth["Type"],
+  method: string | undefined,
+  cause: Cause.Cause<unknown>
+): Effect.Effect<ApiError.ApiError> => {
+  // Cut short on this side: the spec's 503, not the platform's bare one (a client that left hears none).
+  if (Cause.isInterruptedOnly(cause)) {
+    return Effect.succeed(unavailable(method, "the request was cut short on this node", 1))
+  }
+  const failure = Cause.squash(cause)
+  if (ApiError.isApiError(failure)) return Effect.succeed(failure)
+  // The node cannot reach the database now (the outage itself is logged once, by DatabaseHealth).
+  if (DatabaseHealth.isUnreachable(cause)) {
+    health.observe(cause)
+    return Effect.succeed(unavailable(method, "the database cannot be reached from this node", 2))
+  }
+  return Option.match(toApiError(failure), {
+    onSome: Effect.succeed<ApiError.ApiError>,
+    onNone: () =>
+      Effect.as(Effect.logError("request failed", cause), new ApiError.Internal({ error: "internal error" }))
+  })
+}
+
+/** A payload, path or query the endpoint's schema refused, as the API refuses it (each field and why). */
+export const invalidInput = (error: ParseResult.ParseError) =>
+  Effect.flatMap(
+    HttpApiError.HttpApiDecodeError.fromParseError(error),
+    (decodeError) => Effect.fail(new ApiError.InvalidRequest({ error: `invalid request: ${describe(decodeError)}` }))
   )
 
 const methodOf = Effect.map(
@@ -169,40 +216,18 @@ export const layer = HttpApiBuilder.middleware(
           HttpServerRequest.withMaxBodySize(Option.some(limit))
         )
       }).pipe(
-        Effect.catchAllCause((cause): Effect.Effect<
-          HttpServerResponse.HttpServerResponse,
-          ApiError.InvalidRequest | ApiError.NotFound | ApiError.TooLarge | ApiError.Internal
-        > => {
-          const failure = Cause.squash(cause)
-          if (failure instanceof ApiError.RateLimited || failure instanceof ApiError.Unavailable) {
-            return withRetryAfter(failure)
-          }
-          // Cut short on this side: the spec's 503, not the platform's bare one (a client that left hears none).
-          if (Cause.isInterruptedOnly(cause)) {
-            return Effect.flatMap(
-              methodOf,
-              (method) => unavailable(method, "the request was cut short on this node", 1)
+        Effect.catchAllCause((cause) =>
+          Effect.flatMap(methodOf, (method) => failureOf(health, method, cause)).pipe(
+            Effect.flatMap((error) =>
+              error instanceof ApiError.RateLimited || error instanceof ApiError.Unavailable
+                ? withRetryAfter(error)
+                // A handler's own API errors go on as they are: the API encodes each with its Wire schema.
+                : Effect.fail(
+                  error as ApiError.InvalidRequest | ApiError.NotFound | ApiError.TooLarge | ApiError.Internal
+                )
             )
-          }
-          // Handlers' own API errors go on as they are.
-          if (ApiError.isApiError(failure)) return Effect.failCause(cause as Cause.Cause<never>)
-          // The node cannot reach the database now (the outage itself is logged once, by DatabaseHealth).
-          if (DatabaseHealth.isUnreachable(cause)) {
-            health.observe(cause)
-            return Effect.flatMap(
-              methodOf,
-              (method) => unavailable(method, "the database cannot be reached from this node", 2)
-            )
-          }
-          return Option.match(toApiError(failure), {
-            onSome: (error) => Effect.fail(error),
-            onNone: () =>
-              Effect.zipRight(
-                Effect.logError("request failed", cause),
-                Effect.fail(new ApiError.Internal({ error: "internal error" }))
-              )
-          })
-        })
+          )
+        )
       )
   )
 )

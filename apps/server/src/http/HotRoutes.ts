@@ -1,0 +1,177 @@
+/**
+ * The two requests of every turn, `POST /v1/agents/{id}/prompt` and
+ * `GET /v1/agents/{id}/requests/{requestId}`, served straight from
+ * node:http: the HttpApi pipeline (request wrapper, tracer and logger
+ * middlewares, router, security middleware, response conversion) costs a
+ * node about 0.4 ms of CPU per request before any handler, as much as a
+ * whole turn's statements (docs/benchmarks.md). The same services, schemas
+ * (the endpoints' own), errors and log line serve them here.
+ *
+ * Only the common case is taken: an API key, no Origin header (browsers get
+ * the API's CORS handling), a path of plain characters, for a prompt a JSON
+ * body with its length declared and within MAX_BODY_BYTES, for a request no
+ * query but `wait`. Anything else goes on to the API, untouched.
+ */
+import { Tokens } from "@agent-runtime/accounts"
+import { Agents } from "@agent-runtime/agent"
+import { Api, ApiError, Run, Token, Validation } from "@agent-runtime/domain"
+import { DatabaseHealth } from "@agent-runtime/store"
+import { Context, Duration, Effect, Layer, Runtime, Schema } from "effect"
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http"
+import { ServerConfig } from "../ServerConfig.ts"
+import { apiKey } from "./Authentication.ts"
+import * as Errors from "./Errors.ts"
+
+const promptPath = /^\/v1\/agents\/([\w.~-]+)\/prompt$/
+const requestPath = /^\/v1\/agents\/([\w.~-]+)\/requests\/([\w.~-]+)(?:\?wait=([\w.~-]*))?$/
+
+// The endpoints' own schemas and statuses.
+const decodePrompt = Schema.decodeUnknown(Run.PromptInput)
+const decodeRequestParams = Schema.decodeUnknown(Api.RequestParams)
+const encodeRecord = Schema.encode(Run.RequestRecord)
+
+const notJson = new ApiError.InvalidRequest({ error: "request body is not valid JSON" })
+
+/** Serves a request if it is one of the hot routes' common case; false hands it on to the API. */
+export class HotRoutes extends Context.Tag("@agent-runtime/server/HotRoutes")<
+  HotRoutes,
+  { readonly serve: (request: IncomingMessage, response: ServerResponse) => boolean }
+>() {}
+
+/** A node:http server that offers each request to the hot routes before its own listeners (the API's). */
+export const server = (hot: HotRoutes["Type"]): Server => {
+  const created = createServer()
+  const emit = created.emit
+  created.emit = function(this: Server, event: string | symbol, ...args: Array<any>) {
+    if (event === "request" && hot.serve(args[0], args[1])) return true
+    return emit.apply(this, [event, ...args] as Parameters<Server["emit"]>)
+  } as Server["emit"]
+  return created
+}
+
+/** The body as it arrived (its declared length, which node holds it to). */
+const body = (request: IncomingMessage) =>
+  Effect.async<Buffer, ApiError.InvalidRequest>((resume) => {
+    const chunks: Array<Buffer> = []
+    request.on("data", (chunk: Buffer) => chunks.push(chunk))
+    request.on("end", () => resume(Effect.succeed(Buffer.concat(chunks))))
+    request.on("error", () => resume(Effect.fail(notJson)))
+  })
+
+const parse = (bytes: Buffer) =>
+  Effect.flatMap(
+    // An empty body is null, as the API reads it.
+    Effect.try({
+      try: () => JSON.parse(bytes.length === 0 ? "null" : bytes.toString("utf8")) as unknown,
+      catch: () => notJson
+    }),
+    (json) => {
+      const problem = Validation.jsonInputProblem(json)
+      return problem === undefined
+        ? Effect.succeed(json)
+        : Effect.fail(new ApiError.InvalidRequest({ error: `invalid request: ${problem.path}: ${problem.message}` }))
+    }
+  )
+
+const send = (response: ServerResponse, status: number, value: unknown, headers?: Record<string, string>) => {
+  const text = JSON.stringify(value)
+  response.writeHead(status, {
+    ...headers,
+    "content-type": "application/json",
+    "content-length": Buffer.byteLength(text)
+  })
+  response.end(text)
+}
+
+export const layer = Layer.effect(
+  HotRoutes,
+  Effect.gen(function*() {
+    const config = yield* ServerConfig
+    const agents = yield* Agents.Agents
+    const tokens = yield* Tokens.Tokens
+    const health = yield* DatabaseHealth.DatabaseHealth
+    const runFork = Runtime.runFork(yield* Effect.runtime<never>())
+
+    const tenantOf = (request: IncomingMessage) =>
+      // The API's bearer scheme takes whatever follows the scheme's 7 characters.
+      Effect.map(apiKey(tokens, request.headers.authorization!.slice(7)), (principal) => principal.tenantId)
+
+    const prompt = (request: IncomingMessage, agentId: string) =>
+      Effect.gen(function*() {
+        const tenantId = yield* tenantOf(request)
+        const payload = yield* Effect.flatMap(Effect.flatMap(body(request), parse), decodePrompt).pipe(
+          Effect.catchTag("ParseError", Errors.invalidInput)
+        )
+        return yield* encodeRecord(yield* agents.prompt(tenantId, agentId, payload))
+      })
+
+    const settled = (request: IncomingMessage, agentId: string, requestId: string, wait: string | undefined) =>
+      Effect.gen(function*() {
+        const tenantId = yield* tenantOf(request)
+        const params = yield* decodeRequestParams(wait === undefined ? {} : { wait }).pipe(
+          Effect.catchTag("ParseError", Errors.invalidInput)
+        )
+        const record = yield* agents.request(tenantId, agentId, requestId, Duration.seconds(params.wait ?? 0))
+        return yield* encodeRecord(record)
+      })
+
+    /** Answers with `effect`'s value, or its failure as the API answers it; logged as the API logs. */
+    const answer = (
+      request: IncomingMessage,
+      response: ServerResponse,
+      status: number,
+      effect: Effect.Effect<unknown, unknown>
+    ) => {
+      const fiber = runFork(
+        effect.pipe(
+          Effect.matchCauseEffect({
+            onSuccess: (value) => Effect.sync(() => send(response, status, value)).pipe(Effect.as(status)),
+            onFailure: (cause) =>
+              Effect.map(Errors.failureOf(health, request.method, cause), (error) => {
+                const answered = Errors.answerOf(error)
+                send(response, answered.status, answered.body, answered.headers)
+                return answered.status
+              })
+          }),
+          Effect.flatMap((sent) =>
+            Effect.annotateLogs(Effect.log("Sent HTTP response"), {
+              "http.method": request.method,
+              "http.url": request.url,
+              "http.status": sent
+            })
+          )
+        )
+      )
+      // A client that left: what it asked for stops, as in the API.
+      response.on("close", () => {
+        if (!response.writableEnded) fiber.unsafeInterruptAsFork(fiber.id())
+      })
+    }
+
+    const isCommon = (request: IncomingMessage) =>
+      request.headers.origin === undefined && request.headers.authorization?.startsWith(`Bearer ${Token.apiKeyPrefix}`)
+
+    return HotRoutes.of({
+      serve: (request, response) => {
+        const url = request.url ?? ""
+        if (request.method === "POST") {
+          const match = promptPath.exec(url)
+          const length = Number(request.headers["content-length"])
+          if (
+            match === null || !isCommon(request) || !(length <= config.maxBodyBytes) ||
+            request.headers["content-type"]?.split(";")[0]!.trim().toLowerCase() !== "application/json"
+          ) return false
+          answer(request, response, Api.promptAccepted, prompt(request, match[1]!))
+          return true
+        }
+        if (request.method === "GET") {
+          const match = requestPath.exec(url)
+          if (match === null || !isCommon(request)) return false
+          answer(request, response, 200, settled(request, match[1]!, match[2]!, match[3]))
+          return true
+        }
+        return false
+      }
+    })
+  })
+)

@@ -1,0 +1,87 @@
+/**
+ * The hot routes (a turn's prompt and the long-poll of its outcome, served
+ * before the HttpApi pipeline) answer exactly as the API does: each request
+ * is sent as is, then with an Origin header, which hands it to the API, and
+ * both answers must be the same, success or error.
+ */
+import { FakeUpstream, Http, TestDatabase, TestNode, TestWorld } from "@agent-runtime/testing"
+import { expect, it } from "@effect/vitest"
+import { Effect } from "effect"
+
+it.scoped(
+  "the prompt and request routes answer as the API does, success and every error",
+  () =>
+    Effect.gen(function*() {
+      const upstream = yield* FakeUpstream.start()
+      const node = yield* TestNode.start({ databaseUrl: yield* TestDatabase.make, env: { ALLOW_PRIVATE_URLS: "true" } })
+      const { api, token } = yield* TestWorld.tenantWithModel({ node, upstream }, "acme")
+      const other = yield* TestWorld.tenantWithModel({ node, upstream }, "other")
+      const agentId = (yield* api.post("/v1/agents", { token, json: { model: "fake/m1" } })).body.id as string
+      const theirs = (yield* api.post("/v1/agents", { token: other.token, json: { model: "fake/m1" } })).body.id
+      const revoked = (yield* api.post("/v1/tokens", { token, json: { name: "old" } })).body
+      yield* api.delete(`/v1/tokens/${revoked.id}`, { token })
+
+      /** The answer as served, and as the API serves it: they must agree. */
+      const both = (method: string, path: string, options: Http.RequestOptions) =>
+        Effect.gen(function*() {
+          const hot = yield* Http.request(node.rest, method, path, options)
+          const viaApi = yield* Http.request(node.rest, method, path, {
+            ...options,
+            headers: { ...options.headers, origin: "https://app.example" }
+          })
+          expect({ status: hot.status, body: hot.body }).toEqual({ status: viaApi.status, body: viaApi.body })
+          expect(hot.headers.get("content-type")).toBe(viaApi.headers.get("content-type"))
+          return hot
+        })
+      const prompt = (body: string, options: { readonly token?: string; readonly agent?: string } = {}) =>
+        both("POST", `/v1/agents/${options.agent ?? agentId}/prompt`, {
+          token: options.token ?? token,
+          body,
+          headers: { "content-type": "application/json" }
+        })
+
+      const first = JSON.stringify({ text: "hi", requestId: "req_same", metadata: { a: "b" } })
+      const accepted = yield* api.post(`/v1/agents/${agentId}/prompt`, {
+        token,
+        body: first,
+        headers: { "content-type": "application/json" }
+      })
+      expect(accepted).toMatchObject({ status: 202, body: { id: "req_same", method: "prompt", prompt: "hi" } })
+      // Settled, the same prompt again answers the same record, however it is served.
+      yield* Http.settled(api, token, agentId, "req_same")
+      expect((yield* prompt(first)).body).toMatchObject({ id: "req_same", state: "completed" })
+      expect((yield* prompt("{}")).body).toEqual({
+        error: "invalid request: text: is missing",
+        code: "INVALID_REQUEST"
+      })
+      expect((yield* prompt(JSON.stringify({ text: 7 }))).status).toBe(400)
+      expect((yield* prompt("{")).body).toEqual({ error: "request body is not valid JSON", code: "INVALID_REQUEST" })
+      expect((yield* prompt("")).status).toBe(400)
+      expect((yield* prompt(JSON.stringify({ text: "a\u0000b" }))).body.code).toBe("INVALID_REQUEST")
+      expect((yield* prompt(JSON.stringify({ text: "other", requestId: "req_same" }))).body.code).toBe(
+        "IDEMPOTENCY_CONFLICT"
+      )
+      expect((yield* prompt(JSON.stringify({ text: "hi" }), { agent: "agt_none" })).status).toBe(404)
+      expect((yield* prompt(JSON.stringify({ text: "hi" }), { agent: theirs })).status).toBe(404)
+      expect((yield* prompt(JSON.stringify({ text: "hi" }), { token: revoked.token })).body).toEqual({
+        error: "invalid or revoked token",
+        code: "UNAUTHORIZED"
+      })
+      expect((yield* prompt(JSON.stringify({ text: "hi" }), { token: "art_unknown" })).status).toBe(401)
+
+      const record = (path: string, options: { readonly token?: string } = {}) =>
+        both("GET", `/v1/agents/${agentId}/requests/${path}`, { token: options.token ?? token })
+      const done = yield* record("req_same?wait=20")
+      expect(done).toMatchObject({ status: 200, body: { id: "req_same", state: "completed" } })
+      expect((yield* record("req_same")).body).toEqual(done.body)
+      expect((yield* record("req_same?wait=30")).status).toBe(400)
+      expect((yield* record("req_same?wait=soon")).status).toBe(400)
+      expect((yield* record("req_none")).status).toBe(404)
+      expect((yield* record("req_same", { token: other.token })).status).toBe(404)
+      expect((yield* record("req_same", { token: revoked.token })).status).toBe(401)
+
+      // Logged as the API logs a request.
+      expect(node.output()).toContain(`http.url=/v1/agents/${agentId}/prompt`)
+    }),
+  { timeout: 60_000 }
+)
