@@ -18,7 +18,8 @@
  * - SQL statements per turn on 1 runner and their planning and execution time in PostgreSQL (pg_stat_statements over the whole run,
  *   background work included), with the most frequent statements
  *
- * Environment: BENCH_CLIENTS (default 24), BENCH_SECONDS (15), BENCH_AGENTS (48),
+ * Environment: BENCH_CLIENTS (default 24), BENCH_SECONDS (15), BENCH_WARMUP_SECONDS (the same load first,
+ * not counted, so the figures are the steady state after the JIT compiled the hot paths; default 10), BENCH_AGENTS (48),
  * RUNNER_LEASE_SECONDS (the nodes' lease; default 6), BENCH_ONLY ("throughput"
  * skips the drain and crash figures), BENCH_RUNNERS ("1" skips the 3-runner run),
  * BENCH_STATEMENTS (how many of the most frequent statements to list; default 12),
@@ -44,6 +45,7 @@ const floorScript = fileURLToPath(new URL("floorServer.cjs", import.meta.url))
 
 const clients = Number(process.env.BENCH_CLIENTS ?? 24)
 const seconds = Number(process.env.BENCH_SECONDS ?? 15)
+const warmup = Number(process.env.BENCH_WARMUP_SECONDS ?? 10)
 const agentCount = Number(process.env.BENCH_AGENTS ?? 48)
 const lease = process.env.RUNNER_LEASE_SECONDS ?? "6"
 const only = process.env.BENCH_ONLY
@@ -156,33 +158,40 @@ const load = (
         )
     )
     const runnerPids = options.pids
-    const cpuBefore = yield* cpuSeconds(runnerPids)
-    const deadline = now() + seconds * 1000
     let completed = 0
     const latencies: Array<number> = []
     const failed: Array<string> = []
-    yield* Effect.forEach(Array.from({ length: clients }, (_, i) => i), (client) =>
-      Effect.gen(function*() {
-        const api = Http.client(bases[client % bases.length]!)
-        let n = 0
-        while (now() < deadline) {
-          const agentId = ids[(client + n * clients) % ids.length]!
-          n++
-          const started = now()
-          const accepted = yield* api.post(`/v1/agents/${agentId}/prompt`, { token, json: { text: "hi" } })
-          if (accepted.status !== 202) {
-            failed.push(`prompt ${accepted.status} ${accepted.text.slice(0, 200)}`)
-            continue
+    const drive = (deadline: number) =>
+      Effect.forEach(Array.from({ length: clients }, (_, i) => i), (client) =>
+        Effect.gen(function*() {
+          const api = Http.client(bases[client % bases.length]!)
+          let n = 0
+          while (now() < deadline) {
+            const agentId = ids[(client + n * clients) % ids.length]!
+            n++
+            const started = now()
+            const accepted = yield* api.post(`/v1/agents/${agentId}/prompt`, { token, json: { text: "hi" } })
+            if (accepted.status !== 202) {
+              failed.push(`prompt ${accepted.status} ${accepted.text.slice(0, 200)}`)
+              continue
+            }
+            const done = yield* api.get(`/v1/agents/${agentId}/requests/${accepted.body.id}?wait=20`, { token })
+            if (done.body?.state === "completed") {
+              completed++
+              latencies.push(now() - started)
+            } else {
+              failed.push(`wait ${done.status} ${done.text.slice(0, 200)}`)
+            }
           }
-          const done = yield* api.get(`/v1/agents/${agentId}/requests/${accepted.body.id}?wait=20`, { token })
-          if (done.body?.state === "completed") {
-            completed++
-            latencies.push(now() - started)
-          } else {
-            failed.push(`wait ${done.status} ${done.text.slice(0, 200)}`)
-          }
-        }
-      }), { concurrency: "unbounded", discard: true })
+        }), { concurrency: "unbounded", discard: true })
+    // The same load first, uncounted: the figures are the steady state, after the JIT compiled the hot paths.
+    yield* drive(now() + warmup * 1000)
+    completed = 0
+    latencies.length = 0
+    failed.length = 0
+    yield* withPg(databaseUrl, (client) => client.query("SELECT pg_stat_statements_reset()"))
+    const cpuBefore = yield* cpuSeconds(runnerPids)
+    yield* drive(now() + seconds * 1000)
     const cpuAfter = yield* cpuSeconds(runnerPids)
     const ran = yield* statements(databaseUrl)
     const perTurn = (calls: number) => Number((calls / Math.max(1, completed)).toFixed(2))
