@@ -47,7 +47,7 @@ const toApiError = (
       return Option.some(
         isBodyTooLarge(failure)
           ? new ApiError.TooLarge({ error: "request body too large" })
-          : new ApiError.InvalidRequest({ error: "request body is not valid JSON" })
+          : unreadableJson
       )
     }
   }
@@ -179,19 +179,22 @@ const notJson = Effect.fail(
 const checkedBody = (request: HttpServerRequest.HttpServerRequest): HttpServerRequest.HttpServerRequest =>
   Object.create(request, {
     json: {
-      get: () =>
-        Effect.flatMap(request.json, (json) => {
-          const problem = Validation.jsonInputProblem(json)
-          return problem === undefined
-            ? Effect.succeed(json)
-            : Effect.fail(
-              new ApiError.InvalidRequest({ error: `invalid request: ${problem.path}: ${problem.message}` })
-            )
-        })
+      get: () => Effect.flatMap(request.json, checkedJson)
     },
     urlParamsBody: { get: () => notJson },
     multipart: { get: () => notJson }
   })
+
+/** A JSON body that cannot be read or parsed. */
+export const unreadableJson = new ApiError.InvalidRequest({ error: "request body is not valid JSON" })
+
+/** A parsed JSON body, refused naming the field when PostgreSQL could not store it or it nests too deep. */
+export const checkedJson = (json: unknown): Effect.Effect<unknown, ApiError.InvalidRequest> => {
+  const problem = Validation.jsonInputProblem(json)
+  return problem === undefined
+    ? Effect.succeed(json)
+    : Effect.fail(new ApiError.InvalidRequest({ error: `invalid request: ${problem.path}: ${problem.message}` }))
+}
 
 /** Routes whose body is a file: up to the largest file allowed, not MAX_BODY_BYTES. */
 const fileRoute = /^\/v1\/(volumes\/[^/?]+\/file|agents\/[^/?]+\/uploads\/)/

@@ -14,7 +14,7 @@
  */
 import { Tokens } from "@agent-runtime/accounts"
 import { Agents } from "@agent-runtime/agent"
-import { Api, ApiError, Run, Token, Validation } from "@agent-runtime/domain"
+import { Api, type ApiError, Run, Token } from "@agent-runtime/domain"
 import { DatabaseHealth } from "@agent-runtime/store"
 import { Context, Duration, Effect, Layer, Runtime, Schema } from "effect"
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http"
@@ -29,8 +29,6 @@ const requestPath = /^\/v1\/agents\/([\w.~-]+)\/requests\/([\w.~-]+)(?:\?wait=([
 const decodePrompt = Schema.decodeUnknown(Run.PromptInput)
 const decodeRequestParams = Schema.decodeUnknown(Api.RequestParams)
 const encodeRecord = Schema.encode(Run.RequestRecord)
-
-const notJson = new ApiError.InvalidRequest({ error: "request body is not valid JSON" })
 
 /** Serves a request if it is one of the hot routes' common case; false hands it on to the API. */
 export class HotRoutes extends Context.Tag("@agent-runtime/server/HotRoutes")<
@@ -55,7 +53,7 @@ const body = (request: IncomingMessage) =>
     const chunks: Array<Buffer> = []
     request.on("data", (chunk: Buffer) => chunks.push(chunk))
     request.on("end", () => resume(Effect.succeed(Buffer.concat(chunks))))
-    request.on("error", () => resume(Effect.fail(notJson)))
+    request.on("error", () => resume(Effect.fail(Errors.unreadableJson)))
   })
 
 const parse = (bytes: Buffer) =>
@@ -63,14 +61,9 @@ const parse = (bytes: Buffer) =>
     // An empty body is null, as the API reads it.
     Effect.try({
       try: () => JSON.parse(bytes.length === 0 ? "null" : bytes.toString("utf8")) as unknown,
-      catch: () => notJson
+      catch: () => Errors.unreadableJson
     }),
-    (json) => {
-      const problem = Validation.jsonInputProblem(json)
-      return problem === undefined
-        ? Effect.succeed(json)
-        : Effect.fail(new ApiError.InvalidRequest({ error: `invalid request: ${problem.path}: ${problem.message}` }))
-    }
+    Errors.checkedJson
   )
 
 const send = (response: ServerResponse, status: number, value: unknown, headers?: Record<string, string>) => {
