@@ -68,6 +68,12 @@ it.scoped(
         code: "UNAUTHORIZED"
       })
       expect((yield* prompt(JSON.stringify({ text: "hi" }), { token: "art_unknown" })).status).toBe(401)
+      // The key is looked up beside the body and the agent, yet its failure is still the answer.
+      expect((yield* prompt("{", { token: revoked.token })).status).toBe(401)
+      expect((yield* prompt("{}", { token: "art_unknown", agent: "agt_none" })).status).toBe(401)
+      expect((yield* prompt(JSON.stringify({ text: "hi" }), { token: "art_unknown", agent: theirs })).status).toBe(
+        401
+      )
 
       const record = (path: string, options: { readonly token?: string } = {}) =>
         both("GET", `/v1/agents/${agentId}/requests/${path}`, { token: options.token ?? token })

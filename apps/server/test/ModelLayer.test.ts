@@ -251,6 +251,37 @@ layer(WorldLive, { excludeTestServices: true })("model layer over REST", (it) =>
       expect((yield* api.get("/v1/providers/local", { token: t.token })).status).toBe(404)
     }))
 
+  it.effect("a custom provider changed or removed on a node reaches that node's next model call at once", () =>
+    Effect.gen(function*() {
+      const { node, upstream } = yield* TestWorld.TestWorld
+      const api = Http.client(node.rest)
+      const t = yield* tenant(node, "custom-calls")
+      yield* api.put("/v1/providers/mine", { token: t.token, json: customProvider(upstream) })
+      const agentId = (yield* api.post("/v1/agents", { token: t.token, json: { model: "mine/m1" } })).body.id
+      const turn = (text: string) =>
+        Effect.gen(function*() {
+          const before = upstream.requests().length
+          const request = (yield* api.post(`/v1/agents/${agentId}/prompt`, { token: t.token, json: { text } })).body
+          const record = yield* Http.settled(api, t.token, agentId, request.id)
+          return { record, calls: upstream.requests().slice(before) }
+        })
+      // Each turn reads the provider as the previous write left it, though model calls reuse their reads.
+      expect((yield* turn("one")).calls.map((call) => call.headers.authorization)).toEqual([
+        "Bearer sk-custom-secret-1111"
+      ])
+      yield* api.put("/v1/providers/mine", {
+        token: t.token,
+        json: customProvider(upstream, { apiKey: "sk-custom-secret-3333" })
+      })
+      expect((yield* turn("two")).calls.map((call) => call.headers.authorization)).toEqual([
+        "Bearer sk-custom-secret-3333"
+      ])
+      yield* api.delete("/v1/providers/mine", { token: t.token })
+      const removed = yield* turn("three")
+      expect(removed.calls).toEqual([])
+      expect(removed.record.error).toContain("mine/m1")
+    }))
+
   it.effect("key scopes hold entries and their own providers", () =>
     Effect.gen(function*() {
       const { node, upstream } = yield* TestWorld.TestWorld

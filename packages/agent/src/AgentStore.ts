@@ -706,7 +706,7 @@ export const make = Effect.gen(function*() {
 })
 
 /** An agent found by its tenant, unless it expired (410); not found, 404. */
-const live = <A extends { readonly expiresAt: number | null }>(
+export const liveOf = <A extends { readonly expiresAt: number | null }>(
   id: string,
   found: Option.Option<A>
 ): Effect.Effect<A, ApiError.NotFound | ApiError.Gone> => {
@@ -719,14 +719,14 @@ const live = <A extends { readonly expiresAt: number | null }>(
 
 /** A live agent of the tenant: NotFound when it has none by that id, Gone once it expired. */
 export const findLive = (store: AgentStore["Type"], tenantId: string, id: string) =>
-  Effect.flatMap(store.find(tenantId, id), (agent) => live(id, agent))
+  Effect.flatMap(store.find(tenantId, id), (agent) => liveOf(id, agent))
 
 /** A request of a live agent of the tenant, in one read. */
 export const findLiveRequest = (store: AgentStore["Type"], tenantId: string, agentId: string, id: string) =>
   Effect.flatMap(
     store.requestOf(tenantId, agentId, id),
     (found) =>
-      Effect.flatMap(live(agentId, found), ({ request }) =>
+      Effect.flatMap(liveOf(agentId, found), ({ request }) =>
         Option.match(request, {
           onNone: () => Effect.fail(new ApiError.NotFound({ error: `no request ${id}` })),
           onSome: Effect.succeed

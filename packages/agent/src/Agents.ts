@@ -36,6 +36,7 @@ import {
   AgentStore,
   findLive,
   findLiveRequest,
+  liveOf,
   type RequestRow
 } from "./AgentStore.ts"
 import * as AgentTokens from "./AgentTokens.ts"
@@ -96,6 +97,25 @@ export class Agents extends Context.Tag("@agent-runtime/agent/Agents")<Agents, {
     input: Run.PromptInput
   ) => Effect.Effect<
     Run.RequestRecord,
+    | ApiError.NotFound
+    | ApiError.Gone
+    | ApiError.SpendLimit
+    | ApiError.IdempotencyConflict
+    | ApiError.ApplicationNotConnected
+    | ApiError.InvalidRequest
+    | ApiError.TooLarge
+  >
+  /**
+   * `prompt` for a caller whose tenant is still being found (its API key being looked up): the agent is read
+   * beside it, a round trip sooner. The caller's failure is answered before anything about the agent.
+   */
+  readonly promptAs: (
+    tenant: Effect.Effect<string, ApiError.Unauthorized>,
+    agentId: string,
+    input: Run.PromptInput
+  ) => Effect.Effect<
+    Run.RequestRecord,
+    | ApiError.Unauthorized
     | ApiError.NotFound
     | ApiError.Gone
     | ApiError.SpendLimit
@@ -290,6 +310,14 @@ export const make = Effect.gen(function*() {
   const volumes = yield* Volumes.Volumes
 
   const live = (tenantId: string, id: string) => findLive(store, tenantId, id)
+
+  /** `live` for a tenant still being found: both reads at once, the tenant's failure first. */
+  const liveAs = (tenant: Effect.Effect<string, ApiError.Unauthorized>, id: string) =>
+    Effect.flatMap(
+      Effect.zip(tenant, Effect.exit(store.findById(id)), { concurrent: true }),
+      ([tenantId, found]) =>
+        Effect.flatMap(found, (agent) => liveOf(id, Option.filter(agent, (agent) => agent.tenantId === tenantId)))
+    )
 
   const resumeOf = (agent: AgentRow) =>
     agent.resumeFailures === 0 || agent.resumeAfter === null
@@ -762,11 +790,14 @@ export const make = Effect.gen(function*() {
       return Option.map(agent, (agent) => ({ tenantId: agent.tenantId, agentId: agent.id }))
     })
 
+  const promptTo = (agent: AgentRow, input: Run.PromptInput) =>
+    sendPrompt(agent, input, Ids.make("req"), "prompt", undefined, attachOf(agent, input))
+
   const prompt = (tenantId: string, agentId: string, input: Run.PromptInput) =>
-    Effect.flatMap(
-      live(tenantId, agentId),
-      (agent) => sendPrompt(agent, input, Ids.make("req"), "prompt", undefined, attachOf(agent, input))
-    )
+    Effect.flatMap(live(tenantId, agentId), (agent) => promptTo(agent, input))
+
+  const promptAs = (tenant: Effect.Effect<string, ApiError.Unauthorized>, agentId: string, input: Run.PromptInput) =>
+    Effect.flatMap(liveAs(tenant, agentId), (agent) => promptTo(agent, input))
 
   /** A turn on the history as it is, without a new user message. */
   const continueRun = (
@@ -1076,6 +1107,7 @@ export const make = Effect.gen(function*() {
     credentials: method("credentials", credentials),
     authenticateToken: method("authenticateToken", authenticateToken),
     prompt: method("prompt", prompt),
+    promptAs: method("promptAs", promptAs),
     upload: method("upload", upload),
     continueRun: method("continueRun", continueRun),
     execute: method("execute", execute),

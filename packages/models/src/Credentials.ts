@@ -92,7 +92,7 @@ export class Credentials extends Effect.Service<Credentials>()("@agent-runtime/m
         })
         if (Option.isSome(request.keyScope)) {
           const scope = request.keyScope.value
-          const scoped = yield* custom.find(request.tenantId, scope, provider)
+          const scoped = yield* custom.forCall(request.tenantId, scope, provider)
           if (Option.isSome(scoped)) return yield* fromCustom(request, scoped.value, modelId, "scope")
           const entry = yield* scopes.find(request.tenantId, scope, provider)
           const model = catalog.find(request.model)
@@ -112,7 +112,7 @@ export class Credentials extends Effect.Service<Credentials>()("@agent-runtime/m
             } satisfies Target
           }
         }
-        const own = yield* custom.find(request.tenantId, "", provider)
+        const own = yield* custom.forCall(request.tenantId, "", provider)
         if (Option.isSome(own)) return yield* fromCustom(request, own.value, modelId, "tenant")
         const model = yield* Option.match(catalog.find(request.model), {
           onNone: () => Effect.fail(new UnknownModel({ model: request.model })),

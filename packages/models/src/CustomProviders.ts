@@ -7,7 +7,7 @@ import { ApiError, Common, Provider } from "@agent-runtime/domain"
 import { Egress } from "@agent-runtime/egress"
 import { SealedSecret } from "@agent-runtime/store"
 import { SqlClient } from "@effect/sql"
-import { Effect, Option, Redacted, Schema } from "effect"
+import { Cache, Data, Duration, Effect, Option, Redacted, Schema } from "effect"
 import { Catalog } from "./Catalog.ts"
 import * as Secrets from "./internal/secrets.ts"
 
@@ -36,6 +36,14 @@ interface Row {
 }
 
 const decodeModels = Schema.decodeUnknownSync(Schema.Array(Provider.CustomModel))
+
+/**
+ * How long a provider read for model calls is reused on a node: a change made through another node reaches
+ * model calls here within it; one made through this node, at once.
+ */
+export const callCacheTimeToLive = Duration.seconds(1)
+
+class ProviderKey extends Data.Class<{ readonly tenantId: string; readonly scope: string; readonly name: string }> {}
 
 /** The model's output limit: as given, else 8,192 or half of a smaller context window. */
 export const maxOutputTokens = (model: Provider.CustomModel) =>
@@ -94,6 +102,20 @@ export class CustomProviders extends Effect.Service<CustomProviders>()("@agent-r
         )
       )
 
+    // Read with every model call otherwise: a statement per turn.
+    const forCalls = yield* Cache.make({
+      capacity: 10_000,
+      timeToLive: callCacheTimeToLive,
+      lookup: (key: ProviderKey) => find(key.tenantId, key.scope, key.name)
+    })
+
+    /** `find` for model calls: reused for `callCacheTimeToLive`. */
+    const forCall = (tenantId: string, scope: string, name: string) =>
+      forCalls.get(new ProviderKey({ tenantId, scope, name }))
+
+    const forget = (tenantId: string, scope: string, name: string) =>
+      forCalls.invalidate(new ProviderKey({ tenantId, scope, name }))
+
     const get = (tenantId: string, scope: string, name: string) =>
       Effect.flatMap(
         find(tenantId, scope, name),
@@ -145,6 +167,7 @@ export class CustomProviders extends Effect.Service<CustomProviders>()("@agent-r
             type = excluded.type, base_url = excluded.base_url, auth = excluded.auth, sealed_key = excluded.sealed_key,
             last4 = excluded.last4, sealed_headers = excluded.sealed_headers, header_names = excluded.header_names,
             models = excluded.models, set_at = now()`.pipe(Effect.orDie)
+        yield* forget(tenantId, scope, name)
         return yield* get(tenantId, scope, name)
       })
 
@@ -152,6 +175,7 @@ export class CustomProviders extends Effect.Service<CustomProviders>()("@agent-r
       sql`DELETE FROM custom_providers WHERE tenant_id = ${tenantId} AND scope = ${scope} AND name = ${name}
         RETURNING name`.pipe(
         Effect.orDie,
+        Effect.tap(() => forget(tenantId, scope, name)),
         Effect.flatMap(Common.deleted(name, `no custom provider ${name}`))
       )
 
@@ -170,6 +194,6 @@ export class CustomProviders extends Effect.Service<CustomProviders>()("@agent-r
         custom: stored.provider
       })
 
-    return { list, find, get, put, remove, toProvider } as const
+    return { list, find, forCall, get, put, remove, toProvider } as const
   })
 }) {}

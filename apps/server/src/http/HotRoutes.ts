@@ -16,7 +16,7 @@ import { Tokens } from "@agent-runtime/accounts"
 import { Agents } from "@agent-runtime/agent"
 import { Api, type ApiError, Run, Token } from "@agent-runtime/domain"
 import { DatabaseHealth } from "@agent-runtime/store"
-import { Context, Duration, Effect, Layer, Runtime, Schema } from "effect"
+import { Context, Duration, Effect, Fiber, Layer, Runtime, Schema } from "effect"
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http"
 import { ServerConfig } from "../ServerConfig.ts"
 import { apiKey } from "./Authentication.ts"
@@ -91,11 +91,14 @@ export const layer = Layer.effect(
 
     const prompt = (request: IncomingMessage, agentId: string) =>
       Effect.gen(function*() {
-        const tenantId = yield* tenantOf(request)
+        // The key is looked up while the body is read and then while the agent is: a bad key is still
+        // answered first, as the API answers it before reading the body.
+        const tenant = Fiber.join(yield* Effect.fork(tenantOf(request)))
         const payload = yield* Effect.flatMap(Effect.flatMap(body(request), parse), decodePrompt).pipe(
-          Effect.catchTag("ParseError", Errors.invalidInput)
+          Effect.catchTag("ParseError", Errors.invalidInput),
+          Effect.tapError(() => tenant)
         )
-        return yield* encodeRecord(yield* agents.prompt(tenantId, agentId, payload))
+        return yield* encodeRecord(yield* agents.promptAs(tenant, agentId, payload))
       })
 
     const settled = (request: IncomingMessage, agentId: string, requestId: string, wait: string | undefined) =>
