@@ -48,6 +48,16 @@ import * as Inputs from "./Inputs.ts"
 import { Tools } from "./Tools.ts"
 import * as Workspace from "./Workspace.ts"
 
+/** Why a prompt is refused. */
+export type PromptError =
+  | ApiError.NotFound
+  | ApiError.Gone
+  | ApiError.SpendLimit
+  | ApiError.IdempotencyConflict
+  | ApiError.ApplicationNotConnected
+  | ApiError.InvalidRequest
+  | ApiError.TooLarge
+
 export class Agents extends Context.Tag("@agent-runtime/agent/Agents")<Agents, {
   /** A new agent (the same Idempotency-Key and body return the same agent), with its first prompt if given. */
   readonly create: (
@@ -95,16 +105,7 @@ export class Agents extends Context.Tag("@agent-runtime/agent/Agents")<Agents, {
     tenantId: string,
     agentId: string,
     input: Run.PromptInput
-  ) => Effect.Effect<
-    Run.RequestRecord,
-    | ApiError.NotFound
-    | ApiError.Gone
-    | ApiError.SpendLimit
-    | ApiError.IdempotencyConflict
-    | ApiError.ApplicationNotConnected
-    | ApiError.InvalidRequest
-    | ApiError.TooLarge
-  >
+  ) => Effect.Effect<Run.RequestRecord, PromptError>
   /**
    * `prompt` for a caller whose tenant is still being found (its API key being looked up): the agent is read
    * beside it, a round trip sooner. The caller's failure is answered before anything about the agent.
@@ -113,17 +114,7 @@ export class Agents extends Context.Tag("@agent-runtime/agent/Agents")<Agents, {
     tenant: Effect.Effect<string, ApiError.Unauthorized>,
     agentId: string,
     input: Run.PromptInput
-  ) => Effect.Effect<
-    Run.RequestRecord,
-    | ApiError.Unauthorized
-    | ApiError.NotFound
-    | ApiError.Gone
-    | ApiError.SpendLimit
-    | ApiError.IdempotencyConflict
-    | ApiError.ApplicationNotConnected
-    | ApiError.InvalidRequest
-    | ApiError.TooLarge
-  >
+  ) => Effect.Effect<Run.RequestRecord, ApiError.Unauthorized | PromptError>
   /**
    * Puts a file in the agent's workspace under uploads/<requestId>/<name>, to attach to that prompt as
    * {path}; the upload's path is where the agent sees it.
