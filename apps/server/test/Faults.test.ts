@@ -69,6 +69,8 @@ it.scopedLive(
       // FAULTS_DEBUG=dir: every node's log and each poll watcher's trace are written there when the run ends.
       const debugDir = process.env.FAULTS_DEBUG
       const traces = new Map<string, Array<string>>()
+      /** The closely watched agents' watchers. */
+      const watched = new Map<string, Array<Watchers.Watcher>>()
       const trace = (agentId: string, line: string) => {
         if (debugDir !== undefined) traces.set(agentId, [...(traces.get(agentId) ?? []), line])
       }
@@ -80,6 +82,9 @@ it.scopedLive(
               Fs.writeFileSync(`${debugDir}/node-${n}-member-${index}.log`, node.output())
             )
             for (const [agentId, lines] of traces) Fs.writeFileSync(`${debugDir}/${agentId}.trace`, lines.join("\n"))
+            for (const watcher of [...watched.values()].flat()) {
+              Fs.writeFileSync(`${debugDir}/${watcher.name.replace(/\W/g, "_")}.journal`, watcher.journal.join("\n"))
+            }
           })
         )
       }
@@ -187,7 +192,6 @@ it.scopedLive(
       // --- Watchers as clients hold them: an SSE stream pinned to every node (elsewhere while it is down) and a poll.
       const anyLive = () => cluster.live()[0]
       const pinned = (index: number) => () => cluster.members[index]!.up ? cluster.members[index]!.node.rest : anyLive()
-      const watched = new Map<string, Array<Watchers.Watcher>>()
       for (const agentId of agents.slice(0, closelyWatched)) {
         const cursor = (yield* call("GET", `/v1/agents/${agentId}/state`)).body.cursor as number
         const live = yield* Effect.forEach(cluster.members, (_, index) =>
@@ -416,6 +420,10 @@ it.scopedLive(
             -1
           )
         })
+        const named = Object.values(violations).flat().join("\n")
+        for (const watcher of agentWatchers.filter((watcher) => named.includes(`${watcher.name}:`))) {
+          console.log(`${watcher.name}, its last connections:\n${watcher.journal.slice(-40).join("\n")}`)
+        }
         expect(violations, agentId).toEqual({ wentBack: [], skipped: [], missedResumes: [], behind: [] })
         told += agentWatchers.reduce(
           (sum, watcher) => sum + watcher.marks.filter((mark) => mark._tag === "gap").length,

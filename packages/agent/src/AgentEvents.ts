@@ -127,6 +127,22 @@ export const make = Effect.gen(function*() {
   // Streams served here end, with `event: reconnect`, when the node drains or loses its database: the
   // watcher reconnects to a node that can serve it rather than waiting on a quiet one.
   const streamsEnd = Effect.raceFirst(drain.closed, health.lost)
+  /**
+   * A stream opened while the node's streams end (it drains, or lost its database) would end at once, and its
+   * watcher, reconnecting, could meet this node again and again: it is refused, to be retried shortly, by when
+   * a load balancer sends it elsewhere or this node is back. So is a poll on a draining node, which would be
+   * answered at once with nothing.
+   */
+  const refuse = (error: string) => Effect.fail(new ApiError.Unavailable({ error, retryAfter: 1 }))
+  const handingOn = "this node is handing its agents on; retry"
+  const refusePollWhileClosing = Effect.suspend(() => drain.isClosed() ? refuse(handingOn) : Effect.void)
+  const refuseStreamWhileClosing = Effect.suspend(() =>
+    drain.isClosed()
+      ? refuse(handingOn)
+      : health.current().reachable
+      ? Effect.void
+      : refuse("this node cannot reach its database; retry")
+  )
   const onStreamsEnd = (end: () => void) => {
     const offDrain = drain.onClose(end)
     const offLost = health.onLost(end)
@@ -221,7 +237,7 @@ export const make = Effect.gen(function*() {
     })
 
   const watch = (agentId: string, cursor: Option.Option<number>, snapshot: boolean) =>
-    Effect.map(watchFrom(agentId, cursor, snapshot), (watched): Watched => ({
+    Effect.map(Effect.zipRight(refuseStreamWhileClosing, watchFrom(agentId, cursor, snapshot)), (watched): Watched => ({
       cursor: watched.cursor,
       // A draining node ends its streams, so its agents can move at once.
       entries: Stream.interruptWhen(watched.entries, streamsEnd)
@@ -246,7 +262,8 @@ export const make = Effect.gen(function*() {
         MailboxFull: (error) => Effect.die(error),
         AlreadyProcessingMessage: (error) => Effect.die(error),
         PersistenceError: (error) => Effect.die(error)
-      })
+      }),
+      (polled) => Effect.zipRight(refusePollWhileClosing, polled)
     )
 
   const eventBody = (
@@ -255,6 +272,7 @@ export const make = Effect.gen(function*() {
     options: { readonly snapshot: boolean; readonly ready: unknown; readonly view?: Sse.View | undefined }
   ) =>
     Effect.gen(function*() {
+      yield* refuseStreamWhileClosing
       const { view } = options
       const local = localLogs.get(agentId)
       if (Option.isSome(local)) {
@@ -276,6 +294,7 @@ export const make = Effect.gen(function*() {
     options: ConnectionOptions
   ) =>
     Effect.gen(function*() {
+      yield* refuseStreamWhileClosing
       const client = makeClient(agentId)
       const [first, frames] = yield* Stream.peel(
         client.Connect({

@@ -13,6 +13,7 @@ import { DatabaseHealth } from "@agent-runtime/store"
 import { Entity, ShardingConfig } from "@effect/cluster"
 import {
   Cause,
+  Chunk,
   Deferred,
   Duration,
   Effect,
@@ -117,15 +118,21 @@ export const layer = Layer.unwrapEffect(Effect.map(Agent.client, (makeClient) =>
        * noticed and let this entity go, so two runners never take the agent from each other in turn.
        */
       let fencedAt: number | undefined
+      /**
+       * This instance stops serving the agent until a message makes it claim the agent again (see `reclaim`).
+       * Its log closes now: watchers reading it here reconnect and reach the agent wherever the cluster places
+       * it, rather than following a log no event will reach (a superseded instance can outlive its turn).
+       */
+      const supersede = (fenced: boolean) =>
+        Effect.suspend(() => {
+          superseded = true
+          if (fenced) fencedAt ??= Date.now()
+          return Scope.close(term.scope, Exit.void)
+        })
       const fencedNow = (write: Write) =>
         journal(store.fenced(agentId, term.epoch, write)).pipe(
-          Effect.tapDefect((defect) =>
-            Effect.sync(() => {
-              if (defect instanceof Fenced) {
-                superseded = true
-                fencedAt ??= Date.now()
-              }
-            })
+          Effect.tapDefect((cause) =>
+            Cause.defects(cause).pipe(Chunk.some((defect) => defect instanceof Fenced)) ? supersede(true) : Effect.void
           )
         )
 
@@ -585,10 +592,7 @@ export const layer = Layer.unwrapEffect(Effect.map(Agent.client, (makeClient) =>
             ? Effect.logWarning("the database went away under a turn; it resumes from the journal once it is back")
             : Effect.logError("the agent's runner failed; it starts again from the journal", Cause.die(defect))).pipe(
               Effect.annotateLogs({ agentId, epoch: term.epoch }),
-              Effect.zipRight(Effect.sync(() => {
-                superseded = true
-                if (defect instanceof Fenced) fencedAt ??= Date.now()
-              })),
+              Effect.zipRight(supersede(defect instanceof Fenced)),
               Effect.zipRight(
                 makeClient(agentId).Wake().pipe(
                   Effect.timeout("5 seconds"),

@@ -58,6 +58,8 @@ export class Drain extends Effect.Service<Drain>()("@agent-runtime/agent/Drain",
       releasedAgents: (): ReadonlyArray<string> => [...released],
       /** Completes when the node closes its streams. */
       closed: Deferred.await(closed),
+      /** Whether the node has closed its streams. */
+      isClosed: () => isClosed,
       /** A plain callback for the close (at once when already closed); the result unregisters it. */
       onClose: (listener: () => void): () => void => {
         if (isClosed) {

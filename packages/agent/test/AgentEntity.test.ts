@@ -15,14 +15,15 @@ import { Egress, Resolver } from "@agent-runtime/egress"
 import { FileMigrations } from "@agent-runtime/files"
 import { IdentityMigrations, IdentityTokens } from "@agent-runtime/identity"
 import { ModelsMigrations, UsageLog } from "@agent-runtime/models"
-import { Database, SealedSecret } from "@agent-runtime/store"
+import { Database, DatabaseHealth, SealedSecret } from "@agent-runtime/store"
 import { AgentFixtures, TestDatabase, ToolServer } from "@agent-runtime/testing"
 import { WebhookMigrations } from "@agent-runtime/webhooks"
 import { ShardingConfig, TestRunner } from "@effect/cluster"
 import { expect, layer } from "@effect/vitest"
-import { Effect, Fiber, Layer, Option, Redacted, Schedule, Stream } from "effect"
+import { Duration, Effect, Fiber, Layer, Option, Redacted, Schedule, Stream } from "effect"
 import * as Crypto from "node:crypto"
 import { Agent } from "../src/Agent.ts"
+import * as AgentEvents from "../src/AgentEvents.ts"
 import * as AgentMigrations from "../src/AgentMigrations.ts"
 import * as AgentRuntime from "../src/AgentRuntime.ts"
 import * as AgentStore from "../src/AgentStore.ts"
@@ -86,6 +87,14 @@ const newAgent = (name: string, config: Partial<Turn.TurnInput["config"]> = {}) 
   })
 
 type Client = Effect.Effect.Success<ReturnType<typeof newAgent>>["client"]
+
+/** A Node stream's text, once it ends. */
+const readAll = (body: NodeJS.ReadableStream) =>
+  new Promise<string>((resolve) => {
+    let text = ""
+    body.on("data", (chunk: Buffer) => text += chunk.toString())
+    body.on("end", () => resolve(text))
+  })
 
 /** Events after `cursor` up to the settled response of `requestId`, read by long polls. */
 const eventsUntilResponse = (client: Client, cursor: number, requestId: string) =>
@@ -428,5 +437,76 @@ layer(EntityLive, { timeout: 60_000, excludeTestServices: true })("Agent entity"
       })
       expect(typesOf(events, "req_lost")).not.toContain("turn_opened")
       expect(events.at(-1)!.data).toMatchObject({ type: "response", id: "req_lost" })
+    }))
+
+  it.scoped(
+    "an instance whose agent another runner claimed closes its log at once: its readers are told to go on",
+    () =>
+      Effect.gen(function*() {
+        const model = yield* ScriptedModel
+        model.reset()
+        model.script({ text: "First." })
+        const { agentId, client } = yield* newAgent("superseded")
+        yield* client.Prompt({ requestId: "req_s1", fingerprint: "fp", text: "one" })
+        yield* waitUntil(requestRow(agentId, "req_s1"), (row) => row.state === "completed")
+
+        // Readers on this node: a listener on the local log (an SSE writer or a long-poll's wait) and a Watch.
+        const localLogs = yield* EventLog.LocalLogs
+        const log = Option.getOrThrow(localLogs.get(agentId))
+        let told = false
+        yield* log.listen(Option.none(), { entry: () => {}, close: () => void (told = true) })
+        const watch = yield* client.Watch({ cursor: yield* log.cursor }).pipe(Stream.runDrain, Effect.fork)
+
+        // Another runner claims the agent (as after this one was paused past its lease); the next turn's first
+        // journal write here is fenced.
+        const store = yield* AgentStore.AgentStore
+        yield* store.claim(agentId, "127.0.0.1:1")
+        model.script({ text: "Second." })
+        yield* client.Prompt({ requestId: "req_s2", fingerprint: "fp", text: "two" })
+
+        // Told at once, not left on a log no event reaches until a message makes this instance claim it again.
+        yield* waitUntil(Effect.sync(() => told), (closed) => closed)
+        yield* Fiber.join(watch).pipe(Effect.timeout("5 seconds"))
+        expect(Option.isNone(localLogs.get(agentId))).toBe(true)
+        // The request stays open in the journal for whichever runner holds the agent.
+        expect((yield* requestRow(agentId, "req_s2")).state).not.toBe("completed")
+        expect(model.calls()).toHaveLength(1)
+      }),
+    30_000
+  )
+})
+
+// Its own layer: the drain closes this node's streams for good.
+layer(AgentEvents.layer.pipe(Layer.provideMerge(DatabaseHealth.layer), Layer.provideMerge(EntityLive)), {
+  timeout: 60_000,
+  excludeTestServices: true
+})("Agent events on a node that closed its streams", (it) => {
+  it.scoped("an open stream ends with reconnect; new streams and polls are refused with 503 to retry elsewhere", () =>
+    Effect.gen(function*() {
+      const model = yield* ScriptedModel
+      model.reset()
+      model.script({ text: "Done." })
+      const { agentId, client } = yield* newAgent("closing")
+      yield* client.Prompt({ requestId: "req_c1", fingerprint: "fp", text: "one" })
+      yield* waitUntil(requestRow(agentId, "req_c1"), (row) => row.state === "completed")
+      const events = yield* AgentEvents.AgentEvents
+      const open = yield* events.eventBody(agentId, Option.none(), { snapshot: false, ready: {} })
+      expect(open._tag).toBe("Node")
+      const text = open._tag === "Node" ? readAll(open.body) : Promise.resolve("")
+
+      yield* (yield* Drain).close
+      expect(yield* Effect.promise(() => text)).toMatch(/event: reconnect\ndata: \{\}\n\n$/)
+      // Opened now, a stream would end at once and its watcher come straight back: it is told to retry shortly.
+      const refused = yield* events.eventBody(agentId, Option.none(), { snapshot: false, ready: {} }).pipe(Effect.flip)
+      expect(refused).toMatchObject({ _tag: "Unavailable", retryAfter: 1 })
+      const connection = yield* events.connectionBody(agentId, Option.none(), {
+        snapshot: false,
+        connection: Option.none(),
+        takeover: false,
+        version: 1
+      }).pipe(Effect.flip)
+      expect(connection).toMatchObject({ _tag: "Unavailable", retryAfter: 1 })
+      const polled = yield* events.poll(agentId, 0, Duration.seconds(5)).pipe(Effect.flip)
+      expect(polled).toMatchObject({ _tag: "Unavailable", retryAfter: 1 })
     }))
 })

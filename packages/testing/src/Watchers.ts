@@ -28,6 +28,8 @@ export interface Watcher {
   readonly reconnects: number
   /** Streams that ended without `event: reconnect`. */
   readonly cutOff: number
+  /** Each connection or poll as it went (when, where, from which cursor, how it answered and ended): for a failure's diagnosis. */
+  readonly journal: ReadonlyArray<string>
 }
 
 export interface Options {
@@ -47,9 +49,20 @@ interface State extends Watcher {
   stalls: number
   reconnects: number
   cutOff: number
+  journal: Array<string>
 }
 
-const newState = (name: string): State => ({ name, marks: [], unreachable: 0, stalls: 0, reconnects: 0, cutOff: 0 })
+const newState = (name: string): State => ({
+  name,
+  marks: [],
+  unreachable: 0,
+  stalls: 0,
+  reconnects: 0,
+  cutOff: 0,
+  journal: []
+})
+
+const note = (state: State, line: string) => state.journal.push(`${new Date().toISOString()} ${line}`)
 
 const lastCursor = (state: State, initial: number | undefined) => {
   const last = state.marks.at(-1)
@@ -132,16 +145,24 @@ export const sse = (name: string, options: Options): Effect.Effect<Watcher, neve
         }
         if (cursor !== undefined) headers["last-event-id"] = String(cursor)
         let response: globalThis.Response
+        // A node that does not answer within 10 s is unreachable; once it answers, the stream is read for as long
+        // as it lasts, as by any SSE client (the stall limit catches one gone silent).
+        const unanswered = new AbortController()
+        const timer = setTimeout(() => unanswered.abort(new Error("no answer within 10 s")), 10_000)
         try {
           response = await fetch(`${base}/v1/agents/${options.agentId}/events${snapshot ? "?snapshot=1" : ""}`, {
             headers,
-            signal: AbortSignal.any([controller.signal, AbortSignal.timeout(10_000)])
+            signal: AbortSignal.any([controller.signal, unanswered.signal])
           })
-        } catch {
+        } catch (error) {
+          note(state, `${base} after ${cursor}${snapshot ? " (snapshot)" : ""}: ${String(error)}`)
           state.unreachable++
           await sleep(200)
           continue
+        } finally {
+          clearTimeout(timer)
         }
+        note(state, `${base} after ${cursor}${snapshot ? " (snapshot)" : ""}: ${response.status}`)
         if (response.status === 409) {
           await response.body?.cancel()
           snapshot = true
@@ -155,6 +176,7 @@ export const sse = (name: string, options: Options): Effect.Effect<Watcher, neve
         }
         snapshot = false
         const ended = await readStream(response, state, stallMs, controller.signal)
+        note(state, `${base} ${ended} at ${lastCursor(state, options.cursor)}`)
         if (ended === "reconnect") state.reconnects++
         else if (ended === "stalled") state.stalls++
         else if (!controller.signal.aborted) {
