@@ -543,7 +543,9 @@ export class AgentsGroup extends HttpApiGroup.make("agents")
         OpenApi.Description,
         "Server-sent events (text/event-stream): `event: ready` (its `id:` the cursor the stream goes on from, so " +
           "a stream cut before its first event resumes from it), then `id:`/`data:` frames and `: heartbeat` " +
-          "comments about every 5 s. With poll=1 the answer is one JSON EventPoll after at most `wait` seconds."
+          "comments about every 5 s. With poll=1 the answer is one JSON EventPoll after at most `wait` seconds. " +
+          "A node handing its agents on (or, for a stream, one that cannot reach its database) answers 503 " +
+          "UNAVAILABLE with Retry-After instead: its streams end, so retry, through any node."
       )
   )
   .add(
