@@ -14,7 +14,10 @@ import type { Scope } from "effect"
 import * as Crypto from "node:crypto"
 import * as Http from "node:http"
 import type { AddressInfo } from "node:net"
-import { setTimeout as sleep } from "node:timers/promises"
+import * as Timers from "node:timers/promises"
+
+/** A scripted wait; it does not keep the process alive (a reply held for minutes outlives a benchmark run). */
+const sleep = (ms: number) => Timers.setTimeout(ms, undefined, { ref: false })
 
 export interface ToolCall {
   /** Defaults to a protocol-shaped id (`call_...`, `toolu_...`). */
