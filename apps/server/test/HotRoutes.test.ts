@@ -68,7 +68,7 @@ it.scoped(
         code: "UNAUTHORIZED"
       })
       expect((yield* prompt(JSON.stringify({ text: "hi" }), { token: "art_unknown" })).status).toBe(401)
-      // The key is looked up beside the body and the agent, yet its failure is still the answer.
+      // The key is checked in the statement that reads the agent, yet its failure is still the answer first.
       expect((yield* prompt("{", { token: revoked.token })).status).toBe(401)
       expect((yield* prompt("{}", { token: "art_unknown", agent: "agt_none" })).status).toBe(401)
       expect((yield* prompt(JSON.stringify({ text: "hi" }), { token: "art_unknown", agent: theirs })).status).toBe(
@@ -85,6 +85,9 @@ it.scoped(
       expect((yield* record("req_none")).status).toBe(404)
       expect((yield* record("req_same", { token: other.token })).status).toBe(404)
       expect((yield* record("req_same", { token: revoked.token })).status).toBe(401)
+      expect((yield* record("req_same?wait=soon", { token: revoked.token })).status).toBe(401)
+      expect((yield* record("req_none?wait=1", { token: "art_unknown" })).status).toBe(401)
+      expect((yield* both("GET", `/v1/agents/${theirs}/requests/req_same`, { token })).status).toBe(404)
 
       // Logged as the API logs a request.
       expect(node.output()).toContain(`http.url=/v1/agents/${agentId}/prompt`)

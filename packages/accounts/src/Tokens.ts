@@ -4,7 +4,7 @@
  */
 import { Common, Token } from "@agent-runtime/domain"
 import { Ids } from "@agent-runtime/store"
-import { SqlClient } from "@effect/sql"
+import { SqlClient, type Statement } from "@effect/sql"
 import { Effect, Option, Schema } from "effect"
 import * as Secret from "./internal/secret.ts"
 
@@ -75,17 +75,26 @@ export class Tokens extends Effect.Service<Tokens>()("@agent-runtime/accounts/To
         Effect.flatMap(Common.deleted(id, `no token ${id}`))
       )
 
+    const liveKey = (secret: string) =>
+      secret.startsWith(Token.apiKeyPrefix)
+        ? sql`FROM api_tokens WHERE secret_hash = ${Secret.hash(secret)} AND revoked_at IS NULL`
+        : sql`FROM api_tokens WHERE false`
+
     /** The tenant and key a presented secret belongs to, if it is a live key. */
     const authenticate = (secret: string): Effect.Effect<Option.Option<Authenticated>> =>
       secret.startsWith(Token.apiKeyPrefix)
-        ? sql<Authenticated>`
-            SELECT tenant_id, id AS token_id FROM api_tokens
-            WHERE secret_hash = ${Secret.hash(secret)} AND revoked_at IS NULL`.pipe(
+        ? sql<Authenticated>`SELECT tenant_id, id AS token_id ${liveKey(secret)}`.pipe(
           Effect.map((rows) => Option.fromNullable(rows[0])),
           Effect.orDie
         )
         : Effect.succeed(Option.none())
 
-    return { create, list, revoke, authenticate } as const
+    /**
+     * A query for the tenant (`tenant_id`) of a presented secret, no row unless it is a live key: for a
+     * statement that reads what the key asks for and checks the key at once, one round trip instead of two.
+     */
+    const tenantQuery = (secret: string): Statement.Fragment => sql`SELECT tenant_id ${liveKey(secret)}`
+
+    return { create, list, revoke, authenticate, tenantQuery } as const
   })
 }) {}

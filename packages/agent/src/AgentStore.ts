@@ -107,6 +107,12 @@ export interface RequestRow {
   readonly endedAt: number | null
 }
 
+/** A request of an agent, read with the agent's expiry (see `requestOf`). */
+export interface RequestOfAgent {
+  readonly expiresAt: number | null
+  readonly request: Option.Option<RequestRow>
+}
+
 const epoch = (column: string) => `floor(extract(epoch from ${column}))::float8`
 
 const agentColumns = `id, tenant_id, key, name, type, config, input_fingerprint,
@@ -183,6 +189,14 @@ export class AgentStore extends Context.Tag("@agent-runtime/agent/AgentStore")<A
   ) => Effect.Effect<Option.Option<AgentRow>, PersistenceError | E>
   /** A live agent of the tenant (not deleted; expiry is the caller's to judge). */
   readonly find: (tenantId: string, id: string) => Effect.Effect<Option.Option<AgentRow>, PersistenceError>
+  /**
+   * `find` for the tenant `tenant` yields (a query for `tenant_id`, such as an API key's), checked in the same
+   * statement: none outside when it yields no tenant (the credential is not valid).
+   */
+  readonly findFor: (
+    tenant: Statement.Fragment,
+    id: string
+  ) => Effect.Effect<Option.Option<Option.Option<AgentRow>>, PersistenceError>
   readonly findById: (id: string) => Effect.Effect<Option.Option<AgentRow>, PersistenceError>
   readonly findByKey: (tenantId: string, key: string) => Effect.Effect<Option.Option<AgentRow>, PersistenceError>
   /** The tenant's live agents mounting `volumeId` with `notify`: those told when others change its files. */
@@ -217,10 +231,13 @@ export class AgentStore extends Context.Tag("@agent-runtime/agent/AgentStore")<A
     tenantId: string,
     agentId: string,
     id: string
-  ) => Effect.Effect<
-    Option.Option<{ readonly expiresAt: number | null; readonly request: Option.Option<RequestRow> }>,
-    PersistenceError
-  >
+  ) => Effect.Effect<Option.Option<RequestOfAgent>, PersistenceError>
+  /** `requestOf` for the tenant `tenant` yields, as `findFor`: none outside when it yields no tenant. */
+  readonly requestFor: (
+    tenant: Statement.Fragment,
+    agentId: string,
+    id: string
+  ) => Effect.Effect<Option.Option<Option.Option<RequestOfAgent>>, PersistenceError>
   /** Sub-agents below an agent, at any depth; with `requestId`, those its run delegated to (and theirs). */
   readonly subAgents: (
     agentId: string,
@@ -350,11 +367,17 @@ export const make = Effect.gen(function*() {
     )
 
   /** A live agent of the tenant: not deleted and not expired. */
-  const find = (tenantId: string, id: string) =>
-    sql`SELECT ${agentFields} FROM agents
-      WHERE id = ${id} AND tenant_id = ${tenantId} AND deleted_at IS NULL`.pipe(
-      Effect.map((rows) => Option.map(Option.fromNullable(rows[0]), toAgent))
+  const tenantOf = (tenantId: string) => sql`SELECT ${tenantId}::text AS tenant_id`
+
+  const findFor = (tenant: Statement.Fragment, id: string) =>
+    sql`SELECT ${agentFields} FROM (${tenant}) AS k (reader)
+      LEFT JOIN agents ON id = ${id} AND tenant_id = k.reader AND deleted_at IS NULL`.pipe(
+      Effect.map((rows) =>
+        Option.map(Option.fromNullable(rows[0]), (row) => row.id === null ? Option.none() : Option.some(toAgent(row)))
+      )
     )
+
+  const find = (tenantId: string, id: string) => Effect.map(findFor(tenantOf(tenantId), id), Option.flatten)
 
   const findById = (id: string) =>
     sql`SELECT ${agentFields} FROM agents WHERE id = ${id} AND deleted_at IS NULL`.pipe(
@@ -422,18 +445,29 @@ export const make = Effect.gen(function*() {
       Effect.map((rows) => Option.fromNullable(rows[0]))
     )
 
-  const requestOf = (tenantId: string, agentId: string, id: string) =>
-    sql<RequestRow & { readonly agentExpiresAt: number | null }>`
-      SELECT ${sql.unsafe(epoch("a.expires_at"))} AS agent_expires_at, r.* FROM agents a
-      LEFT JOIN LATERAL (SELECT ${requestFields} FROM agent_requests WHERE agent_id = a.id AND id = ${id}) r ON true
-      WHERE a.id = ${agentId} AND a.tenant_id = ${tenantId} AND a.deleted_at IS NULL`.pipe(
-      Effect.map((rows) =>
-        Option.map(Option.fromNullable(rows[0]), ({ agentExpiresAt, ...request }) => ({
-          expiresAt: agentExpiresAt,
-          request: request.id === null ? Option.none<RequestRow>() : Option.some(request as RequestRow)
-        }))
+  const requestFor = (tenant: Statement.Fragment, agentId: string, id: string) =>
+    sql<RequestRow & { readonly agentExpiresAt: number | null; readonly agentFound: boolean }>`
+      SELECT a.id IS NOT NULL AS agent_found, ${sql.unsafe(epoch("a.expires_at"))} AS agent_expires_at, r.*
+      FROM (${tenant}) AS k (reader)
+      LEFT JOIN agents a ON a.id = ${agentId} AND a.tenant_id = k.reader AND a.deleted_at IS NULL
+      LEFT JOIN LATERAL (SELECT ${requestFields} FROM agent_requests WHERE agent_id = a.id AND id = ${id}) r ON true`
+      .pipe(
+        Effect.map((rows) =>
+          Option.map(
+            Option.fromNullable(rows[0]),
+            ({ agentExpiresAt, agentFound, ...request }): Option.Option<RequestOfAgent> =>
+              agentFound
+                ? Option.some({
+                  expiresAt: agentExpiresAt,
+                  request: request.id === null ? Option.none<RequestRow>() : Option.some(request as RequestRow)
+                })
+                : Option.none()
+          )
+        )
       )
-    )
+
+  const requestOf = (tenantId: string, agentId: string, id: string) =>
+    Effect.map(requestFor(tenantOf(tenantId), agentId, id), Option.flatten)
 
   /** Requests not yet completed, in arrival order. */
   const openRequests = (agentId: string) =>
@@ -665,6 +699,7 @@ export const make = Effect.gen(function*() {
   return AgentStore.of({
     insertAgent,
     find: flow(find, PersistenceError.refail),
+    findFor: flow(findFor, PersistenceError.refail),
     findById: flow(findById, PersistenceError.refail),
     findByKey: flow(findByKey, PersistenceError.refail),
     notifiedOf: flow(notifiedOf, PersistenceError.refail),
@@ -674,6 +709,7 @@ export const make = Effect.gen(function*() {
     insertRequest: flow(insertRequest, PersistenceError.refail),
     getRequest: flow(getRequest, PersistenceError.refail),
     requestOf: flow(requestOf, PersistenceError.refail),
+    requestFor: flow(requestFor, PersistenceError.refail),
     openRequests: flow(openRequests, PersistenceError.refail),
     markSteered,
     steeredInto: flow(steeredInto, PersistenceError.refail),
@@ -721,10 +757,14 @@ export const liveOf = <A extends { readonly expiresAt: number | null }>(
 export const findLive = (store: AgentStore["Type"], tenantId: string, id: string) =>
   Effect.flatMap(store.find(tenantId, id), (agent) => liveOf(id, agent))
 
-/** A request of a live agent of the tenant, in one read. */
-export const findLiveRequest = (store: AgentStore["Type"], tenantId: string, agentId: string, id: string) =>
+/** The request `read` found (see `requestOf`), of a live agent: NotFound or Gone otherwise. */
+export const findLiveRequest = <E, R>(
+  read: Effect.Effect<Option.Option<RequestOfAgent>, E, R>,
+  agentId: string,
+  id: string
+) =>
   Effect.flatMap(
-    store.requestOf(tenantId, agentId, id),
+    read,
     (found) =>
       Effect.flatMap(liveOf(agentId, found), ({ request }) =>
         Option.match(request, {

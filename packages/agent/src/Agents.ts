@@ -17,6 +17,7 @@ import {
 import { Volumes } from "@agent-runtime/files"
 import { Listing, UsageLog } from "@agent-runtime/models"
 import { Ids } from "@agent-runtime/store"
+import type { Statement } from "@effect/sql"
 import { Context, Duration, Effect, Either, Layer, Option, type Scope, type Stream } from "effect"
 import {
   Agent,
@@ -57,6 +58,14 @@ export type PromptError =
   | ApiError.ApplicationNotConnected
   | ApiError.InvalidRequest
   | ApiError.TooLarge
+
+/** Who asks, when its credential is checked in the statement that reads what it asks for. */
+export interface Caller {
+  /** A query for the tenant of the credential presented (`tenant_id`): no row when it is not valid. */
+  readonly tenant: Statement.Fragment
+  /** The answer when it is not valid. */
+  readonly refused: ApiError.Unauthorized
+}
 
 export class Agents extends Context.Tag("@agent-runtime/agent/Agents")<Agents, {
   /** A new agent (the same Idempotency-Key and body return the same agent), with its first prompt if given. */
@@ -107,11 +116,11 @@ export class Agents extends Context.Tag("@agent-runtime/agent/Agents")<Agents, {
     input: Run.PromptInput
   ) => Effect.Effect<Run.RequestRecord, PromptError>
   /**
-   * `prompt` for a caller whose tenant is still being found (its API key being looked up): the agent is read
-   * beside it, a round trip sooner. The caller's failure is answered before anything about the agent.
+   * `prompt` for a caller whose credential is checked in the statement that reads the agent, a round trip
+   * sooner: refused before anything about the agent when it is not valid.
    */
   readonly promptAs: (
-    tenant: Effect.Effect<string, ApiError.Unauthorized>,
+    caller: Caller,
     agentId: string,
     input: Run.PromptInput
   ) => Effect.Effect<Run.RequestRecord, ApiError.Unauthorized | PromptError>
@@ -191,6 +200,13 @@ export class Agents extends Context.Tag("@agent-runtime/agent/Agents")<Agents, {
     requestId: string,
     wait: Duration.Duration
   ) => Effect.Effect<Run.RequestRecord, ApiError.NotFound | ApiError.Gone>
+  /** `request` for a caller whose credential is checked with every read of the request, as `promptAs`. */
+  readonly requestAs: (
+    caller: Caller,
+    agentId: string,
+    requestId: string,
+    wait: Duration.Duration
+  ) => Effect.Effect<Run.RequestRecord, ApiError.Unauthorized | ApiError.NotFound | ApiError.Gone>
   readonly state: (
     tenantId: string,
     agentId: string
@@ -302,12 +318,12 @@ export const make = Effect.gen(function*() {
 
   const live = (tenantId: string, id: string) => findLive(store, tenantId, id)
 
-  /** `live` for a tenant still being found: both reads at once, the tenant's failure first. */
-  const liveAs = (tenant: Effect.Effect<string, ApiError.Unauthorized>, id: string) =>
+  /** `live` for a caller whose credential the same read checks: refused first. */
+  const liveAs = (caller: Caller, id: string) =>
     Effect.flatMap(
-      Effect.zip(tenant, Effect.exit(store.findById(id)), { concurrent: true }),
-      ([tenantId, found]) =>
-        Effect.flatMap(found, (agent) => liveOf(id, Option.filter(agent, (agent) => agent.tenantId === tenantId)))
+      store.findFor(caller.tenant, id),
+      (found): Effect.Effect<AgentRow, ApiError.Unauthorized | ApiError.NotFound | ApiError.Gone> =>
+        Option.isNone(found) ? Effect.fail(caller.refused) : liveOf(id, found.value)
     )
 
   const resumeOf = (agent: AgentRow) =>
@@ -787,8 +803,8 @@ export const make = Effect.gen(function*() {
   const prompt = (tenantId: string, agentId: string, input: Run.PromptInput) =>
     Effect.flatMap(live(tenantId, agentId), (agent) => promptTo(agent, input))
 
-  const promptAs = (tenant: Effect.Effect<string, ApiError.Unauthorized>, agentId: string, input: Run.PromptInput) =>
-    Effect.flatMap(liveAs(tenant, agentId), (agent) => promptTo(agent, input))
+  const promptAs = (caller: Caller, agentId: string, input: Run.PromptInput) =>
+    Effect.flatMap(liveAs(caller, agentId), (agent) => promptTo(agent, input))
 
   /** A turn on the history as it is, without a new user message. */
   const continueRun = (
@@ -994,15 +1010,43 @@ export const make = Effect.gen(function*() {
     })
 
   /** The record of a request; with `wait` it answers once the request settles or the wait (at most 25 s) ends. */
-  const request = (tenantId: string, agentId: string, requestId: string, wait: Duration.Duration) =>
+  /** The request's record once `read` finds it settled or the wait ends. */
+  const recordOf = <E>(
+    agentId: string,
+    requestId: string,
+    read: Effect.Effect<RequestRow, E>,
+    wait: Duration.Duration
+  ) =>
     Effect.gen(function*() {
-      // The agent is checked (the tenant's, not expired) with every read of the request, in the same statement.
-      const read = findLiveRequest(store, tenantId, agentId, requestId)
       const settled = (row: RequestRow) => row.state === "completed"
       const limit = Duration.min(wait, AgentEvents.longPollLimit)
       if (Duration.toMillis(limit) === 0) return toRecord(yield* read)
       return toRecord(yield* events.awaitSettled(agentId, requestId, read, settled, limit))
     })
+
+  // The agent is checked (the tenant's, not expired) with every read of the request, in the same statement.
+  const request = (tenantId: string, agentId: string, requestId: string, wait: Duration.Duration) =>
+    recordOf(
+      agentId,
+      requestId,
+      findLiveRequest(store.requestOf(tenantId, agentId, requestId), agentId, requestId),
+      wait
+    )
+
+  // So is the caller's credential.
+  const requestAs = (caller: Caller, agentId: string, requestId: string, wait: Duration.Duration) =>
+    recordOf(
+      agentId,
+      requestId,
+      Effect.flatMap(
+        store.requestFor(caller.tenant, agentId, requestId),
+        (found): Effect.Effect<RequestRow, ApiError.Unauthorized | ApiError.NotFound | ApiError.Gone> =>
+          Option.isNone(found)
+            ? Effect.fail(caller.refused)
+            : findLiveRequest(Effect.succeed(found.value), agentId, requestId)
+      ),
+      wait
+    )
 
   /** A status request: answered at once, from the owner's view of the agent. */
   const statusRequest = (tenantId: string, agentId: string) =>
@@ -1110,6 +1154,7 @@ export const make = Effect.gen(function*() {
     list: method("list", list),
     remove: method("remove", remove),
     request: method("request", request),
+    requestAs: method("requestAs", requestAs),
     state: method("state", state),
     history: method("history", history),
     eventBody: method("eventBody", eventBody),

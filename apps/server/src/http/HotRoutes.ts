@@ -16,10 +16,10 @@ import { Tokens } from "@agent-runtime/accounts"
 import { Agents } from "@agent-runtime/agent"
 import { Api, type ApiError, Run, Token } from "@agent-runtime/domain"
 import { DatabaseHealth } from "@agent-runtime/store"
-import { Context, Duration, Effect, Fiber, Layer, Runtime, Schema } from "effect"
+import { Context, Duration, Effect, Layer, Runtime, Schema } from "effect"
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http"
 import { ServerConfig } from "../ServerConfig.ts"
-import { apiKey } from "./Authentication.ts"
+import { apiKey, apiKeyCaller } from "./Authentication.ts"
 import * as Errors from "./Errors.ts"
 
 const promptPath = /^\/v1\/agents\/([\w.~-]+)\/prompt$/
@@ -85,29 +85,33 @@ export const layer = Layer.effect(
     const health = yield* DatabaseHealth.DatabaseHealth
     const runFork = Runtime.runFork(yield* Effect.runtime<never>())
 
-    const tenantOf = (request: IncomingMessage) =>
-      // The API's bearer scheme takes whatever follows the scheme's 7 characters.
-      Effect.map(apiKey(tokens, request.headers.authorization!.slice(7)), (principal) => principal.tenantId)
+    // The API's bearer scheme takes whatever follows the scheme's 7 characters.
+    const secretOf = (request: IncomingMessage) => request.headers.authorization!.slice(7)
+    /** A bad key is answered before a bad request, as the API answers it before reading the request. */
+    const keyFirst = (request: IncomingMessage) => Effect.tapError(() => apiKey(tokens, secretOf(request)))
 
+    // The key is checked in the statement that reads the agent (and with each read of the request).
     const prompt = (request: IncomingMessage, agentId: string) =>
       Effect.gen(function*() {
-        // The key is looked up while the body is read and then while the agent is: a bad key is still
-        // answered first, as the API answers it before reading the body.
-        const tenant = Fiber.join(yield* Effect.fork(tenantOf(request)))
         const payload = yield* Effect.flatMap(Effect.flatMap(body(request), parse), decodePrompt).pipe(
           Effect.catchTag("ParseError", Errors.invalidInput),
-          Effect.tapError(() => tenant)
+          keyFirst(request)
         )
-        return yield* encodeRecord(yield* agents.promptAs(tenant, agentId, payload))
+        return yield* encodeRecord(yield* agents.promptAs(apiKeyCaller(tokens, secretOf(request)), agentId, payload))
       })
 
     const settled = (request: IncomingMessage, agentId: string, requestId: string, wait: string | undefined) =>
       Effect.gen(function*() {
-        const tenantId = yield* tenantOf(request)
         const params = yield* decodeRequestParams(wait === undefined ? {} : { wait }).pipe(
-          Effect.catchTag("ParseError", Errors.invalidInput)
+          Effect.catchTag("ParseError", Errors.invalidInput),
+          keyFirst(request)
         )
-        const record = yield* agents.request(tenantId, agentId, requestId, Duration.seconds(params.wait ?? 0))
+        const record = yield* agents.requestAs(
+          apiKeyCaller(tokens, secretOf(request)),
+          agentId,
+          requestId,
+          Duration.seconds(params.wait ?? 0)
+        )
         return yield* encodeRecord(record)
       })
 
