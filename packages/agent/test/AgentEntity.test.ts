@@ -128,6 +128,18 @@ const waitUntil = <A, E, R>(read: Effect.Effect<A, E, R>, done: (value: A) => bo
     Effect.timeout("10 seconds")
   )
 
+/** A new agent (see `newAgent`) whose first prompt has settled, and the scripted model. */
+const settledAgent = (name: string) =>
+  Effect.gen(function*() {
+    const model = yield* ScriptedModel
+    model.reset()
+    model.script({ text: "First." })
+    const made = yield* newAgent(name)
+    yield* made.client.Prompt({ requestId: `req_${name}`, fingerprint: "fp", text: "one" })
+    yield* waitUntil(requestRow(made.agentId, `req_${name}`), (row) => row.state === "completed")
+    return { ...made, model }
+  })
+
 /** A watch stream up to the response frame of `requestId`, keep-alives left out. */
 const untilResponse =
   (requestId: string) => <E, R>(stream: Stream.Stream<{ readonly id: number; readonly data: unknown }, E, R>) =>
@@ -443,12 +455,7 @@ layer(EntityLive, { timeout: 60_000, excludeTestServices: true })("Agent entity"
     "an instance whose agent another runner claimed closes its log at once: its readers are told to go on",
     () =>
       Effect.gen(function*() {
-        const model = yield* ScriptedModel
-        model.reset()
-        model.script({ text: "First." })
-        const { agentId, client } = yield* newAgent("superseded")
-        yield* client.Prompt({ requestId: "req_s1", fingerprint: "fp", text: "one" })
-        yield* waitUntil(requestRow(agentId, "req_s1"), (row) => row.state === "completed")
+        const { agentId, client, model } = yield* settledAgent("superseded")
 
         // Readers on this node: a listener on the local log (an SSE writer or a long-poll's wait) and a Watch.
         const localLogs = yield* EventLog.LocalLogs
@@ -483,12 +490,7 @@ layer(AgentEvents.layer.pipe(Layer.provideMerge(DatabaseHealth.layer), Layer.pro
 })("Agent events on a node that closed its streams", (it) => {
   it.scoped("an open stream ends with reconnect; new streams and polls are refused with 503 to retry elsewhere", () =>
     Effect.gen(function*() {
-      const model = yield* ScriptedModel
-      model.reset()
-      model.script({ text: "Done." })
-      const { agentId, client } = yield* newAgent("closing")
-      yield* client.Prompt({ requestId: "req_c1", fingerprint: "fp", text: "one" })
-      yield* waitUntil(requestRow(agentId, "req_c1"), (row) => row.state === "completed")
+      const { agentId } = yield* settledAgent("closing")
       const events = yield* AgentEvents.AgentEvents
       const open = yield* events.eventBody(agentId, Option.none(), { snapshot: false, ready: {} })
       expect(open._tag).toBe("Node")
