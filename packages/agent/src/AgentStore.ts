@@ -366,7 +366,7 @@ export const make = Effect.gen(function*() {
       Effect.catchTag("SqlError", (cause) => new PersistenceError({ cause }))
     )
 
-  /** A live agent of the tenant: not deleted and not expired. */
+  /** A tenant's id as the query for it that `findFor` and `requestFor` take. */
   const tenantOf = (tenantId: string) => sql`SELECT ${tenantId}::text AS tenant_id`
 
   const findFor = (tenant: Statement.Fragment, id: string) =>
@@ -757,20 +757,16 @@ export const liveOf = <A extends { readonly expiresAt: number | null }>(
 export const findLive = (store: AgentStore["Type"], tenantId: string, id: string) =>
   Effect.flatMap(store.find(tenantId, id), (agent) => liveOf(id, agent))
 
-/** The request `read` found (see `requestOf`), of a live agent: NotFound or Gone otherwise. */
-export const findLiveRequest = <E, R>(
-  read: Effect.Effect<Option.Option<RequestOfAgent>, E, R>,
+/** The request found (see `requestOf`) when its agent is live: NotFound or Gone otherwise. */
+export const liveRequestOf = (
   agentId: string,
-  id: string
-) =>
-  Effect.flatMap(
-    read,
-    (found) =>
-      Effect.flatMap(liveOf(agentId, found), ({ request }) =>
-        Option.match(request, {
-          onNone: () => Effect.fail(new ApiError.NotFound({ error: `no request ${id}` })),
-          onSome: Effect.succeed
-        }))
-  )
+  id: string,
+  found: Option.Option<RequestOfAgent>
+): Effect.Effect<RequestRow, ApiError.NotFound | ApiError.Gone> =>
+  Effect.flatMap(liveOf(agentId, found), ({ request }) =>
+    Option.match(request, {
+      onNone: () => Effect.fail(new ApiError.NotFound({ error: `no request ${id}` })),
+      onSome: Effect.succeed
+    }))
 
 export const layer: Layer.Layer<AgentStore, never, SqlClient.SqlClient> = Layer.effect(AgentStore, make)

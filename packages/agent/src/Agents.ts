@@ -36,8 +36,8 @@ import {
   type AgentRow,
   AgentStore,
   findLive,
-  findLiveRequest,
   liveOf,
+  liveRequestOf,
   type RequestRow
 } from "./AgentStore.ts"
 import * as AgentTokens from "./AgentTokens.ts"
@@ -1029,7 +1029,10 @@ export const make = Effect.gen(function*() {
     recordOf(
       agentId,
       requestId,
-      findLiveRequest(store.requestOf(tenantId, agentId, requestId), agentId, requestId),
+      Effect.flatMap(
+        store.requestOf(tenantId, agentId, requestId),
+        (found) => liveRequestOf(agentId, requestId, found)
+      ),
       wait
     )
 
@@ -1043,7 +1046,7 @@ export const make = Effect.gen(function*() {
         (found): Effect.Effect<RequestRow, ApiError.Unauthorized | ApiError.NotFound | ApiError.Gone> =>
           Option.isNone(found)
             ? Effect.fail(caller.refused)
-            : findLiveRequest(Effect.succeed(found.value), agentId, requestId)
+            : liveRequestOf(agentId, requestId, found.value)
       ),
       wait
     )
