@@ -9,7 +9,9 @@
  *   time from the old owner's last event to turn_resumed is shown too
  * - crash: the same for kill -9 (lease expiry, shard takeover, resume)
  * - prompts/s sustained by 1 runner and by 3 runners (BENCH_CLIENTS concurrent
- *   clients, each prompting and waiting for the outcome, for BENCH_SECONDS)
+ *   clients, each prompting and waiting for the outcome, for BENCH_SECONDS); the
+ *   3 runners twice: clients spread over the nodes, and each agent's requests
+ *   sent to its owner's node, as an agent-aware load balancer would
  * - the floor beside them, same clients and upstream: scripts/bench/floorServer.cjs,
  *   the same statements, requests and model call of a turn in plain Node
  *
@@ -125,17 +127,29 @@ const statements = (databaseUrl: string) =>
     )).rows as Array<{ calls: number; ms: number; plan_ms: number; query: string }>)
 
 /** Prompts/s: each client prompts an agent of its own set and waits for the outcome, again and again. */
-const throughput = (databaseUrl: string, upstream: FakeUpstream.FakeUpstream, size: number) =>
+const throughput = (databaseUrl: string, upstream: FakeUpstream.FakeUpstream, size: number, affinity = false) =>
   Effect.scoped(Effect.gen(function*() {
     const { cluster, ids, token } = yield* world(databaseUrl, upstream, size, agentCount)
+    const owners = new Map<string, string>()
+    if (affinity) {
+      // Each agent started once, then its requests sent to the node its owner runs on.
+      const api = Http.client(cluster.members[0]!.node.rest)
+      yield* Effect.forEach(ids, (id) => api.get(`/v1/agents/${id}/state`, { token }), { discard: true })
+      const rows = yield* withPg(databaseUrl, (client) => client.query("SELECT id, owner FROM agents"))
+      for (const row of rows.rows) {
+        const member = cluster.members.find((member) => member.runnerAddress === row.owner)
+        if (member !== undefined) owners.set(row.id, member.node.rest)
+      }
+    }
     const figures = yield* load({
       databaseUrl,
       bases: cluster.live(),
       ids,
       token,
-      pids: cluster.members.map((member) => member.node.process.pid!)
+      pids: cluster.members.map((member) => member.node.process.pid!),
+      baseOf: (agentId) => owners.get(agentId)
     })
-    return { runners: size, ...figures }
+    return { runners: size, ...(affinity ? { affinity: owners.size } : {}), ...figures }
   }))
 
 /** The clients' loop against `bases` (prompt, then wait for the outcome), with CPU and statements per turn. */
@@ -146,6 +160,8 @@ const load = (
     readonly ids: ReadonlyArray<string>
     readonly token: string
     readonly pids: ReadonlyArray<number>
+    /** The node each agent's requests go to (its owner's, as an agent-aware load balancer would); else any. */
+    readonly baseOf?: (agentId: string) => string | undefined
   }
 ) =>
   Effect.gen(function*() {
@@ -164,10 +180,12 @@ const load = (
     const drive = (deadline: number) =>
       Effect.forEach(Array.from({ length: clients }, (_, i) => i), (client) =>
         Effect.gen(function*() {
-          const api = Http.client(bases[client % bases.length]!)
+          const any = Http.client(bases[client % bases.length]!)
           let n = 0
           while (now() < deadline) {
             const agentId = ids[(client + n * clients) % ids.length]!
+            const owner = options.baseOf?.(agentId)
+            const api = owner === undefined ? any : Http.client(owner)
             n++
             const started = now()
             const accepted = yield* api.post(`/v1/agents/${agentId}/prompt`, { token, json: { text: "hi" } })
@@ -376,6 +394,9 @@ const program = Effect.gen(function*() {
   const one = yield* throughput(yield* database("one"), upstream, 1)
   yield* Console.log(JSON.stringify({ one }, null, 2))
   const three = process.env.BENCH_RUNNERS === "1" ? null : yield* throughput(yield* database("three"), upstream, 3)
+  const threeToOwners = process.env.BENCH_RUNNERS === "1"
+    ? null
+    : yield* throughput(yield* database("owners"), upstream, 3, true)
   const figures = {
     leaseSeconds: Number(lease),
     drain,
@@ -387,7 +408,11 @@ const program = Effect.gen(function*() {
       floor: bare,
       one,
       three,
+      threeToOwners,
       ratio: three === null ? null : Number((three.promptsPerSecond / Math.max(1, one.promptsPerSecond)).toFixed(2)),
+      ratioToOwners: threeToOwners === null
+        ? null
+        : Number((threeToOwners.promptsPerSecond / Math.max(1, one.promptsPerSecond)).toFixed(2)),
       oneOfFloor: Number((one.promptsPerSecond / Math.max(1, bare.promptsPerSecond)).toFixed(2))
     }
   }
