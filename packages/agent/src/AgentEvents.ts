@@ -236,12 +236,16 @@ export const make = Effect.gen(function*() {
       }
     })
 
-  const watch = (agentId: string, cursor: Option.Option<number>, snapshot: boolean) =>
-    Effect.map(Effect.zipRight(refuseStreamWhileClosing, watchFrom(agentId, cursor, snapshot)), (watched): Watched => ({
+  /** `watch` for the stream bodies below, which refuse a closing node before anything else. */
+  const follow = (agentId: string, cursor: Option.Option<number>, snapshot: boolean) =>
+    Effect.map(watchFrom(agentId, cursor, snapshot), (watched): Watched => ({
       cursor: watched.cursor,
       // A draining node ends its streams, so its agents can move at once.
       entries: Stream.interruptWhen(watched.entries, streamsEnd)
     }))
+
+  const watch = (agentId: string, cursor: Option.Option<number>, snapshot: boolean) =>
+    Effect.zipRight(refuseStreamWhileClosing, follow(agentId, cursor, snapshot))
 
   const poll = (agentId: string, cursor: number, wait: Duration.Duration) =>
     sentUntilAnswered(
@@ -281,7 +285,7 @@ export const make = Effect.gen(function*() {
         )
         if (written._tag === "Right") return { _tag: "Node", body: written.right } as const
       }
-      const watched = yield* watch(agentId, cursor, options.snapshot)
+      const watched = yield* follow(agentId, cursor, options.snapshot)
       const entries = view === undefined
         ? watched.entries
         : Stream.filterMap(watched.entries, (entry) => Option.fromNullable(view(entry)))
@@ -314,7 +318,7 @@ export const make = Effect.gen(function*() {
       )
       if (Option.isNone(first) || first.value._tag !== "Ready") return yield* Effect.fail(ownerUnavailable())
       const { connection, toolsHash } = first.value
-      const watched = yield* watch(agentId, cursor, options.snapshot)
+      const watched = yield* follow(agentId, cursor, options.snapshot)
       let replaced = false
       const owner = frames.pipe(
         // The owner sends a keep-alive every few seconds: silence means it was lost, and the application

@@ -1009,8 +1009,7 @@ export const make = Effect.gen(function*() {
       return { id: agentId, deleted: true as const }
     })
 
-  /** The record of a request; with `wait` it answers once the request settles or the wait (at most 25 s) ends. */
-  /** The request's record once `read` finds it settled or the wait ends. */
+  /** The request's record once `read` finds it settled or the wait (at most 25 s) ends. */
   const recordOf = <E>(
     agentId: string,
     requestId: string,
