@@ -517,6 +517,29 @@ layer(WorldLive, { excludeTestServices: true })("agents", (it) => {
       expect(kinds.map((row) => row.kind)).toEqual(["response", "compaction", "response"])
     }))
 
+  it.effect("a request recorded whose owner was never told (its accepting node lost in between) still runs", () =>
+    Effect.gen(function*() {
+      const world = yield* TestWorld.TestWorld
+      const { api, token } = yield* tenantWithModel(world, "unheard")
+      const agentId = (yield* api.post("/v1/agents", { token, json: { model: "fake/m1" } })).body.id as string
+      // Its owner holds it: a first turn ran.
+      world.upstream.script({ text: "first" })
+      const first = (yield* api.post(`/v1/agents/${agentId}/prompt`, { token, json: { text: "one" } })).body
+      expect((yield* settle(api, token, agentId, first.id)).state).toBe("completed")
+      // A prompt recorded as an accepting node records it, which then died before it told the owner (so the
+      // client never heard it was accepted); recorded longer ago than the wake-up sweep waits for a sender.
+      yield* TestDatabase.query(
+        world.databaseUrl,
+        `INSERT INTO agent_requests (agent_id, id, method, state, fingerprint, input, started_at)
+         VALUES ('${agentId}', 'req_unheard', 'prompt', 'queued', 'fp', '{"text": "two"}', now() - interval '31 seconds')`
+      )
+      world.upstream.script({ text: "second" })
+      const unheard = yield* settle(api, token, agentId, "req_unheard")
+      expect(unheard).toMatchObject({ id: "req_unheard", state: "completed", prompt: "two" })
+      const history = (yield* api.get(`/v1/agents/${agentId}/history`, { token })).body.entries
+      expect(history.map((entry: any) => entry.message.role)).toEqual(["user", "assistant", "user", "assistant"])
+    }))
+
   it.effect("history pages hold whole turns, oldest first, and link to older pages", () =>
     Effect.gen(function*() {
       const world = yield* TestWorld.TestWorld

@@ -1,9 +1,9 @@
 /**
  * The agent actor: one cluster entity per agent id, with typed messages.
  * A prompt is durable once its request row is in the journal, which the
- * owner writes before it answers: the message itself is volatile, and a
- * sender that got no answer sends it again under the same request id (the
- * row is written once). Abort and configure, which act at once, are
+ * sender writes (see `requestOf`) before it hands the row to the owner: the
+ * message itself is volatile, and a sender that got no answer sends it again
+ * (the owner queues a row once). Abort and configure, which act at once, are
  * persisted messages keyed by their request id, so a redelivery after a move
  * runs nothing twice. Reads are volatile.
  */
@@ -21,7 +21,7 @@ import {
   Draining,
   ReplayGap
 } from "./AgentError.ts"
-import type { AgentConfig, RequestRow } from "./AgentStore.ts"
+import { type AgentConfig, type NewRequest, RequestRow } from "./AgentStore.ts"
 import { Frame } from "./ApplicationConnection.ts"
 
 /** A file attached to a prompt, as the agent sees it: inline files are already saved in its workspace. */
@@ -32,7 +32,8 @@ export const AttachedFile = Schema.Struct({
 })
 export type AttachedFile = typeof AttachedFile.Type
 
-export const PromptPayload = Schema.Struct({
+/** A prompt as its sender asks for it; recorded as a request row (`requestOf`) before its owner is told. */
+export const PromptRequest = Schema.Struct({
   requestId: Schema.String,
   /** continue runs a turn on the history as it is, without a new user message; execute runs `code`. */
   method: Schema.optional(Schema.Literal("prompt", "continue", "execute")),
@@ -49,7 +50,30 @@ export const PromptPayload = Schema.Struct({
   allowDisconnected: Schema.optional(Schema.Boolean),
   files: Schema.optional(Schema.Array(AttachedFile))
 })
-export type PromptPayload = typeof PromptPayload.Type
+export type PromptRequest = typeof PromptRequest.Type
+
+/** The request row a prompt is recorded as. An execute request's input is its code: its record shows no prompt. */
+export const requestOf = (agentId: string, prompt: PromptRequest): NewRequest => ({
+  agentId,
+  id: prompt.requestId,
+  method: prompt.method ?? "prompt",
+  fingerprint: prompt.fingerprint,
+  input: {
+    ...(prompt.code === undefined ? { text: prompt.text } : { code: prompt.code }),
+    ...(prompt.actor === undefined ? {} : { actor: prompt.actor }),
+    ...(prompt.from === undefined ? {} : { from: prompt.from }),
+    ...(prompt.metadata === undefined ? {} : { metadata: prompt.metadata }),
+    ...(prompt.spendLimit === undefined ? {} : { spendLimit: prompt.spendLimit }),
+    ...(prompt.allowDisconnected === true ? { allowDisconnected: true } : {}),
+    ...(prompt.files === undefined ? {} : { files: prompt.files })
+  }
+})
+
+/** A recorded request handed to the agent's owner to queue, or, steering, to join the running turn. */
+export const PromptPayload = Schema.Struct({
+  request: RequestRow,
+  whileRunning: Schema.optional(Run.WhileRunning)
+})
 
 /**
  * A stable digest of a request body: the same key or request id with another body is a conflict. The
@@ -201,7 +225,7 @@ export const Snapshot = Schema.Struct({
 export type Snapshot = typeof Snapshot.Type
 
 export const Agent = Entity.make("Agent", [
-  /** Records the request in the journal (once per request id) and queues it; answers the record as it stands. */
+  /** Queues a recorded request (once per request id); answers its record as it stands. */
   Rpc.make("Prompt", { payload: PromptPayload.fields, success: Run.RequestRecord }),
   /** Cancels queued runs and stops the running turn at once, keeping what was said. */
   Rpc.make("Abort", {

@@ -658,23 +658,13 @@ export const layer = Layer.unwrapEffect(Effect.map(Agent.client, (makeClient) =>
       return {
         Prompt: ({ payload }) =>
           current(Effect.gen(function*() {
-            const row = yield* journal(store.insertRequest({
-              agentId,
-              id: payload.requestId,
-              method: payload.method ?? "prompt",
-              fingerprint: payload.fingerprint,
-              input: {
-                // An execute request's input is its code: its record shows no prompt.
-                ...(payload.code === undefined ? { text: payload.text } : { code: payload.code }),
-                ...(payload.actor === undefined ? {} : { actor: payload.actor }),
-                ...(payload.from === undefined ? {} : { from: payload.from }),
-                ...(payload.metadata === undefined ? {} : { metadata: payload.metadata }),
-                ...(payload.spendLimit === undefined ? {} : { spendLimit: payload.spendLimit }),
-                ...(payload.allowDisconnected === true ? { allowDisconnected: true } : {}),
-                ...(payload.files === undefined ? {} : { files: payload.files })
-              }
-            }))
-            if (payload.whileRunning === "steer" && active !== null && row.state === "queued") {
+            const row = payload.request
+            const steers = payload.whileRunning === "steer" && active !== null && active !== row.id &&
+              row.state === "queued" && !settled.has(row.id)
+            if (steers) {
+              // The row may be queued already: a Wake, or this instance starting, read it before this message.
+              const queued = pending.findIndex((open) => open.id === row.id)
+              if (queued !== -1) pending.splice(queued, 1)
               if (!steering.some((open) => open.id === row.id) && !taken.some((open) => open.id === row.id)) {
                 steering.push(row)
               }

@@ -6,7 +6,7 @@
 import { Agent as AgentSchemas, ApiError } from "@agent-runtime/domain"
 import { Outbox } from "@agent-runtime/webhooks"
 import { SqlClient, type Statement } from "@effect/sql"
-import { Context, Effect, flow, Layer, Option, Schema } from "effect"
+import { Context, Effect, flow, Layer, Option, Record, Schema, String } from "effect"
 import { Fenced, PersistenceError } from "./AgentError.ts"
 
 /** An agent's settings as kept: what its turns need. */
@@ -87,24 +87,35 @@ export const ApplicationTool = Schema.Struct({
 })
 export type ApplicationTool = typeof ApplicationTool.Type
 
-export interface RequestRow {
+/** A request as the journal keeps it, and as a Prompt hands it to the agent's owner. */
+export const RequestRow = Schema.Struct({
+  agentId: Schema.String,
+  id: Schema.String,
+  seq: Schema.Number,
+  method: Schema.String,
+  state: Schema.Literal("queued", "running", "completed"),
+  fingerprint: Schema.String,
+  input: Schema.Record({ key: Schema.String, value: Schema.Unknown }),
+  beganIndex: Schema.NullOr(Schema.Number),
+  outcome: Schema.NullOr(Schema.Record({ key: Schema.String, value: Schema.Unknown })),
+  steeredInto: Schema.NullOr(Schema.String),
+  /** Set when the last owner handed the running turn on (drain) rather than losing it. */
+  handoff: Schema.NullOr(Schema.String),
+  /** How many times a node other than the one that began it took the turn over. */
+  resumes: Schema.Number,
+  startedAt: Schema.Number,
+  beganAt: Schema.NullOr(Schema.Number),
+  endedAt: Schema.NullOr(Schema.Number)
+})
+export interface RequestRow extends Schema.Schema.Type<typeof RequestRow> {}
+
+/** A request to record: the store sets its place in line and its times. */
+export interface NewRequest {
   readonly agentId: string
   readonly id: string
-  readonly seq: number
   readonly method: string
-  readonly state: "queued" | "running" | "completed"
   readonly fingerprint: string
   readonly input: Record<string, unknown>
-  readonly beganIndex: number | null
-  readonly outcome: Record<string, unknown> | null
-  readonly steeredInto: string | null
-  /** Set when the last owner handed the running turn on (drain) rather than losing it. */
-  readonly handoff: string | null
-  /** How many times a node other than the one that began it took the turn over. */
-  readonly resumes: number
-  readonly startedAt: number
-  readonly beganAt: number | null
-  readonly endedAt: number | null
 }
 
 /** A request of an agent, read with the agent's expiry (see `requestOf`). */
@@ -215,13 +226,21 @@ export class AgentStore extends Context.Tag("@agent-runtime/agent/AgentStore")<A
   /** The first id of a fresh block of event ids: they keep growing whoever owns the agent. */
   readonly reserveEvents: (agentId: string) => Effect.Effect<number, PersistenceError>
   /** Records a request once; a second delivery of the same id finds the first. */
-  readonly insertRequest: (request: {
-    readonly agentId: string
-    readonly id: string
-    readonly method: string
-    readonly fingerprint: string
-    readonly input: Record<string, unknown>
-  }) => Effect.Effect<RequestRow, PersistenceError>
+  readonly insertRequest: (request: NewRequest) => Effect.Effect<RequestRow, PersistenceError>
+  /**
+   * `findFor` and `insertRequest` in one statement, for a prompt that needs no check of the agent first: the
+   * request is recorded only when the agent is live and has nothing a prompt must check before it is
+   * accepted (no spend limit and, unless `allowDisconnected`, no application tools; see Agents). Otherwise
+   * `request` is none and the agent is there to check.
+   */
+  readonly acceptFor: (
+    tenant: Statement.Fragment,
+    request: NewRequest,
+    options: { readonly allowDisconnected: boolean }
+  ) => Effect.Effect<
+    Option.Option<{ readonly agent: Option.Option<AgentRow>; readonly request: Option.Option<RequestRow> }>,
+    PersistenceError
+  >
   readonly getRequest: (agentId: string, id: string) => Effect.Effect<Option.Option<RequestRow>, PersistenceError>
   /**
    * A request of a tenant's agent, read with the agent's expiry in one statement: none when the tenant has
@@ -306,10 +325,13 @@ export class AgentStore extends Context.Tag("@agent-runtime/agent/AgentStore")<A
   ) => Effect.Effect<ReadonlyMap<string, { readonly tool: string; readonly result?: unknown }>, PersistenceError>
   /**
    * Agents with unfinished work that no live runner holds (let go, or their
-   * runner went silent past `leaseSeconds`), whose next wake-up is due.
+   * runner went silent past `leaseSeconds`), or with a request queued for
+   * more than `unheardSeconds` (its owner may never have been told of it),
+   * whose next wake-up is due.
    */
   readonly agentsToWake: (
-    leaseSeconds: number
+    leaseSeconds: number,
+    unheardSeconds: number
   ) => Effect.Effect<ReadonlyArray<{ readonly agentId: string; readonly resumeFailures: number }>, PersistenceError>
   /** Waking the agent's work failed: the next attempt waits twice as long as the last, at most an hour. */
   readonly resumeFailed: (agentId: string) => Effect.Effect<void, PersistenceError>
@@ -413,13 +435,7 @@ export const make = Effect.gen(function*() {
       RETURNING (event_block - ${eventBlockSize})::float8 AS start`.pipe(Effect.map((rows) => rows[0]?.start ?? 0))
 
   /** Records a request once; a second delivery of the same id finds the first. */
-  const insertRequest = (request: {
-    readonly agentId: string
-    readonly id: string
-    readonly method: string
-    readonly fingerprint: string
-    readonly input: Record<string, unknown>
-  }) =>
+  const insertRequest = (request: NewRequest) =>
     // One round trip: the new row, or the one already there. A row another statement is inserting at the same
     // moment is not in this statement's snapshot: it is read once that one has committed.
     sql<RequestRow>`
@@ -438,6 +454,45 @@ export const make = Effect.gen(function*() {
           ? Effect.succeed(rows[0]!)
           : Effect.map(getRequest(request.agentId, request.id), Option.getOrThrow)
       )
+    )
+
+  const acceptFor = (
+    tenant: Statement.Fragment,
+    request: NewRequest,
+    options: { readonly allowDisconnected: boolean }
+  ) =>
+    // The row just inserted is not in the snapshot the rest of the statement reads: `inserted` answers for it.
+    sql<{ readonly id: string | null; readonly accepting: boolean; readonly request: Record<string, unknown> | null }>`
+      WITH agent AS (
+        SELECT a.* FROM (${tenant}) AS k (reader)
+        LEFT JOIN agents a ON a.id = ${request.agentId} AND a.tenant_id = k.reader AND a.deleted_at IS NULL),
+      accepting AS (
+        SELECT id FROM agent WHERE id IS NOT NULL AND (expires_at IS NULL OR expires_at > now())
+          AND config -> 'spendLimit' IS NULL
+          ${options.allowDisconnected ? sql`` : sql`AND coalesce(jsonb_array_length(application_tools), 0) = 0`}),
+      inserted AS (
+        INSERT INTO agent_requests (agent_id, id, method, state, fingerprint, input)
+        SELECT id, ${request.id}, ${request.method}, 'queued', ${request.fingerprint},
+          ${JSON.stringify(request.input)}::jsonb FROM accepting
+        ON CONFLICT (agent_id, id) DO NOTHING
+        RETURNING ${requestFields})
+      SELECT ${agentFields}, EXISTS (SELECT 1 FROM accepting) AS accepting,
+        coalesce((SELECT to_jsonb(i) FROM inserted i), (SELECT to_jsonb(r) FROM (SELECT ${requestFields}
+          FROM agent_requests WHERE agent_id = ${request.agentId} AND id = ${request.id}) r)) AS request
+      FROM agent`.pipe(
+      Effect.flatMap((rows) => {
+        const row = rows[0]
+        if (row === undefined) return Effect.succeed(Option.none())
+        if (row.id === null) return Effect.succeed(Option.some({ agent: Option.none(), request: Option.none() }))
+        const { accepting, request: recorded, ...agent } = row
+        const found = { agent: Option.some(toAgent(agent)), request: Option.none<RequestRow>() }
+        if (!accepting) return Effect.succeed(Option.some(found))
+        // Inserted at the same moment by another statement, which has committed by now.
+        const accepted = recorded === null
+          ? Effect.map(getRequest(request.agentId, request.id), Option.getOrThrow)
+          : Effect.succeed(Record.mapKeys(recorded, String.snakeToCamel) as unknown as RequestRow)
+        return Effect.map(accepted, (row) => Option.some({ ...found, request: Option.some(row) }))
+      })
     )
 
   const getRequest = (agentId: string, id: string) =>
@@ -636,17 +691,15 @@ export const make = Effect.gen(function*() {
     ...(report === undefined ? [] : [reported(guard, agentId, id, ["queued", "running"], report)])
   ]
 
-  /**
-   * Agents with unfinished work that no live runner holds (let go, or their
-   * runner went silent past `leaseSeconds`), whose next wake-up is due.
-   */
-  const agentsToWake = (leaseSeconds: number) =>
+  const agentsToWake = (leaseSeconds: number, unheardSeconds: number) =>
     sql<{ agentId: string; resumeFailures: number }>`
       SELECT a.id AS agent_id, a.resume_failures FROM agents a
       WHERE a.id IN (SELECT agent_id FROM agent_requests WHERE state <> 'completed')
         AND a.deleted_at IS NULL AND (a.resume_after IS NULL OR a.resume_after <= now())
         AND (a.owner IS NULL OR NOT EXISTS (SELECT 1 FROM runner_reports w
-          WHERE w.address = a.owner AND w.reported_at > now() - make_interval(secs => ${leaseSeconds})))`
+            WHERE w.address = a.owner AND w.reported_at > now() - make_interval(secs => ${leaseSeconds}))
+          OR a.id IN (SELECT agent_id FROM agent_requests WHERE state = 'queued' AND steered_into IS NULL
+            AND started_at < now() - make_interval(secs => ${unheardSeconds})))`
 
   /** Waking the agent's work failed: the next attempt waits twice as long as the last, at most an hour. */
   const resumeFailed = (agentId: string) =>
@@ -700,6 +753,7 @@ export const make = Effect.gen(function*() {
     insertAgent,
     find: flow(find, PersistenceError.refail),
     findFor: flow(findFor, PersistenceError.refail),
+    acceptFor: flow(acceptFor, PersistenceError.refail),
     findById: flow(findById, PersistenceError.refail),
     findByKey: flow(findByKey, PersistenceError.refail),
     notifiedOf: flow(notifiedOf, PersistenceError.refail),

@@ -25,7 +25,8 @@ import {
   type AttachedFile,
   definitionSettings as toSettings,
   fingerprint,
-  type PromptPayload,
+  type PromptRequest,
+  requestOf,
   sentUntilAnswered,
   toRecord
 } from "./Agent.ts"
@@ -365,6 +366,43 @@ export const make = Effect.gen(function*() {
         (spent) => new AgentSchemas.SpendLimit({ usd: agent.config.spendLimit!.usd, spent })
       )
 
+  /** The request a prompt asks for. */
+  const promptRequest = (
+    input: Run.PromptInput,
+    requestId: string,
+    method: "prompt" | "continue" | "execute",
+    code?: string
+  ): PromptRequest => ({
+    requestId,
+    method,
+    // Whether it may run without the application is no part of what the request asks.
+    fingerprint: fingerprint({ ...input, allowDisconnected: undefined, requestId, code }),
+    text: input.text,
+    ...(code === undefined ? {} : { code }),
+    ...(input.actor === undefined ? {} : { actor: input.actor }),
+    ...(input.from === undefined ? {} : { from: input.from }),
+    ...(input.whileRunning === undefined ? {} : { whileRunning: input.whileRunning }),
+    ...(input.metadata === undefined ? {} : { metadata: input.metadata }),
+    ...(input.spendLimit === undefined ? {} : { spendLimit: { usd: input.spendLimit.usd } }),
+    ...(input.allowDisconnected === true ? { allowDisconnected: true } : {})
+  })
+
+  /**
+   * Hands a recorded request to the agent's owner, which queues it (once); the record is the answer. A
+   * request id recorded before for another request is a conflict, and nothing is sent.
+   */
+  const handOn = (request: RequestRow, prompt: PromptRequest) =>
+    request.fingerprint !== prompt.fingerprint
+      ? Effect.fail(
+        new ApiError.IdempotencyConflict({ error: `request id ${request.id} was used for another request` })
+      )
+      : Effect.orDie(sentUntilAnswered(
+        makeClient(request.agentId).Prompt({
+          request,
+          ...(prompt.whileRunning === undefined ? {} : { whileRunning: prompt.whileRunning })
+        })
+      ))
+
   const sendPrompt = <E = never>(
     agent: AgentRow,
     input: Run.PromptInput,
@@ -374,34 +412,15 @@ export const make = Effect.gen(function*() {
     /** The prompt's files, once checked and saved (see `attach`): after every other check, before sending. */
     attached?: (requestId: string) => Effect.Effect<ReadonlyArray<AttachedFile>, E>
   ) => {
-    const requestId = input.requestId ?? defaultRequestId
-    const payload: PromptPayload = {
-      requestId,
-      method,
-      // Whether it may run without the application is no part of what the request asks.
-      fingerprint: fingerprint({ ...input, allowDisconnected: undefined, requestId, code }),
-      text: input.text,
-      ...(code === undefined ? {} : { code }),
-      ...(input.actor === undefined ? {} : { actor: input.actor }),
-      ...(input.from === undefined ? {} : { from: input.from }),
-      ...(input.whileRunning === undefined ? {} : { whileRunning: input.whileRunning }),
-      ...(input.metadata === undefined ? {} : { metadata: input.metadata }),
-      ...(input.spendLimit === undefined ? {} : { spendLimit: { usd: input.spendLimit.usd } }),
-      ...(input.allowDisconnected === true ? { allowDisconnected: true } : {})
-    }
+    const prompt = promptRequest(input, input.requestId ?? defaultRequestId, method, code)
     return Effect.gen(function*() {
       yield* checkBudget(agent)
       if (input.allowDisconnected !== true) yield* checkConnected(agent)
-      const files = attached === undefined ? undefined : yield* attached(requestId)
-      const accepted = yield* Effect.orDie(
-        sentUntilAnswered(makeClient(agent.id).Prompt(files === undefined ? payload : { ...payload, files }))
+      const files = attached === undefined ? undefined : yield* attached(prompt.requestId)
+      const request = yield* store.insertRequest(
+        requestOf(agent.id, files === undefined ? prompt : { ...prompt, files })
       )
-      if (accepted.fingerprint !== payload.fingerprint) {
-        return yield* new ApiError.IdempotencyConflict({
-          error: `request id ${requestId} was used for another request`
-        })
-      }
-      return accepted
+      return yield* handOn(request, prompt)
     })
   }
 
@@ -797,14 +816,35 @@ export const make = Effect.gen(function*() {
       return Option.map(agent, (agent) => ({ tenantId: agent.tenantId, agentId: agent.id }))
     })
 
-  const promptTo = (agent: AgentRow, input: Run.PromptInput) =>
-    sendPrompt(agent, input, Ids.make("req"), "prompt", undefined, attachOf(agent, input))
+  const promptTo = (agent: AgentRow, input: Run.PromptInput, requestId = Ids.make("req")) =>
+    sendPrompt(agent, input, requestId, "prompt", undefined, attachOf(agent, input))
 
   const prompt = (tenantId: string, agentId: string, input: Run.PromptInput) =>
     Effect.flatMap(live(tenantId, agentId), (agent) => promptTo(agent, input))
 
-  const promptAs = (caller: Caller, agentId: string, input: Run.PromptInput) =>
-    Effect.flatMap(liveAs(caller, agentId), (agent) => promptTo(agent, input))
+  /**
+   * One statement checks the credential and the agent and records the prompt, when the agent has nothing a
+   * prompt must check first and the prompt brings no files; otherwise the agent that statement read is
+   * checked, and the prompt recorded after.
+   */
+  const promptAs = (caller: Caller, agentId: string, input: Run.PromptInput) => {
+    const requestId = input.requestId ?? Ids.make("req")
+    if (input.files !== undefined && input.files.length > 0) {
+      return Effect.flatMap(liveAs(caller, agentId), (agent) => promptTo(agent, input, requestId))
+    }
+    const prompt = promptRequest(input, requestId, "prompt")
+    return Effect.flatMap(
+      store.acceptFor(caller.tenant, requestOf(agentId, prompt), {
+        allowDisconnected: input.allowDisconnected === true
+      }),
+      (found): Effect.Effect<Run.RequestRecord, ApiError.Unauthorized | PromptError | PersistenceError> =>
+        Option.isNone(found)
+          ? Effect.fail(caller.refused)
+          : Option.isSome(found.value.request)
+          ? handOn(found.value.request.value, prompt)
+          : Effect.flatMap(liveOf(agentId, found.value.agent), (agent) => promptTo(agent, input, requestId))
+    )
+  }
 
   /** A turn on the history as it is, without a new user message. */
   const continueRun = (

@@ -2,8 +2,10 @@
  * Wakes agents with accepted but unfinished work, so nothing accepted is
  * lost: each agent another node let go with work open (announced on a
  * PostgreSQL channel, so it starts on its next owner at once), and every
- * second each agent no live runner holds. A wake-up that fails is tried again
- * later, doubling the wait up to an hour, never given up.
+ * second each agent no live runner holds, or with a request queued long
+ * enough that its owner may never have heard of it (its sender recorded it,
+ * then was lost before it told the owner). A wake-up that fails is tried
+ * again later, doubling the wait up to an hour, never given up.
  */
 import { DatabaseHealth } from "@agent-runtime/store"
 import { PgClient } from "@effect/sql-pg"
@@ -17,6 +19,12 @@ export interface Options {
   /** How long a runner may stay silent before its agents count as no one's (the cluster's shard lease). */
   readonly leaseSeconds: number
 }
+
+/**
+ * How long a request may stay queued before its agent is woken to read it: far longer than a sender takes to
+ * tell the owner, so only a long queue (read again, nothing new) or a request its owner never heard of is.
+ */
+const unheardSeconds = 30
 
 export const layer = (options: Options) =>
   Layer.scopedDiscard(Effect.gen(function*() {
@@ -65,7 +73,9 @@ export const layer = (options: Options) =>
       )
 
     const wakeOpenWork = Effect.flatMap(
-      Effect.suspend(() => drain.isDraining() ? Effect.succeed([]) : store.agentsToWake(options.leaseSeconds)),
+      Effect.suspend(() =>
+        drain.isDraining() ? Effect.succeed([]) : store.agentsToWake(options.leaseSeconds, unheardSeconds)
+      ),
       (agents) =>
         Effect.forEach(agents, ({ agentId, resumeFailures }) => wake(agentId, resumeFailures), {
           concurrency: 16,

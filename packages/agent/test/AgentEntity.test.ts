@@ -22,7 +22,7 @@ import { ShardingConfig, TestRunner } from "@effect/cluster"
 import { expect, layer } from "@effect/vitest"
 import { Duration, Effect, Fiber, Layer, Option, Redacted, Schedule, Stream } from "effect"
 import * as Crypto from "node:crypto"
-import { Agent } from "../src/Agent.ts"
+import * as Agent from "../src/Agent.ts"
 import * as AgentEvents from "../src/AgentEvents.ts"
 import * as AgentMigrations from "../src/AgentMigrations.ts"
 import * as AgentRuntime from "../src/AgentRuntime.ts"
@@ -82,8 +82,15 @@ const newAgent = (name: string, config: Partial<Turn.TurnInput["config"]> = {}) 
       inputFingerprint: "unused",
       ttlSeconds: null
     }, [])
-    const client = (yield* Agent.client)(agentId)
-    return { agentId, tenantId: tenant.id, client }
+    const client = (yield* Agent.Agent.client)(agentId)
+    /** Records a prompt and hands it to the agent, as Agents does. */
+    const prompt = (request: Agent.PromptRequest) =>
+      Effect.flatMap(store.insertRequest(Agent.requestOf(agentId, request)), (row) =>
+        client.Prompt({
+          request: row,
+          ...(request.whileRunning === undefined ? {} : { whileRunning: request.whileRunning })
+        }))
+    return { agentId, tenantId: tenant.id, client, prompt }
   })
 
 type Client = Effect.Effect.Success<ReturnType<typeof newAgent>>["client"]
@@ -135,7 +142,7 @@ const settledAgent = (name: string) =>
     model.reset()
     model.script({ text: "First." })
     const made = yield* newAgent(name)
-    yield* made.client.Prompt({ requestId: `req_${name}`, fingerprint: "fp", text: "one" })
+    yield* made.prompt({ requestId: `req_${name}`, fingerprint: "fp", text: "one" })
     yield* waitUntil(requestRow(made.agentId, `req_${name}`), (row) => row.state === "completed")
     return { ...made, model }
   })
@@ -159,11 +166,11 @@ layer(EntityLive, { timeout: 60_000, excludeTestServices: true })("Agent entity"
       const model = yield* ScriptedModel
       model.reset()
       model.script({ text: "Hello from the agent", hold: true })
-      const { agentId, client } = yield* newAgent("prompt")
+      const { agentId, client, prompt } = yield* newAgent("prompt")
       const before = yield* client.Status()
       expect(before).toMatchObject({ running: false, activeRequest: null, queued: [] })
 
-      const record = yield* client.Prompt({
+      const record = yield* prompt({
         requestId: "req_1",
         fingerprint: "fp_1",
         text: "hello",
@@ -230,17 +237,17 @@ layer(EntityLive, { timeout: 60_000, excludeTestServices: true })("Agent entity"
       const model = yield* ScriptedModel
       model.reset()
       model.script({ text: "Only once" })
-      const { agentId, client } = yield* newAgent("twice")
+      const { agentId, client, prompt } = yield* newAgent("twice")
       const { cursor } = yield* client.Status()
-      const first = yield* client.Prompt({ requestId: "req_same", fingerprint: "fp_a", text: "do it" })
-      const again = yield* client.Prompt({ requestId: "req_same", fingerprint: "fp_a", text: "do it" })
+      const first = yield* prompt({ requestId: "req_same", fingerprint: "fp_a", text: "do it" })
+      const again = yield* prompt({ requestId: "req_same", fingerprint: "fp_a", text: "do it" })
       // Another body under the same id changes nothing either; the caller compares fingerprints (409).
-      const other = yield* client.Prompt({ requestId: "req_same", fingerprint: "fp_b", text: "something else" })
+      const other = yield* prompt({ requestId: "req_same", fingerprint: "fp_b", text: "something else" })
       expect([first.id, again.id, other.id]).toEqual(["req_same", "req_same", "req_same"])
       expect(other.fingerprint).toBe("fp_a")
       yield* eventsUntilResponse(client, cursor, "req_same")
       // Later deliveries of the id, after it settled, run nothing either.
-      const late = yield* client.Prompt({ requestId: "req_same", fingerprint: "fp_a", text: "do it" })
+      const late = yield* prompt({ requestId: "req_same", fingerprint: "fp_a", text: "do it" })
       expect(late.id).toBe("req_same")
       yield* Effect.sleep("200 millis")
 
@@ -254,7 +261,7 @@ layer(EntityLive, { timeout: 60_000, excludeTestServices: true })("Agent entity"
     Effect.gen(function*() {
       const model = yield* ScriptedModel
       model.reset()
-      const { agentId, client } = yield* newAgent("configure", { systemPrompt: "Be kind." })
+      const { agentId, client, prompt } = yield* newAgent("configure", { systemPrompt: "Be kind." })
       const configured = yield* client.Configure({
         requestId: "cfg_1",
         fingerprint: "fp_cfg_1",
@@ -271,7 +278,7 @@ layer(EntityLive, { timeout: 60_000, excludeTestServices: true })("Agent entity"
       })
 
       const { cursor } = yield* client.Status()
-      yield* client.Prompt({ requestId: "req_after", fingerprint: "fp", text: "hi" })
+      yield* prompt({ requestId: "req_after", fingerprint: "fp", text: "hi" })
       yield* eventsUntilResponse(client, cursor, "req_after")
       expect(model.calls()[0]).toMatchObject({
         context: { systemPrompt: "Be terse." },
@@ -303,12 +310,12 @@ layer(EntityLive, { timeout: 60_000, excludeTestServices: true })("Agent entity"
       const model = yield* ScriptedModel
       model.reset()
       model.script({ text: "A long answer that is cut", hold: true })
-      const { agentId, client } = yield* newAgent("abort")
+      const { agentId, client, prompt } = yield* newAgent("abort")
       const { cursor } = yield* client.Status()
-      yield* client.Prompt({ requestId: "req_run", fingerprint: "fp", text: "talk" })
+      yield* prompt({ requestId: "req_run", fingerprint: "fp", text: "talk" })
       yield* model.held
-      yield* client.Prompt({ requestId: "req_q1", fingerprint: "fp", text: "then this" })
-      yield* client.Prompt({ requestId: "req_q2", fingerprint: "fp", text: "and this" })
+      yield* prompt({ requestId: "req_q1", fingerprint: "fp", text: "then this" })
+      yield* prompt({ requestId: "req_q2", fingerprint: "fp", text: "and this" })
       expect(yield* client.Status()).toMatchObject({ activeRequest: "req_run", queued: ["req_q1", "req_q2"] })
 
       const aborted = yield* client.Abort({ requestId: "abort_1", fingerprint: "fp_abort" })
@@ -348,11 +355,11 @@ layer(EntityLive, { timeout: 60_000, excludeTestServices: true })("Agent entity"
       const model = yield* ScriptedModel
       model.reset()
       model.script({ text: "Watched" }, { text: "Watched again" })
-      const { client } = yield* newAgent("watch")
+      const { client, prompt } = yield* newAgent("watch")
       const { cursor } = yield* client.Status()
       const live = yield* client.Watch({ cursor }).pipe(untilResponse("req_w1"), Effect.fork)
       // However late the watcher attaches, it gets every event after its cursor: replayed, then live.
-      yield* client.Prompt({ requestId: "req_w1", fingerprint: "fp", text: "one" })
+      yield* prompt({ requestId: "req_w1", fingerprint: "fp", text: "one" })
       const seen = yield* Fiber.join(live).pipe(Effect.timeout("10 seconds"))
       expect(seen[0]!.id).toBe(cursor + 1)
       expect(seen.map((entry) => entry.id)).toEqual(seen.map((_, i) => cursor + 1 + i))
@@ -364,7 +371,7 @@ layer(EntityLive, { timeout: 60_000, excludeTestServices: true })("Agent entity"
       expect(replayed).toEqual(seen.slice(5))
 
       const next = yield* client.Watch({ cursor: seen.at(-1)!.id }).pipe(untilResponse("req_w2"), Effect.fork)
-      yield* client.Prompt({ requestId: "req_w2", fingerprint: "fp", text: "two" })
+      yield* prompt({ requestId: "req_w2", fingerprint: "fp", text: "two" })
       const second = yield* Fiber.join(next).pipe(Effect.timeout("10 seconds"))
       expect(second[0]!.id).toBe(seen.at(-1)!.id + 1)
       expect(second.at(-1)!.data).toMatchObject({ type: "response", id: "req_w2" })
@@ -455,7 +462,7 @@ layer(EntityLive, { timeout: 60_000, excludeTestServices: true })("Agent entity"
     "an instance whose agent another runner claimed closes its log at once: its readers are told to go on",
     () =>
       Effect.gen(function*() {
-        const { agentId, client, model } = yield* settledAgent("superseded")
+        const { agentId, client, model, prompt } = yield* settledAgent("superseded")
 
         // Readers on this node: a listener on the local log (an SSE writer or a long-poll's wait) and a Watch.
         const localLogs = yield* EventLog.LocalLogs
@@ -469,7 +476,7 @@ layer(EntityLive, { timeout: 60_000, excludeTestServices: true })("Agent entity"
         const store = yield* AgentStore.AgentStore
         yield* store.claim(agentId, "127.0.0.1:1")
         model.script({ text: "Second." })
-        yield* client.Prompt({ requestId: "req_s2", fingerprint: "fp", text: "two" })
+        yield* prompt({ requestId: "req_s2", fingerprint: "fp", text: "two" })
 
         // Told at once, not left on a log no event reaches until a message makes this instance claim it again.
         yield* waitUntil(Effect.sync(() => told), (closed) => closed)

@@ -1,14 +1,14 @@
 /**
  * The journal's bookkeeping on a real PostgreSQL: the ownership epoch that
- * fences a stale owner's writes, and the resume backoff of work that could
- * not be woken.
+ * fences a stale owner's writes, the resume backoff of work that could not
+ * be woken, and the one-statement accept of a prompt.
  */
 import { AccountsMigrations } from "@agent-runtime/accounts"
 import { Database } from "@agent-runtime/store"
 import { TestDatabase } from "@agent-runtime/testing"
-import { SqlClient } from "@effect/sql"
+import { SqlClient, type Statement } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
-import { Effect, Layer, Redacted } from "effect"
+import { Effect, Layer, Option, Redacted } from "effect"
 import { Fenced } from "../src/AgentError.ts"
 import * as AgentMigrations from "../src/AgentMigrations.ts"
 import * as AgentStoreModule from "../src/AgentStore.ts"
@@ -73,10 +73,16 @@ describe("AgentStore", () => {
       })
       // Held by a live runner: not for the resumer.
       yield* store.claim("client_resume", "127.0.0.1:1")
-      expect(yield* store.agentsToWake(6)).toEqual([])
+      expect(yield* store.agentsToWake(6, 30)).toEqual([])
+      // Unless a request of it stayed queued past 30 s: its runner may never have been told of it.
+      yield* sql`UPDATE agent_requests SET started_at = now() - interval '31 seconds' WHERE agent_id = 'client_resume'`
+      expect(yield* store.agentsToWake(6, 30)).toEqual([{ agentId: "client_resume", resumeFailures: 0 }])
+      yield* sql`UPDATE agent_requests SET state = 'running' WHERE agent_id = 'client_resume'`
+      expect(yield* store.agentsToWake(6, 30)).toEqual([])
+      yield* sql`UPDATE agent_requests SET state = 'queued', started_at = now() WHERE agent_id = 'client_resume'`
       // Let go with work open: due at once.
       yield* sql`UPDATE agents SET owner = NULL WHERE id = 'client_resume'`
-      expect(yield* store.agentsToWake(6)).toEqual([{ agentId: "client_resume", resumeFailures: 0 }])
+      expect(yield* store.agentsToWake(6, 30)).toEqual([{ agentId: "client_resume", resumeFailures: 0 }])
 
       const waits: Array<number> = []
       for (let failure = 1; failure <= 14; failure++) {
@@ -89,13 +95,107 @@ describe("AgentStore", () => {
       }
       expect(waits).toEqual([1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 3600, 3600])
       // Not due until its time; the agent shows it meanwhile.
-      expect(yield* store.agentsToWake(6)).toEqual([])
+      expect(yield* store.agentsToWake(6, 30)).toEqual([])
       const agent = yield* store.findById("client_resume")
       expect(agent._tag === "Some" && agent.value.resumeFailures).toBe(14)
       yield* sql`UPDATE agents SET resume_after = now() - interval '1 second' WHERE id = 'client_resume'`
-      expect(yield* store.agentsToWake(6)).toEqual([{ agentId: "client_resume", resumeFailures: 14 }])
+      expect(yield* store.agentsToWake(6, 30)).toEqual([{ agentId: "client_resume", resumeFailures: 14 }])
       yield* store.resumeSucceeded("client_resume")
       const cleared = yield* store.findById("client_resume")
       expect(cleared._tag === "Some" && [cleared.value.resumeFailures, cleared.value.resumeAfter]).toEqual([0, null])
+    })))
+
+  it.live("acceptFor records a prompt in the statement that checks the caller and the agent, only when nothing needs checking first", () =>
+    withStore(Effect.gen(function*() {
+      const store = yield* AgentStore
+      const sql = yield* SqlClient.SqlClient
+      const caller = sql`SELECT 'tn_store'::text AS tenant_id`
+      const request = (agentId: string, id: string) => ({
+        agentId,
+        id,
+        method: "prompt",
+        fingerprint: `fp_${id}`,
+        input: { text: "hi", metadata: { ticket: "T-1" } }
+      })
+      const recorded = (agentId: string) =>
+        Effect.map(
+          sql<{ id: string }>`SELECT id FROM agent_requests WHERE agent_id = ${agentId} ORDER BY seq`,
+          (rows) => rows.map((row) => row.id)
+        )
+      yield* seed("client_accept")
+
+      // A credential that names no tenant: refused, nothing recorded.
+      const refused = yield* store.acceptFor(
+        sql`SELECT NULL::text AS tenant_id WHERE false`,
+        request("client_accept", "req_0"),
+        {
+          allowDisconnected: false
+        }
+      )
+      expect(Option.isNone(refused)).toBe(true)
+      // Another tenant's agent, or none by that id: no agent, nothing recorded.
+      const foreign = yield* store.acceptFor(
+        sql`SELECT 'tn_other'::text AS tenant_id`,
+        request("client_accept", "req_0"),
+        {
+          allowDisconnected: false
+        }
+      )
+      expect(Option.map(foreign, (found) => Option.isNone(found.agent))).toEqual(Option.some(true))
+      expect(yield* recorded("client_accept")).toEqual([])
+
+      // Recorded, as insertRequest records it; again under the same id, the row already there.
+      const accepted = Option.getOrThrow(
+        yield* store.acceptFor(caller, request("client_accept", "req_1"), {
+          allowDisconnected: false
+        })
+      )
+      const row = Option.getOrThrow(accepted.request)
+      expect(row).toEqual(Option.getOrThrow(yield* store.getRequest("client_accept", "req_1")))
+      expect(row).toMatchObject({
+        agentId: "client_accept",
+        id: "req_1",
+        state: "queued",
+        fingerprint: "fp_req_1",
+        input: { text: "hi", metadata: { ticket: "T-1" } },
+        steeredInto: null,
+        beganAt: null
+      })
+      const again = Option.getOrThrow(
+        yield* store.acceptFor(caller, { ...request("client_accept", "req_1"), fingerprint: "other" }, {
+          allowDisconnected: false
+        })
+      )
+      expect(Option.getOrThrow(again.request)).toEqual(row)
+      // Two at once under one id: one row, both answered with it.
+      const both = yield* Effect.all(
+        [1, 2].map(() => store.acceptFor(caller, request("client_accept", "req_2"), { allowDisconnected: false })),
+        { concurrency: "unbounded" }
+      )
+      const ids = both.map((found) => Option.getOrThrow(Option.getOrThrow(found).request).seq)
+      expect(ids[0]).toBe(ids[1])
+      expect(yield* recorded("client_accept")).toEqual(["req_1", "req_2"])
+
+      // What a prompt must check first leaves the recording to the caller, after its checks: the agent is there.
+      const checked = (change: Statement.Fragment, options: { readonly allowDisconnected: boolean }, id: string) =>
+        Effect.gen(function*() {
+          yield* sql`UPDATE agents SET ${change} WHERE id = 'client_accept'`
+          const found = Option.getOrThrow(yield* store.acceptFor(caller, request("client_accept", id), options))
+          yield* sql`UPDATE agents SET config = '{"model": "fake/m1"}', application_tools = NULL, expires_at = NULL
+            WHERE id = 'client_accept'`
+          return { agent: Option.isSome(found.agent), recorded: Option.isSome(found.request) }
+        })
+      const spendLimit = sql`config = '{"model": "fake/m1", "spendLimit": {"usd": 1, "since": 0}}'`
+      expect(yield* checked(spendLimit, { allowDisconnected: false }, "req_3")).toEqual({
+        agent: true,
+        recorded: false
+      })
+      const tools = sql`application_tools = '[{"name": "lookup", "description": "Looks up", "parameters": {}}]'`
+      expect(yield* checked(tools, { allowDisconnected: false }, "req_4")).toEqual({ agent: true, recorded: false })
+      // Without the application, its tools need no check.
+      expect(yield* checked(tools, { allowDisconnected: true }, "req_5")).toEqual({ agent: true, recorded: true })
+      const expired = sql`expires_at = now() - interval '1 second'`
+      expect(yield* checked(expired, { allowDisconnected: false }, "req_6")).toEqual({ agent: true, recorded: false })
+      expect(yield* recorded("client_accept")).toEqual(["req_1", "req_2", "req_5"])
     })))
 })
