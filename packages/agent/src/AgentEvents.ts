@@ -14,6 +14,7 @@ import type { ReplayGap } from "./AgentError.ts"
 import * as ApplicationConnection from "./ApplicationConnection.ts"
 import { Drain } from "./Drain.ts"
 import * as EventLog from "./EventLog.ts"
+import { Settlements } from "./Settlements.ts"
 import * as Sse from "./Sse.ts"
 
 /** The longest a poll or a request read waits. */
@@ -21,6 +22,9 @@ export const longPollLimit = Duration.seconds(25)
 
 /** How long the agent's owner may take to answer a read; past it the caller is told to retry (503). */
 export const ownerAnswerLimit = Duration.seconds(5)
+
+/** How long a long poll waits to hear its request settled (see Settlements) before it reads it again anyway. */
+const settledRecheck = 5_000
 
 /**
  * A remote event stream silent this long (the owner sends a keep-alive every
@@ -123,6 +127,7 @@ export const make = Effect.gen(function*() {
   const health = yield* DatabaseHealth.DatabaseHealth
   const makeClient = yield* Agent.client
   const localLogs = yield* EventLog.LocalLogs
+  const settlements = yield* Settlements
 
   // Streams served here end, with `event: reconnect`, when the node drains or loses its database: the
   // watcher reconnects to a node that can serve it rather than waiting on a quiet one.
@@ -388,8 +393,29 @@ export const make = Effect.gen(function*() {
           if (Option.isSome(answered)) return answered.value
           continue
         }
-        // Owned elsewhere: read first (the read checks the agent is the caller's, before any message to its
-        // owner), then the owner answers once the request settles there, and it is read again.
+        // Owned elsewhere, and this node hears settled requests: listening before the read, it waits for the
+        // request to settle, then reads it again; no message to the owner.
+        const heard = yield* Deferred.make<boolean>()
+        const subscribed = settlements.listen(agentId, requestId, {
+          settled: () => Deferred.unsafeDone(heard, Exit.succeed(true)),
+          lost: () => Deferred.unsafeDone(heard, Exit.succeed(false))
+        })
+        if (Option.isSome(subscribed)) {
+          const answered = yield* Effect.gen(function*() {
+            const current = yield* read
+            const left = deadline - Date.now()
+            if (settled(current) || left <= 0) return Option.some(current)
+            // Bounded: a listening connection lost without a word costs a read now and then, not the whole wait.
+            yield* Effect.timeout(Deferred.await(heard), Duration.millis(Math.min(left, settledRecheck))).pipe(
+              Effect.ignore
+            )
+            return Option.none<A>()
+          }).pipe(Effect.ensuring(Effect.sync(subscribed.value)))
+          if (Option.isSome(answered)) return answered.value
+          continue
+        }
+        // Else read first (the read checks the agent is the caller's, before any message to its owner), then
+        // the owner answers once the request settles there, and it is read again.
         const current = yield* read
         const left = deadline - Date.now()
         if (settled(current) || left <= 0) return current

@@ -658,7 +658,12 @@ export const layer = Layer.unwrapEffect(Effect.map(Agent.client, (makeClient) =>
       return {
         Prompt: ({ payload }) =>
           current(Effect.gen(function*() {
-            const row = payload.request
+            // A row recorded before this term's claim may have run under an earlier owner since its sender
+            // wrote it (a delivery tried again across a move): its state is read again. One recorded after the
+            // claim can only have run here, which this instance remembers.
+            const row = payload.request.startedAt > term.ownership.claimedAt
+              ? payload.request
+              : Option.getOrElse(yield* journal(store.getRequest(agentId, payload.request.id)), () => payload.request)
             const steers = payload.whileRunning === "steer" && active !== null && active !== row.id &&
               row.state === "queued" && !settled.has(row.id)
             if (steers) {

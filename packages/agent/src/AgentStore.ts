@@ -147,6 +147,12 @@ const toAgent = (row: any): AgentRow => ({
 /** The PostgreSQL channel on which a released agent with unfinished work is announced (payload: its id). */
 export const releasedChannel = "agent_runtime_released"
 
+/**
+ * The PostgreSQL channel on which the statement completing a request announces it (payload: the agent id and
+ * the request id, a space between; see Settlements).
+ */
+export const settledChannel = "agent_runtime_settled"
+
 /** Event ids an owner may hand out before it asks for more. */
 export const eventBlockSize = 100_000
 
@@ -175,6 +181,8 @@ export interface NewAgent extends
 /** What a node gets when it claims an agent: its epoch, and the event log the last owner let go of. */
 export interface Ownership {
   readonly epoch: number
+  /** When the claim was made (Unix seconds, the database's clock, as a request's `startedAt`). */
+  readonly claimedAt: number
   readonly previousOwner: string | null
   readonly continuesFrom: number | null
   readonly inherited: ReadonlyArray<{ readonly id: number; readonly data: unknown }> | null
@@ -548,6 +556,7 @@ export const make = Effect.gen(function*() {
   const claim = (agentId: string, owner: string) =>
     sql<{
       epoch: number
+      claimedAt: number
       previousOwner: string | null
       continuesFrom: number | null
       inherited: Array<{ id: number; data: unknown }> | null
@@ -556,9 +565,13 @@ export const make = Effect.gen(function*() {
         released_events = NULL, connection = NULL
       FROM (SELECT id, owner, released_cursor, released_events FROM agents WHERE id = ${agentId} FOR UPDATE) previous
       WHERE a.id = previous.id
-      RETURNING a.owner_epoch::float8 AS epoch, previous.owner AS previous_owner,
-        previous.released_cursor::float8 AS continues_from, previous.released_events AS inherited`.pipe(
-      Effect.map((rows) => rows[0] ?? { epoch: 0, previousOwner: null, continuesFrom: null, inherited: null })
+      RETURNING a.owner_epoch::float8 AS epoch, ${sql.unsafe(epoch("now()"))} AS claimed_at,
+        previous.owner AS previous_owner, previous.released_cursor::float8 AS continues_from,
+        previous.released_events AS inherited`.pipe(
+      Effect.map((rows) =>
+        rows[0] ??
+          { epoch: 0, claimedAt: Number.POSITIVE_INFINITY, previousOwner: null, continuesFrom: null, inherited: null }
+      )
     )
 
   const epochOf = (agentId: string) =>
@@ -685,9 +698,11 @@ export const make = Effect.gen(function*() {
     steeredInto?: string
   ): Write =>
   (guard) => [
+    // Announced with the change and only with it: a data-modifying statement runs to its end, RETURNING too.
     sql`UPDATE agent_requests SET state = 'completed', outcome = ${JSON.stringify(outcome)}::jsonb,
         steered_into = coalesce(${steeredInto ?? null}, steered_into), ended_at = now()
-      WHERE agent_id = ${agentId} AND id = ${id} AND state <> 'completed' AND ${guard}`,
+      WHERE agent_id = ${agentId} AND id = ${id} AND state <> 'completed' AND ${guard}
+      RETURNING pg_notify(${settledChannel}, agent_id || ' ' || id)`,
     ...(report === undefined ? [] : [reported(guard, agentId, id, ["queued", "running"], report)])
   ]
 

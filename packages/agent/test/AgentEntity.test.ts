@@ -19,6 +19,7 @@ import { Database, DatabaseHealth, SealedSecret } from "@agent-runtime/store"
 import { AgentFixtures, TestDatabase, ToolServer } from "@agent-runtime/testing"
 import { WebhookMigrations } from "@agent-runtime/webhooks"
 import { ShardingConfig, TestRunner } from "@effect/cluster"
+import { SqlClient } from "@effect/sql"
 import { expect, layer } from "@effect/vitest"
 import { Duration, Effect, Fiber, Layer, Option, Redacted, Schedule, Stream } from "effect"
 import * as Crypto from "node:crypto"
@@ -30,6 +31,7 @@ import * as AgentStore from "../src/AgentStore.ts"
 import { Drain } from "../src/Drain.ts"
 import * as EventLog from "../src/EventLog.ts"
 import * as Inputs from "../src/Inputs.ts"
+import * as Settlements from "../src/Settlements.ts"
 import type * as Turn from "../src/Turn.ts"
 
 const { ScriptedModel } = AgentFixtures
@@ -255,6 +257,28 @@ layer(EntityLive, { timeout: 60_000, excludeTestServices: true })("Agent entity"
       const journal = yield* Effect.flatMap(AgentStore.AgentStore, (store) => store.messages(agentId))
       expect(journal.map((row) => (row.message as { role: string }).role)).toEqual(["user", "assistant"])
       expect(yield* waitUntil(client.Status(), (status) => !status.running)).toMatchObject({ queued: [] })
+    }))
+
+  it.effect("a delivery tried again across a move, of a request an earlier owner already ran, runs nothing", () =>
+    Effect.gen(function*() {
+      const model = yield* ScriptedModel
+      model.reset()
+      const { agentId, client } = yield* newAgent("stale")
+      const store = yield* AgentStore.AgentStore
+      const sql = yield* SqlClient.SqlClient
+      const sent = yield* store.insertRequest(
+        Agent.requestOf(agentId, { requestId: "req_stale", fingerprint: "fp", text: "once" })
+      )
+      // An earlier owner ran it to its end before this one claimed the agent.
+      yield* sql`UPDATE agent_requests SET state = 'completed', outcome = '{"result": {}}', ended_at = now(),
+          started_at = now() - interval '10 seconds'
+        WHERE agent_id = ${agentId} AND id = 'req_stale'`
+      // The sender's retry reaches this owner with the row as it was sent.
+      const record = yield* client.Prompt({ request: { ...sent, startedAt: sent.startedAt - 10 } })
+      expect(record).toMatchObject({ id: "req_stale", state: "completed" })
+      yield* Effect.sleep("300 millis")
+      expect(model.calls()).toHaveLength(0)
+      expect(yield* client.Status()).toMatchObject({ running: false, queued: [] })
     }))
 
   it.effect("Configure applies its changes at once: the next turn uses them, null removes, and they are kept", () =>
@@ -491,10 +515,17 @@ layer(EntityLive, { timeout: 60_000, excludeTestServices: true })("Agent entity"
 })
 
 // Its own layer: the drain closes this node's streams for good.
-layer(AgentEvents.layer.pipe(Layer.provideMerge(DatabaseHealth.layer), Layer.provideMerge(EntityLive)), {
-  timeout: 60_000,
-  excludeTestServices: true
-})("Agent events on a node that closed its streams", (it) => {
+layer(
+  AgentEvents.layer.pipe(
+    Layer.provideMerge(Settlements.layer),
+    Layer.provideMerge(DatabaseHealth.layer),
+    Layer.provideMerge(EntityLive)
+  ),
+  {
+    timeout: 60_000,
+    excludeTestServices: true
+  }
+)("Agent events on a node that closed its streams", (it) => {
   it.scoped("an open stream ends with reconnect; new streams and polls are refused with 503 to retry elsewhere", () =>
     Effect.gen(function*() {
       const { agentId } = yield* settledAgent("closing")
