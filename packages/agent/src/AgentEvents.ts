@@ -23,9 +23,6 @@ export const longPollLimit = Duration.seconds(25)
 /** How long the agent's owner may take to answer a read; past it the caller is told to retry (503). */
 export const ownerAnswerLimit = Duration.seconds(5)
 
-/** How long a long poll waits to hear its request settled (see Settlements) before it reads it again anyway. */
-const settledRecheck = 5_000
-
 /**
  * A remote event stream silent this long (the owner sends a keep-alive every
  * `Agent.watchKeepAlive`) is taken as lost: its request may have met an
@@ -405,10 +402,7 @@ export const make = Effect.gen(function*() {
             const current = yield* read
             const left = deadline - Date.now()
             if (settled(current) || left <= 0) return Option.some(current)
-            // Bounded: a listening connection lost without a word costs a read now and then, not the whole wait.
-            yield* Effect.timeout(Deferred.await(heard), Duration.millis(Math.min(left, settledRecheck))).pipe(
-              Effect.ignore
-            )
+            yield* Effect.ignore(Effect.timeout(Deferred.await(heard), Duration.millis(left)))
             return Option.none<A>()
           }).pipe(Effect.ensuring(Effect.sync(subscribed.value)))
           if (Option.isSome(answered)) return answered.value

@@ -7,13 +7,14 @@
  *
  * A notification is heard only while the listening connection is up, so a
  * node promises nothing until it has heard its own probe on the channel
- * (sent after it began listening); while it cannot promise, or once it stops
- * listening (the database went away, the connection was lost), waiters are
- * told to ask the owner instead.
+ * (sent after it began listening), and checks every few seconds that it
+ * still does; while it cannot promise, or once it stops listening (the
+ * database went away, the connection went quiet), waiters are told to ask
+ * the owner instead.
  */
 import { DatabaseHealth, Ids } from "@agent-runtime/store"
 import { PgClient } from "@effect/sql-pg"
-import { Context, Duration, Effect, Layer, Option, Schedule, Stream } from "effect"
+import { Context, Duration, Effect, Layer, Option, Stream } from "effect"
 import { settledChannel } from "./AgentStore.ts"
 
 /** What a waiter is told: the request settled, or the node can no longer promise to hear it. */
@@ -30,6 +31,10 @@ export class Settlements extends Context.Tag("@agent-runtime/agent/Settlements")
   readonly listen: (agentId: string, requestId: string, waiter: Waiter) => Option.Option<() => void>
 }>() {}
 
+/** How often a listening node checks it still hears the channel, and how long its probe may take. */
+const probeEvery = Duration.seconds(5)
+const probeAnswer = Duration.seconds(3)
+
 /** The payload announcing a settled request (the channel carries text). */
 export const announcement = (agentId: string, requestId: string) => `${agentId} ${requestId}`
 
@@ -40,6 +45,7 @@ export const layer = Layer.scoped(
     const health = yield* DatabaseHealth.DatabaseHealth
     const waiters = new Map<string, Set<Waiter>>()
     let listening = false
+    let probeHeardAt = 0
     // A probe's payload no request's can be: request payloads hold a space.
     const probe = Ids.make("probe")
 
@@ -51,6 +57,7 @@ export const layer = Layer.scoped(
 
     const hear = (payload: string) => {
       if (payload === probe) {
+        probeHeardAt = Date.now()
         listening = true
         return
       }
@@ -60,26 +67,32 @@ export const layer = Layer.scoped(
       for (const waiter of set) waiter.settled()
     }
 
-    // The probe is sent until it is heard: heard, it shows the LISTEN is in place, so any later
-    // announcement reaches this node while the connection lasts.
-    const sendProbe = Effect.asVoid(sql`SELECT pg_notify(${settledChannel}, ${probe})`)
-    const confirm = Effect.suspend(() => listening ? Effect.void : sendProbe)
-      .pipe(
-        Effect.zipRight(Effect.suspend(() => listening ? Effect.void : Effect.fail("not yet" as const))),
-        Effect.retry(Schedule.spaced("200 millis")),
-        Effect.ignore
-      )
+    const sendProbe = Effect.ignore(sql`SELECT pg_notify(${settledChannel}, ${probe})`)
+    /**
+     * The probe is sent until it is heard: heard, it shows the LISTEN is in place, so any later announcement
+     * reaches this node. Then again every few seconds: a connection that went quiet without an error (the
+     * driver drops a listening connection's errors) ends the listening, to begin anew, its waiters told.
+     */
+    const watch = Effect.gen(function*() {
+      while (!listening) {
+        yield* sendProbe
+        yield* Effect.sleep(Duration.millis(200))
+      }
+      while (true) {
+        yield* Effect.sleep(probeEvery)
+        const sentAt = Date.now()
+        yield* sendProbe
+        yield* Effect.sleep(probeAnswer)
+        if (probeHeardAt < sentAt) {
+          return yield* Effect.logWarning("the channel of settled requests went quiet; listening anew")
+        }
+      }
+    })
 
-    yield* Effect.gen(function*() {
-      yield* Effect.forkScoped(confirm)
-      // A listener whose connection died never fails (the driver drops that connection's errors): it
-      // ends with the database's loss, and listens anew once it is back.
-      yield* sql.listen(settledChannel).pipe(
-        Stream.runForEach((payload) => Effect.sync(() => hear(payload))),
-        Effect.raceFirst(health.lost)
-      )
-    }).pipe(
-      Effect.scoped,
+    yield* sql.listen(settledChannel).pipe(
+      Stream.runForEach((payload) => Effect.sync(() => hear(payload))),
+      Effect.raceFirst(health.lost),
+      Effect.raceFirst(watch),
       Effect.catchAllCause(DatabaseHealth.warnUnlessUnreachable("listening for settled requests failed")),
       Effect.ensuring(Effect.sync(stopListening)),
       Effect.zipRight(Effect.sleep(Duration.seconds(1))),
