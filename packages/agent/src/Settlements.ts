@@ -14,7 +14,7 @@
  */
 import { DatabaseHealth, Ids } from "@agent-runtime/store"
 import { PgClient } from "@effect/sql-pg"
-import { Context, Duration, Effect, Layer, Option, Stream } from "effect"
+import { Chunk, Context, Duration, Effect, Layer, Option, Stream } from "effect"
 import { settledChannel } from "./AgentStore.ts"
 
 /** What a waiter is told: the request settled, or the node can no longer promise to hear it. */
@@ -90,7 +90,8 @@ export const layer = Layer.scoped(
     })
 
     yield* sql.listen(settledChannel).pipe(
-      Stream.runForEach((payload) => Effect.sync(() => hear(payload))),
+      // Every completion in the cluster reaches every node: heard a chunk at a time, one step for many.
+      Stream.runForEachChunk((payloads) => Effect.sync(() => Chunk.forEach(payloads, hear))),
       Effect.raceFirst(health.lost),
       Effect.raceFirst(watch),
       Effect.catchAllCause(DatabaseHealth.warnUnlessUnreachable("listening for settled requests failed")),
