@@ -33,50 +33,54 @@ const waiter = () => {
 }
 
 layer(Live, { timeout: 30_000, excludeTestServices: true })("Settlements", (it) => {
-  it.effect("a completion is heard by the waiters of that request only, and a fenced one by none", () =>
-    Effect.gen(function*() {
-      const sql = yield* SqlClient.SqlClient
-      const store = yield* AgentStore.AgentStore
-      const settlements = yield* Settlements.Settlements
-      yield* sql`INSERT INTO tenants (id, name) VALUES ('tn_settle', 'settle')`
-      yield* sql`INSERT INTO agents (id, tenant_id, name, config, input_fingerprint)
+  it.effect(
+    "a completion is heard by the waiters of that request only, and a fenced one by none",
+    () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const store = yield* AgentStore.AgentStore
+        const settlements = yield* Settlements.Settlements
+        yield* sql`INSERT INTO tenants (id, name) VALUES ('tn_settle', 'settle')`
+        yield* sql`INSERT INTO agents (id, tenant_id, name, config, input_fingerprint)
         VALUES ('client_settle', 'tn_settle', 'settle', '{"model": "fake/m1"}', 'f')`
-      for (const id of ["req_a", "req_b", "req_c"]) {
-        yield* store.insertRequest({ agentId: "client_settle", id, method: "prompt", fingerprint: "f", input: {} })
-      }
-      const { epoch } = yield* store.claim("client_settle", "127.0.0.1:1")
+        for (const id of ["req_a", "req_b", "req_c"]) {
+          yield* store.insertRequest({ agentId: "client_settle", id, method: "prompt", fingerprint: "f", input: {} })
+        }
+        const { epoch } = yield* store.claim("client_settle", "127.0.0.1:1")
 
-      // Listening is promised once the node heard its own probe.
-      const a = waiter()
-      const stopA = yield* Effect.sync(() => settlements.listen("client_settle", "req_a", a.waiter)).pipe(
-        Effect.filterOrFail(Option.isSome, () => "not listening yet" as const),
-        Effect.retry({ schedule: Schedule.spaced("50 millis"), times: 100 })
-      )
-      const b = waiter()
-      Option.getOrThrow(settlements.listen("client_settle", "req_b", b.waiter))
-      const stopped = waiter()
-      const stop = Option.getOrThrow(settlements.listen("client_settle", "req_a", stopped.waiter))
-      stop()
+        // Listening is promised once the node heard its own probe.
+        const a = waiter()
+        const stopA = yield* Effect.sync(() => settlements.listen("client_settle", "req_a", a.waiter)).pipe(
+          Effect.filterOrFail(Option.isSome, () => "not listening yet" as const),
+          Effect.retry({ schedule: Schedule.spaced("50 millis"), times: 100 })
+        )
+        const b = waiter()
+        Option.getOrThrow(settlements.listen("client_settle", "req_b", b.waiter))
+        const stopped = waiter()
+        const stop = Option.getOrThrow(settlements.listen("client_settle", "req_a", stopped.waiter))
+        stop()
 
-      yield* store.fenced("client_settle", epoch, store.complete("client_settle", "req_a", { result: {} }, undefined))
-      yield* Effect.sync(() => a.told.settled).pipe(
-        Effect.filterOrFail((count) => count === 1, () => "not yet" as const),
-        Effect.retry({ schedule: Schedule.spaced("20 millis"), times: 250 })
-      )
-      // A request already complete is not completed, nor announced, again.
-      yield* store.fenced("client_settle", epoch, store.complete("client_settle", "req_a", { result: {} }, undefined))
-      // Another owner's claim fences this one's completion of req_b out: nothing changed, nothing announced.
-      yield* store.claim("client_settle", "127.0.0.1:2")
-      const fenced = yield* Effect.flip(
-        store.fenced("client_settle", epoch, store.complete("client_settle", "req_b", { result: {} }, undefined))
-      )
-      expect(fenced._tag).toBe("Fenced")
-      yield* Effect.sleep("300 millis")
-      expect([a.told, b.told, stopped.told]).toEqual([
-        { settled: 1, lost: 0 },
-        { settled: 0, lost: 0 },
-        { settled: 0, lost: 0 }
-      ])
-      stopA.value()
-    }), 20_000)
+        yield* store.fenced("client_settle", epoch, store.complete("client_settle", "req_a", { result: {} }, undefined))
+        yield* Effect.sync(() => a.told.settled).pipe(
+          Effect.filterOrFail((count) => count === 1, () => "not yet" as const),
+          Effect.retry({ schedule: Schedule.spaced("20 millis"), times: 250 })
+        )
+        // A request already complete is not completed, nor announced, again.
+        yield* store.fenced("client_settle", epoch, store.complete("client_settle", "req_a", { result: {} }, undefined))
+        // Another owner's claim fences this one's completion of req_b out: nothing changed, nothing announced.
+        yield* store.claim("client_settle", "127.0.0.1:2")
+        const fenced = yield* Effect.flip(
+          store.fenced("client_settle", epoch, store.complete("client_settle", "req_b", { result: {} }, undefined))
+        )
+        expect(fenced._tag).toBe("Fenced")
+        yield* Effect.sleep("300 millis")
+        expect([a.told, b.told, stopped.told]).toEqual([
+          { settled: 1, lost: 0 },
+          { settled: 0, lost: 0 },
+          { settled: 0, lost: 0 }
+        ])
+        stopA.value()
+      }),
+    20_000
+  )
 })
