@@ -198,9 +198,8 @@ export interface MessageRow {
 export class AgentStore extends Context.Tag("@agent-runtime/agent/AgentStore")<AgentStore, {
   /**
    * Inserts an agent with its starting history, in one transaction; None (and nothing written) when a live
-   * agent of the tenant already has its key.
+   * agent of the tenant already has its key. `alongside` runs in the same transaction once the row is in.
    */
-  /** Inserts the agent with its history; `alongside` runs in the same transaction once the row is in. */
   readonly insertAgent: <E = never>(
     agent: NewAgent,
     history: ReadonlyArray<MessageRow>,
