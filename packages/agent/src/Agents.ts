@@ -485,12 +485,13 @@ export const make = Effect.gen(function*() {
   const unconditional = <A, E extends { readonly _tag: string }, R>(self: Effect.Effect<A, E, R>) =>
     Effect.catchIf(self, (error): error is Extract<E, ApiError.Conflict> => error._tag === "Conflict", Effect.die)
 
-  const attachOf = (agent: AgentRow, input: Run.PromptInput) => {
-    const files = input.files
-    return files === undefined || files.length === 0
-      ? undefined
-      : (requestId: string) => attach(agent, requestId, files)
-  }
+  const bringsFiles = (
+    input: Run.PromptInput
+  ): input is Run.PromptInput & { readonly files: ReadonlyArray<Run.PromptFile> } =>
+    input.files !== undefined && input.files.length > 0
+
+  const attachOf = (agent: AgentRow, input: Run.PromptInput) =>
+    bringsFiles(input) ? (requestId: string) => attach(agent, requestId, input.files) : undefined
 
   const upload = (
     tenantId: string,
@@ -829,7 +830,7 @@ export const make = Effect.gen(function*() {
    */
   const promptAs = (caller: Caller, agentId: string, input: Run.PromptInput) => {
     const requestId = input.requestId ?? Ids.make("req")
-    if (input.files !== undefined && input.files.length > 0) {
+    if (bringsFiles(input)) {
       return Effect.flatMap(liveAs(caller, agentId), (agent) => promptTo(agent, input, requestId))
     }
     const prompt = promptRequest(input, requestId, "prompt")
