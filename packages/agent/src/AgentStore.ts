@@ -332,9 +332,10 @@ export class AgentStore extends Context.Tag("@agent-runtime/agent/AgentStore")<A
   ) => Effect.Effect<ReadonlyMap<string, { readonly tool: string; readonly result?: unknown }>, PersistenceError>
   /**
    * Agents with unfinished work that no live runner holds (let go, or their
-   * runner went silent past `leaseSeconds`), or with a request queued for
-   * more than `unheardSeconds` (its owner may never have been told of it),
-   * whose next wake-up is due.
+   * runner went silent past `leaseSeconds`, or restarted since it began
+   * their running turn), or with a request queued for more than
+   * `unheardSeconds` (its owner may never have been told of it), whose next
+   * wake-up is due.
    */
   readonly agentsToWake: (
     leaseSeconds: number,
@@ -713,7 +714,10 @@ export const make = Effect.gen(function*() {
         AND (a.owner IS NULL OR NOT EXISTS (SELECT 1 FROM runner_reports w
             WHERE w.address = a.owner AND w.reported_at > now() - make_interval(secs => ${leaseSeconds}))
           OR a.id IN (SELECT agent_id FROM agent_requests WHERE state = 'queued' AND steered_into IS NULL
-            AND started_at < now() - make_interval(secs => ${unheardSeconds})))`
+            AND started_at < now() - make_interval(secs => ${unheardSeconds}))
+          -- A turn begun before its owner's runner (re)started under the same address: that process is gone.
+          OR EXISTS (SELECT 1 FROM agent_requests r JOIN runner_reports w ON w.address = a.owner
+            WHERE r.agent_id = a.id AND r.state = 'running' AND r.began_at < w.started_at))`
 
   /** Waking the agent's work failed: the next attempt waits twice as long as the last, at most an hour. */
   const resumeFailed = (agentId: string) =>

@@ -77,8 +77,12 @@ describe("AgentStore", () => {
       // Unless a request of it stayed queued past 30 s: its runner may never have been told of it.
       yield* sql`UPDATE agent_requests SET started_at = now() - interval '31 seconds' WHERE agent_id = 'client_resume'`
       expect(yield* store.agentsToWake(6, 30)).toEqual([{ agentId: "client_resume", resumeFailures: 0 }])
-      yield* sql`UPDATE agent_requests SET state = 'running' WHERE agent_id = 'client_resume'`
+      yield* sql`UPDATE agent_requests SET state = 'running', began_at = now() WHERE agent_id = 'client_resume'`
       expect(yield* store.agentsToWake(6, 30)).toEqual([])
+      // Its runner restarted under the same address since the turn began: the turn's process is gone.
+      yield* sql`UPDATE runner_reports SET started_at = now() + interval '1 second' WHERE address = '127.0.0.1:1'`
+      expect(yield* store.agentsToWake(6, 30)).toEqual([{ agentId: "client_resume", resumeFailures: 0 }])
+      yield* sql`UPDATE runner_reports SET started_at = now() - interval '1 minute' WHERE address = '127.0.0.1:1'`
       yield* sql`UPDATE agent_requests SET state = 'queued', started_at = now() WHERE agent_id = 'client_resume'`
       // Let go with work open: due at once.
       yield* sql`UPDATE agents SET owner = NULL WHERE id = 'client_resume'`
