@@ -70,17 +70,37 @@ const providedScript = Effect.tryPromise({
 
 const readyLine = /agent-runtime ready rest=(\S+) gateway=(\S+)/
 
-/** A port free right now, for a node's cluster runner (which must know its address before it listens). */
-export const freePort = Effect.promise(() =>
-  new Promise<number>((resolve, reject) => {
-    const server = Net.createServer()
-    server.once("error", reject)
-    server.listen(0, "127.0.0.1", () => {
-      const port = (server.address() as Net.AddressInfo).port
-      server.close(() => resolve(port))
-    })
-  })
+/**
+ * Where the kernel takes the local ports of outgoing connections from; 32768 and up when it does not say.
+ */
+const ephemeralLow = Effect.promise(() =>
+  Fs.readFile("/proc/sys/net/ipv4/ip_local_port_range", "utf8").then(
+    (range) => Number(range.trim().split(/\s+/)[0]) || 32768,
+    () => 32768
+  )
 )
+
+const listensOn = (port: number) =>
+  new Promise<boolean>((resolve) => {
+    const server = Net.createServer()
+    server.once("error", () => resolve(false))
+    server.listen(port, "127.0.0.1", () => server.close(() => resolve(true)))
+  })
+
+/**
+ * A port free right now, for a node's cluster runner (which must know its address before it listens).
+ * Taken below the ephemeral range: a node restarted under the same address must find its port again, and
+ * an outgoing connection of any process may take an ephemeral port the moment its listener dies.
+ */
+export const freePort = Effect.gen(function*() {
+  const below = yield* ephemeralLow
+  const low = Math.min(10_000, below - 1_000)
+  for (let attempt = 0; attempt < 100; attempt++) {
+    const port = low + Math.floor(Math.random() * (below - low))
+    if (yield* Effect.promise(() => listensOn(port))) return port
+  }
+  return yield* Effect.die(new Error(`no free port between ${low} and ${below}`))
+})
 
 export const start = (options: Options): Effect.Effect<TestNode, Error, Scope.Scope> =>
   Effect.gen(function*() {
