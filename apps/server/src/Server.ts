@@ -9,6 +9,7 @@ import {
   Agents,
   AgentStore,
   AgentTokens,
+  Arrivals,
   BrowserTokens,
   Definitions,
   Delegation,
@@ -216,7 +217,7 @@ const layerClusterRunner = layerCluster.pipe(Layer.provide(layerClusterTables), 
 
 /** The agent runtime: the entity on `cluster`'s runner and the service the API calls. */
 const layerAgentsOn = <ROut, E, RIn>(cluster: Layer.Layer<ROut, E, RIn>) =>
-  Layer.mergeAll(layerWakeups, ScheduleFiring.layer, Inputs.layerExpiry, FileNotices.layer).pipe(
+  Layer.mergeAll(layerWakeups, Arrivals.layer, ScheduleFiring.layer, Inputs.layerExpiry, FileNotices.layer).pipe(
     Layer.provideMerge(Layer.mergeAll(Agents.layer, BrowserTokens.layer, Runners.layer)),
     Layer.provideMerge(Layer.mergeAll(AgentEvents.layer, AgentTokens.layer)),
     Layer.provideMerge(AgentRuntime.layer),

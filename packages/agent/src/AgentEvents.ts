@@ -383,6 +383,7 @@ export const make = Effect.gen(function*() {
         }).pipe(Effect.ensuring(Effect.sync(stop)))
       })
     const waiting = Effect.gen(function*() {
+      let ownerSaidSettled = false
       while (true) {
         const local = localLogs.get(agentId)
         if (Option.isSome(local)) {
@@ -413,6 +414,12 @@ export const make = Effect.gen(function*() {
         const current = yield* read
         const left = deadline - Date.now()
         if (settled(current) || left <= 0) return current
+        if (ownerSaidSettled) {
+          // The owner has not queued it yet (it hears it announced, see Arrivals): not asked again at once.
+          ownerSaidSettled = false
+          yield* Effect.sleep("100 millis")
+          continue
+        }
         const answered = yield* sentUntilAnswered(makeClient(agentId).AwaitResponse({ requestId, waitMillis: left }))
           .pipe(
             Effect.timeout(Duration.millis(left)),
@@ -421,6 +428,7 @@ export const make = Effect.gen(function*() {
         // No owner answers now (stopping, or its shard between runners), or the agent moved: read again shortly.
         if (Option.isNone(answered)) yield* Effect.sleep("500 millis")
         else if (!answered.value) yield* Effect.sleep("100 millis")
+        else ownerSaidSettled = true
       }
     })
     // An owner that does not answer (paused, or its shard between runners) ends the wait on time; a node

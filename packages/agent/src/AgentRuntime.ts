@@ -277,11 +277,16 @@ export const layer = Layer.unwrapEffect(Effect.map(Agent.client, (makeClient) =>
         return true
       }
 
-      const loadOpenWork = Effect.gen(function*() {
-        let added = false
-        for (const row of yield* journal(store.openRequests(agentId))) added = enqueue(row) || added
-        if (added) yield* Queue.offer(wakeup, void 0)
-      })
+      /** Queues the journal's open requests this instance does not know yet, but `except`. */
+      const loadOpenWorkBut = (except: string | undefined) =>
+        Effect.gen(function*() {
+          let added = false
+          for (const row of yield* journal(store.openRequests(agentId))) {
+            if (row.id !== except) added = enqueue(row) || added
+          }
+          if (added) yield* Queue.offer(wakeup, void 0)
+        })
+      const loadOpenWork = loadOpenWorkBut(undefined)
 
       /** The assistant message streaming now, rebuilt from its deltas, for snapshots. */
       let partial: { role: "assistant"; content: Array<Record<string, unknown>> } | undefined
@@ -684,6 +689,8 @@ export const layer = Layer.unwrapEffect(Effect.map(Agent.client, (makeClient) =>
             "abort",
             {},
             Effect.gen(function*() {
+              // Prompts accepted before the abort may not have reached this queue yet (see Arrivals).
+              yield* loadOpenWorkBut(payload.requestId)
               const cancelled = [...pending, ...steering]
               pending.length = 0
               steering = []

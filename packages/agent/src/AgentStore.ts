@@ -153,6 +153,48 @@ export const releasedChannel = "agent_runtime_released"
  */
 export const settledChannel = "agent_runtime_settled"
 
+/**
+ * The PostgreSQL channel on which the statement recording a request announces it to the agent's owner (see
+ * Arrivals). Payload: JSON `{request, whileRunning?}`, the row as `to_jsonb` writes it; a row too large for a
+ * notification is announced by `{agentId, id, whileRunning?}` and read.
+ */
+export const queuedChannel = "agent_runtime_queued"
+
+/** How a recorded request is announced on `queuedChannel`; a prompt sent to steer says so. */
+export interface Announce {
+  readonly whileRunning?: "queue" | "steer" | undefined
+}
+
+/** A notification's payload must stay under 8000 bytes. */
+const announceLimit = 7_900
+
+/** A request announced on `queuedChannel`: its row, unless the row was too large to carry. */
+export interface Announcement {
+  readonly agentId: string
+  readonly id: string
+  readonly request: Option.Option<RequestRow>
+  readonly whileRunning: "queue" | "steer" | undefined
+}
+
+/** A row as `to_jsonb` writes it (snake case), as a RequestRow. */
+const fromJsonRow = (row: Record<string, unknown>) => Record.mapKeys(row, String.snakeToCamel) as unknown as RequestRow
+
+export const announcementOf = (payload: string): Announcement => {
+  const parsed = JSON.parse(payload) as {
+    readonly request?: Record<string, unknown>
+    readonly agentId?: string
+    readonly id?: string
+    readonly whileRunning: "queue" | "steer" | null
+  }
+  const request = parsed.request === undefined ? undefined : fromJsonRow(parsed.request)
+  return {
+    agentId: request?.agentId ?? parsed.agentId!,
+    id: request?.id ?? parsed.id!,
+    request: Option.fromNullable(request),
+    whileRunning: parsed.whileRunning ?? undefined
+  }
+}
+
 /** Event ids an owner may hand out before it asks for more. */
 export const eventBlockSize = 100_000
 
@@ -232,18 +274,21 @@ export class AgentStore extends Context.Tag("@agent-runtime/agent/AgentStore")<A
   readonly remove: (tenantId: string, id: string) => Effect.Effect<boolean, PersistenceError>
   /** The first id of a fresh block of event ids: they keep growing whoever owns the agent. */
   readonly reserveEvents: (agentId: string) => Effect.Effect<number, PersistenceError>
-  /** Records a request once; a second delivery of the same id finds the first. */
-  readonly insertRequest: (request: NewRequest) => Effect.Effect<RequestRow, PersistenceError>
+  /**
+   * Records a request once; a second delivery of the same id finds the first. With `announce`, a row recorded
+   * now is announced on `queuedChannel` as it commits, for its owner to queue.
+   */
+  readonly insertRequest: (request: NewRequest, announce?: Announce) => Effect.Effect<RequestRow, PersistenceError>
   /**
    * `findFor` and `insertRequest` in one statement, for a prompt that needs no check of the agent first: the
    * request is recorded only when the agent is live and has nothing a prompt must check before it is
    * accepted (no spend limit and, unless `allowDisconnected`, no application tools; see Agents). Otherwise
-   * `request` is none and the agent is there to check.
+   * `request` is none and the agent is there to check. A row recorded now is announced, as `insertRequest`'s.
    */
   readonly acceptFor: (
     tenant: Statement.Fragment,
     request: NewRequest,
-    options: { readonly allowDisconnected: boolean }
+    options: { readonly allowDisconnected: boolean; readonly announce?: Announce }
   ) => Effect.Effect<
     Option.Option<{ readonly agent: Option.Option<AgentRow>; readonly request: Option.Option<RequestRow> }>,
     PersistenceError
@@ -269,6 +314,8 @@ export class AgentStore extends Context.Tag("@agent-runtime/agent/AgentStore")<A
     agentId: string,
     requestId?: string
   ) => Effect.Effect<ReadonlyArray<string>, PersistenceError>
+  /** Every agent's queued requests, in arrival order: what owners that could not hear announcements may miss. */
+  readonly queuedRequests: Effect.Effect<ReadonlyArray<RequestRow>, PersistenceError>
   /** Requests not yet completed and not steered into a turn, in arrival order. */
   readonly openRequests: (agentId: string) => Effect.Effect<ReadonlyArray<RequestRow>, PersistenceError>
   /** Open requests a turn took as steered prompts, in arrival order. */
@@ -443,7 +490,23 @@ export const make = Effect.gen(function*() {
       RETURNING (event_block - ${eventBlockSize})::float8 AS start`.pipe(Effect.map((rows) => rows[0]?.start ?? 0))
 
   /** Records a request once; a second delivery of the same id finds the first. */
-  const insertRequest = (request: NewRequest) =>
+  /**
+   * The CTE `announced`, which announces each row of `inserted` on `queuedChannel`; a statement must read it
+   * (`announcedAll`) for it to run.
+   */
+  const announcing = (request: NewRequest, announce: Announce | undefined) => {
+    if (announce === undefined) return sql``
+    const whileRunning = announce.whileRunning ?? null
+    const short = JSON.stringify({ agentId: request.agentId, id: request.id, whileRunning })
+    return sql`, announced AS (
+        SELECT pg_notify(${queuedChannel}, CASE WHEN octet_length(p) <= ${announceLimit} THEN p ELSE ${short} END)
+        FROM (SELECT json_build_object('request', to_jsonb(i), 'whileRunning', ${whileRunning}::text)::text AS p
+          FROM inserted i) x)`
+  }
+  const announcedAll = (announce: Announce | undefined) =>
+    announce === undefined ? sql`true` : sql`(SELECT count(*) FROM announced) >= 0`
+
+  const insertRequest = (request: NewRequest, announce?: Announce) =>
     // One round trip: the new row, or the one already there. A row another statement is inserting at the same
     // moment is not in this statement's snapshot: it is read once that one has committed.
     sql<RequestRow>`
@@ -452,8 +515,8 @@ export const make = Effect.gen(function*() {
         VALUES (${request.agentId}, ${request.id}, ${request.method}, 'queued', ${request.fingerprint},
           ${JSON.stringify(request.input)}::jsonb)
         ON CONFLICT (agent_id, id) DO NOTHING
-        RETURNING ${requestFields})
-      SELECT * FROM inserted
+        RETURNING ${requestFields})${announcing(request, announce)}
+      SELECT * FROM inserted WHERE ${announcedAll(announce)}
       UNION ALL
       SELECT ${requestFields} FROM agent_requests
       WHERE agent_id = ${request.agentId} AND id = ${request.id} AND NOT EXISTS (SELECT 1 FROM inserted)`.pipe(
@@ -467,7 +530,7 @@ export const make = Effect.gen(function*() {
   const acceptFor = (
     tenant: Statement.Fragment,
     request: NewRequest,
-    options: { readonly allowDisconnected: boolean }
+    options: { readonly allowDisconnected: boolean; readonly announce?: Announce }
   ) =>
     // The row just inserted is not in the snapshot the rest of the statement reads: `inserted` answers for it.
     sql<{ readonly id: string | null; readonly accepting: boolean; readonly request: Record<string, unknown> | null }>`
@@ -483,8 +546,8 @@ export const make = Effect.gen(function*() {
         SELECT id, ${request.id}, ${request.method}, 'queued', ${request.fingerprint},
           ${JSON.stringify(request.input)}::jsonb FROM accepting
         ON CONFLICT (agent_id, id) DO NOTHING
-        RETURNING ${requestFields})
-      SELECT ${agentFields}, EXISTS (SELECT 1 FROM accepting) AS accepting,
+        RETURNING ${requestFields})${announcing(request, options.announce)}
+      SELECT ${agentFields}, EXISTS (SELECT 1 FROM accepting) AND ${announcedAll(options.announce)} AS accepting,
         coalesce((SELECT to_jsonb(i) FROM inserted i), (SELECT to_jsonb(r) FROM (SELECT ${requestFields}
           FROM agent_requests WHERE agent_id = ${request.agentId} AND id = ${request.id}) r)) AS request
       FROM agent`.pipe(
@@ -498,7 +561,7 @@ export const make = Effect.gen(function*() {
         // Inserted at the same moment by another statement, which has committed by now.
         const accepted = recorded === null
           ? Effect.map(getRequest(request.agentId, request.id), Option.getOrThrow)
-          : Effect.succeed(Record.mapKeys(recorded, String.snakeToCamel) as unknown as RequestRow)
+          : Effect.succeed(fromJsonRow(recorded))
         return Effect.map(accepted, (row) => Option.some({ ...found, request: Option.some(row) }))
       })
     )
@@ -533,6 +596,9 @@ export const make = Effect.gen(function*() {
     Effect.map(requestFor(tenantOf(tenantId), agentId, id), Option.flatten)
 
   /** Requests not yet completed, in arrival order. */
+  const queuedRequests = sql<RequestRow>`SELECT ${requestFields} FROM agent_requests
+    WHERE state = 'queued' AND steered_into IS NULL ORDER BY seq`
+
   const openRequests = (agentId: string) =>
     sql<RequestRow>`SELECT ${requestFields} FROM agent_requests
       WHERE agent_id = ${agentId} AND state <> 'completed' AND steered_into IS NULL ORDER BY seq`
@@ -782,6 +848,7 @@ export const make = Effect.gen(function*() {
     getRequest: flow(getRequest, PersistenceError.refail),
     requestOf: flow(requestOf, PersistenceError.refail),
     requestFor: flow(requestFor, PersistenceError.refail),
+    queuedRequests: PersistenceError.refail(queuedRequests),
     openRequests: flow(openRequests, PersistenceError.refail),
     markSteered,
     steeredInto: flow(steeredInto, PersistenceError.refail),

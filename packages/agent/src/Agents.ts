@@ -27,7 +27,6 @@ import {
   fingerprint,
   type PromptRequest,
   requestOf,
-  sentUntilAnswered,
   toRecord
 } from "./Agent.ts"
 import { PersistenceError } from "./AgentError.ts"
@@ -388,20 +387,18 @@ export const make = Effect.gen(function*() {
   })
 
   /**
-   * Hands a recorded request to the agent's owner, which queues it (once); the record is the answer. A
-   * request id recorded before for another request is a conflict, and nothing is sent.
+   * The answer to a recorded request: its record. Its owner queues it on hearing the row announced (see
+   * Arrivals). A request id recorded before for another request is a conflict.
    */
-  const handOn = (request: RequestRow, prompt: PromptRequest) =>
+  const answerOf = (request: RequestRow, prompt: PromptRequest) =>
     request.fingerprint !== prompt.fingerprint
       ? Effect.fail(
         new ApiError.IdempotencyConflict({ error: `request id ${request.id} was used for another request` })
       )
-      : Effect.orDie(sentUntilAnswered(
-        makeClient(request.agentId).Prompt({
-          request,
-          ...(prompt.whileRunning === undefined ? {} : { whileRunning: prompt.whileRunning })
-        })
-      ))
+      : Effect.succeed(toRecord(request))
+
+  /** How a prompt's row is announced to its owner. */
+  const announceOf = (prompt: PromptRequest) => ({ whileRunning: prompt.whileRunning })
 
   const sendPrompt = <E = never>(
     agent: AgentRow,
@@ -418,9 +415,10 @@ export const make = Effect.gen(function*() {
       if (input.allowDisconnected !== true) yield* checkConnected(agent)
       const files = attached === undefined ? undefined : yield* attached(prompt.requestId)
       const request = yield* store.insertRequest(
-        requestOf(agent.id, files === undefined ? prompt : { ...prompt, files })
+        requestOf(agent.id, files === undefined ? prompt : { ...prompt, files }),
+        announceOf(prompt)
       )
-      return yield* handOn(request, prompt)
+      return yield* answerOf(request, prompt)
     })
   }
 
@@ -836,13 +834,14 @@ export const make = Effect.gen(function*() {
     const prompt = promptRequest(input, requestId, "prompt")
     return Effect.flatMap(
       store.acceptFor(caller.tenant, requestOf(agentId, prompt), {
-        allowDisconnected: input.allowDisconnected === true
+        allowDisconnected: input.allowDisconnected === true,
+        announce: announceOf(prompt)
       }),
       (found): Effect.Effect<Run.RequestRecord, ApiError.Unauthorized | PromptError | PersistenceError> =>
         Option.isNone(found)
           ? Effect.fail(caller.refused)
           : Option.isSome(found.value.request)
-          ? handOn(found.value.request.value, prompt)
+          ? answerOf(found.value.request.value, prompt)
           : Effect.flatMap(liveOf(agentId, found.value.agent), (agent) => promptTo(agent, input, requestId))
     )
   }

@@ -28,6 +28,7 @@ import * as AgentEvents from "../src/AgentEvents.ts"
 import * as AgentMigrations from "../src/AgentMigrations.ts"
 import * as AgentRuntime from "../src/AgentRuntime.ts"
 import * as AgentStore from "../src/AgentStore.ts"
+import * as Arrivals from "../src/Arrivals.ts"
 import { Drain } from "../src/Drain.ts"
 import * as EventLog from "../src/EventLog.ts"
 import * as Inputs from "../src/Inputs.ts"
@@ -550,3 +551,46 @@ layer(
       expect(polled).toMatchObject({ _tag: "Unavailable", retryAfter: 1 })
     }))
 })
+
+/** The text each model call answered, in the order the calls were made. */
+const promptsAnswered = (calls: ReadonlyArray<{ readonly context: { readonly messages: ReadonlyArray<any> } }>) =>
+  calls.map((call) => call.context.messages.filter((message) => message.role === "user").at(-1)?.content)
+
+layer(DatabaseHealth.layer.pipe(Layer.provideMerge(EntityLive)), { timeout: 60_000, excludeTestServices: true })(
+  "Arrivals: recorded requests reach their owner",
+  (it) => {
+    it.scoped(
+      "rows recorded while no node listened run once one is sure; announced ones run in commit order, a large one read",
+      () =>
+        Effect.gen(function*() {
+          const model = yield* ScriptedModel
+          model.reset()
+          model.script({ text: "a" }, { text: "b" }, { text: "c" }, { text: "d" }, { text: "e" })
+          const { agentId } = yield* newAgent("arrivals")
+          const store = yield* AgentStore.AgentStore
+          const record = (requestId: string, text: string) =>
+            store.insertRequest(Agent.requestOf(agentId, { requestId, fingerprint: requestId, text }), {})
+          const completed = (row: AgentStore.RequestRow) => row.state === "completed"
+
+          // Announced while nothing listens: no one hears them, and nothing runs.
+          yield* record("req_a1", "one")
+          yield* record("req_a2", "two")
+          yield* Effect.sleep("300 millis")
+          expect(model.calls()).toHaveLength(0)
+
+          // Once its listening is sure, the node reads what its shards have queued.
+          yield* Layer.build(Arrivals.layer)
+          yield* waitUntil(requestRow(agentId, "req_a2"), completed)
+
+          // Heard now, one after another; the last is too large to ride on its announcement, and is read.
+          const large = "x".repeat(10_000)
+          yield* record("req_a3", "three")
+          yield* record("req_a4", "four")
+          yield* record("req_a5", large)
+          yield* waitUntil(requestRow(agentId, "req_a5"), completed)
+          expect(promptsAnswered(model.calls())).toEqual(["one", "two", "three", "four", large])
+        }),
+      30_000
+    )
+  }
+)
