@@ -6,7 +6,7 @@
 import { Agent as AgentSchemas, ApiError } from "@agent-runtime/domain"
 import { Outbox } from "@agent-runtime/webhooks"
 import { SqlClient, type Statement } from "@effect/sql"
-import { Context, Effect, flow, Layer, Option, Record, Schema, String } from "effect"
+import { Context, Effect, Either, flow, Layer, Option, Record, Schema, String } from "effect"
 import { Fenced, PersistenceError } from "./AgentError.ts"
 
 /** An agent's settings as kept: what its turns need. */
@@ -148,10 +148,20 @@ const toAgent = (row: any): AgentRow => ({
 export const releasedChannel = "agent_runtime_released"
 
 /**
- * The PostgreSQL channel on which the statement completing a request announces it (payload: the agent id and
- * the request id, a space between; see Settlements).
+ * The PostgreSQL channel on which the statement completing a request announces it (payload:
+ * `settledAnnouncement`; see Settlements).
  */
 export const settledChannel = "agent_runtime_settled"
+
+/**
+ * How much of a request id a settled announcement carries, in code points: a notification holds under 8000
+ * bytes, and a request id may be longer. Ids alike that far only wake each other's waiters, which read again.
+ */
+const settledIdLength = 200
+
+/** The payload announcing a settled request: the agent id and the start of the request id, a space between. */
+export const settledAnnouncement = (agentId: string, requestId: string) =>
+  `${agentId} ${requestId.length <= settledIdLength ? requestId : [...requestId].slice(0, settledIdLength).join("")}`
 
 /**
  * The PostgreSQL channel on which the statement recording a request announces it to the agent's owner (see
@@ -168,11 +178,10 @@ export interface Announce {
 /** A notification's payload must stay under 8000 bytes. */
 const announceLimit = 7_900
 
-/** A request announced on `queuedChannel`: its row, unless the row was too large to carry. */
+/** A request announced on `queuedChannel`: its row, or its seq when the row was too large to carry. */
 export interface Announcement {
   readonly agentId: string
-  readonly id: string
-  readonly request: Option.Option<RequestRow>
+  readonly request: Either.Either<RequestRow, number>
   readonly whileRunning: "queue" | "steer" | undefined
 }
 
@@ -183,16 +192,15 @@ export const announcementOf = (payload: string): Announcement => {
   const parsed = JSON.parse(payload) as {
     readonly request?: Record<string, unknown>
     readonly agentId?: string
-    readonly id?: string
+    readonly seq?: number
     readonly whileRunning: "queue" | "steer" | null
   }
-  const request = parsed.request === undefined ? undefined : fromJsonRow(parsed.request)
-  return {
-    agentId: request?.agentId ?? parsed.agentId!,
-    id: request?.id ?? parsed.id!,
-    request: Option.fromNullable(request),
-    whileRunning: parsed.whileRunning ?? undefined
+  const whileRunning = parsed.whileRunning ?? undefined
+  if (parsed.request === undefined) {
+    return { agentId: parsed.agentId!, request: Either.left(parsed.seq!), whileRunning }
   }
+  const request = fromJsonRow(parsed.request)
+  return { agentId: request.agentId, request: Either.right(request), whileRunning }
 }
 
 /** Event ids an owner may hand out before it asks for more. */
@@ -294,6 +302,8 @@ export class AgentStore extends Context.Tag("@agent-runtime/agent/AgentStore")<A
     PersistenceError
   >
   readonly getRequest: (agentId: string, id: string) => Effect.Effect<Option.Option<RequestRow>, PersistenceError>
+  /** The agent's request recorded as `seq`. */
+  readonly requestAt: (agentId: string, seq: number) => Effect.Effect<Option.Option<RequestRow>, PersistenceError>
   /**
    * A request of a tenant's agent, read with the agent's expiry in one statement: none when the tenant has
    * no such agent.
@@ -489,18 +499,19 @@ export const make = Effect.gen(function*() {
       UPDATE agents SET event_block = event_block + ${eventBlockSize} WHERE id = ${agentId}
       RETURNING (event_block - ${eventBlockSize})::float8 AS start`.pipe(Effect.map((rows) => rows[0]?.start ?? 0))
 
-  /** Records a request once; a second delivery of the same id finds the first. */
   /**
    * The CTE `announced`, which announces each row of `inserted` on `queuedChannel`; a statement must read it
    * (`announcedAll`) for it to run.
    */
-  const announcing = (request: NewRequest, announce: Announce | undefined) => {
+  const announcing = (announce: Announce | undefined) => {
     if (announce === undefined) return sql``
     const whileRunning = announce.whileRunning ?? null
-    const short = JSON.stringify({ agentId: request.agentId, id: request.id, whileRunning })
+    // The short form names the row by its seq: a request id may be longer than a notification.
     return sql`, announced AS (
-        SELECT pg_notify(${queuedChannel}, CASE WHEN octet_length(p) <= ${announceLimit} THEN p ELSE ${short} END)
-        FROM (SELECT json_build_object('request', to_jsonb(i), 'whileRunning', ${whileRunning}::text)::text AS p
+        SELECT pg_notify(${queuedChannel}, CASE WHEN octet_length(p) <= ${announceLimit} THEN p ELSE short END)
+        FROM (SELECT json_build_object('request', to_jsonb(i), 'whileRunning', ${whileRunning}::text)::text AS p,
+            json_build_object('agentId', i.agent_id, 'seq', i.seq, 'whileRunning', ${whileRunning}::text)::text
+              AS short
           FROM inserted i) x)`
   }
   const announcedAll = (announce: Announce | undefined) =>
@@ -515,7 +526,7 @@ export const make = Effect.gen(function*() {
         VALUES (${request.agentId}, ${request.id}, ${request.method}, 'queued', ${request.fingerprint},
           ${JSON.stringify(request.input)}::jsonb)
         ON CONFLICT (agent_id, id) DO NOTHING
-        RETURNING ${requestFields})${announcing(request, announce)}
+        RETURNING ${requestFields})${announcing(announce)}
       SELECT * FROM inserted WHERE ${announcedAll(announce)}
       UNION ALL
       SELECT ${requestFields} FROM agent_requests
@@ -546,7 +557,7 @@ export const make = Effect.gen(function*() {
         SELECT id, ${request.id}, ${request.method}, 'queued', ${request.fingerprint},
           ${JSON.stringify(request.input)}::jsonb FROM accepting
         ON CONFLICT (agent_id, id) DO NOTHING
-        RETURNING ${requestFields})${announcing(request, options.announce)}
+        RETURNING ${requestFields})${announcing(options.announce)}
       SELECT ${agentFields}, EXISTS (SELECT 1 FROM accepting) AND ${announcedAll(options.announce)} AS accepting,
         coalesce((SELECT to_jsonb(i) FROM inserted i), (SELECT to_jsonb(r) FROM (SELECT ${requestFields}
           FROM agent_requests WHERE agent_id = ${request.agentId} AND id = ${request.id}) r)) AS request
@@ -568,6 +579,11 @@ export const make = Effect.gen(function*() {
 
   const getRequest = (agentId: string, id: string) =>
     sql<RequestRow>`SELECT ${requestFields} FROM agent_requests WHERE agent_id = ${agentId} AND id = ${id}`.pipe(
+      Effect.map((rows) => Option.fromNullable(rows[0]))
+    )
+
+  const requestAt = (agentId: string, seq: number) =>
+    sql<RequestRow>`SELECT ${requestFields} FROM agent_requests WHERE agent_id = ${agentId} AND seq = ${seq}`.pipe(
       Effect.map((rows) => Option.fromNullable(rows[0]))
     )
 
@@ -768,7 +784,7 @@ export const make = Effect.gen(function*() {
     sql`UPDATE agent_requests SET state = 'completed', outcome = ${JSON.stringify(outcome)}::jsonb,
         steered_into = coalesce(${steeredInto ?? null}, steered_into), ended_at = now()
       WHERE agent_id = ${agentId} AND id = ${id} AND state <> 'completed' AND ${guard}
-      RETURNING pg_notify(${settledChannel}, agent_id || ' ' || id)`,
+      RETURNING pg_notify(${settledChannel}, agent_id || ' ' || left(id, ${settledIdLength}))`,
     ...(report === undefined ? [] : [reported(guard, agentId, id, ["queued", "running"], report)])
   ]
 
@@ -846,6 +862,7 @@ export const make = Effect.gen(function*() {
     reserveEvents: flow(reserveEvents, PersistenceError.refail),
     insertRequest: flow(insertRequest, PersistenceError.refail),
     getRequest: flow(getRequest, PersistenceError.refail),
+    requestAt: flow(requestAt, PersistenceError.refail),
     requestOf: flow(requestOf, PersistenceError.refail),
     requestFor: flow(requestFor, PersistenceError.refail),
     queuedRequests: PersistenceError.refail(queuedRequests),

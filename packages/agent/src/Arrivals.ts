@@ -15,7 +15,7 @@
  * failed to queue it) is found by the wake-up sweep (Wakeups).
  */
 import { EntityId, ShardId, Sharding, ShardingConfig } from "@effect/cluster"
-import { Deferred, Duration, Effect, Layer, Option, Schedule } from "effect"
+import { Deferred, Duration, Effect, Either, Layer, Option, Schedule } from "effect"
 import { Agent } from "./Agent.ts"
 import { ownerAnswerLimit } from "./AgentEvents.ts"
 import { AgentStore, announcementOf, queuedChannel, type RequestRow } from "./AgentStore.ts"
@@ -118,9 +118,11 @@ export const layer = Layer.scopedDiscard(Effect.gen(function*() {
       }
       // A shard gained since the last look is read first, so its rows queue before the one heard now.
       if (!caughtUp.has(shard)) yield* gainedShards
-      const row = Option.isSome(announcement.request)
-        ? Effect.succeed(announcement.request)
-        : store.getRequest(announcement.agentId, announcement.id).pipe(Effect.orElseSucceed(() => Option.none()))
+      const row = Either.isRight(announcement.request)
+        ? Effect.succeedSome(announcement.request.right)
+        : store.requestAt(announcement.agentId, announcement.request.left).pipe(
+          Effect.orElseSucceed(() => Option.none<RequestRow>())
+        )
       yield* handOver(announcement.agentId, row, announcement.whileRunning)
     })
 

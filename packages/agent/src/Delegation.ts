@@ -14,7 +14,7 @@
 import { Agent as AgentSchemas, Input } from "@agent-runtime/domain"
 import { Ids } from "@agent-runtime/store"
 import { Context, Duration, Effect, Layer, Option, Schedule } from "effect"
-import { Agent, applyChanges, definitionSettings, fingerprint, requestOf, sentUntilAnswered } from "./Agent.ts"
+import { Agent, applyChanges, definitionSettings, fingerprint, requestOf } from "./Agent.ts"
 import { AgentStore } from "./AgentStore.ts"
 import type { AgentConfig } from "./AgentStore.ts"
 import { Definitions } from "./Definitions.ts"
@@ -191,16 +191,19 @@ export const make = Effect.gen(function*() {
         definition: target.id,
         task: call.task
       })
-      // Recorded before its owner is told, as every prompt; a database away for a moment is waited out.
-      const request = yield* store.insertRequest(requestOf(agentId, {
-        requestId: delegatedRequest,
-        method: "prompt",
-        fingerprint: fingerprint({ task: call.task }),
-        text: call.task,
-        from: new Input.Sender({ id: call.agentId, name: "the agent that delegated this task" }),
-        allowDisconnected: true
-      })).pipe(Effect.retry({ schedule: Schedule.spaced("500 millis"), times: 120 }), Effect.orDie)
-      yield* Effect.orDie(sentUntilAnswered(makeClient(agentId).Prompt({ request })))
+      // Recorded and announced to its owner, as every prompt (see Arrivals); a database away for a moment is
+      // waited out.
+      yield* store.insertRequest(
+        requestOf(agentId, {
+          requestId: delegatedRequest,
+          method: "prompt",
+          fingerprint: fingerprint({ task: call.task }),
+          text: call.task,
+          from: new Input.Sender({ id: call.agentId, name: "the agent that delegated this task" }),
+          allowDisconnected: true
+        }),
+        {}
+      ).pipe(Effect.retry({ schedule: Schedule.spaced("500 millis"), times: 120 }), Effect.orDie)
       const settled = yield* follow(call, agentId).pipe(
         Effect.onInterrupt(() =>
           call.aborting()

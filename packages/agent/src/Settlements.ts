@@ -11,7 +11,7 @@
  * told to ask the owner instead.
  */
 import { Context, Effect, Layer, Option } from "effect"
-import { settledChannel } from "./AgentStore.ts"
+import { settledAnnouncement, settledChannel } from "./AgentStore.ts"
 import * as ProbedChannel from "./internal/probedChannel.ts"
 
 /** What a waiter is told: the request settled, or the node can no longer promise to hear it. */
@@ -27,9 +27,6 @@ export class Settlements extends Context.Tag("@agent-runtime/agent/Settlements")
    */
   readonly listen: (agentId: string, requestId: string, waiter: Waiter) => Option.Option<() => void>
 }>() {}
-
-/** The payload announcing a settled request (the channel carries text). */
-export const announcement = (agentId: string, requestId: string) => `${agentId} ${requestId}`
 
 export const layer = Layer.scoped(
   Settlements,
@@ -60,7 +57,7 @@ export const layer = Layer.scoped(
     return Settlements.of({
       listen: (agentId, requestId, waiter) => {
         if (!listening) return Option.none()
-        const key = announcement(agentId, requestId)
+        const key = settledAnnouncement(agentId, requestId)
         const set = waiters.get(key) ?? new Set()
         set.add(waiter)
         waiters.set(key, set)

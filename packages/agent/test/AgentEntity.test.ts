@@ -565,7 +565,7 @@ layer(DatabaseHealth.layer.pipe(Layer.provideMerge(EntityLive)), { timeout: 60_0
         Effect.gen(function*() {
           const model = yield* ScriptedModel
           model.reset()
-          model.script({ text: "a" }, { text: "b" }, { text: "c" }, { text: "d" }, { text: "e" })
+          model.script({ text: "a" }, { text: "b" }, { text: "c" }, { text: "d" }, { text: "e" }, { text: "f" })
           const { agentId } = yield* newAgent("arrivals")
           const store = yield* AgentStore.AgentStore
           const record = (requestId: string, text: string) =>
@@ -582,13 +582,16 @@ layer(DatabaseHealth.layer.pipe(Layer.provideMerge(EntityLive)), { timeout: 60_0
           yield* Layer.build(Arrivals.layer)
           yield* waitUntil(requestRow(agentId, "req_a2"), completed)
 
-          // Heard now, one after another; the last is too large to ride on its announcement, and is read.
+          // Heard now, one after another. The last two are too large to ride on their announcements, and are
+          // read: a long prompt, and a request id longer than a notification.
           const large = "x".repeat(10_000)
+          const longId = `req_${"i".repeat(9_000)}`
           yield* record("req_a3", "three")
           yield* record("req_a4", "four")
           yield* record("req_a5", large)
-          yield* waitUntil(requestRow(agentId, "req_a5"), completed)
-          expect(promptsAnswered(model.calls())).toEqual(["one", "two", "three", "four", large])
+          yield* record(longId, "six")
+          yield* waitUntil(requestRow(agentId, longId), completed)
+          expect(promptsAnswered(model.calls())).toEqual(["one", "two", "three", "four", large, "six"])
         }),
       30_000
     )

@@ -34,7 +34,7 @@ const waiter = () => {
 
 layer(Live, { timeout: 30_000, excludeTestServices: true })("Settlements", (it) => {
   it.effect(
-    "a completion is heard by the waiters of that request only, and a fenced one by none",
+    "a completion is heard by the waiters of that request only, a fenced one by none, a long request id too",
     () =>
       Effect.gen(function*() {
         const sql = yield* SqlClient.SqlClient
@@ -80,6 +80,24 @@ layer(Live, { timeout: 30_000, excludeTestServices: true })("Settlements", (it) 
           { settled: 0, lost: 0 }
         ])
         stopA.value()
+
+        // A request id longer than a notification completes, and its waiter hears it by the id's start.
+        const longId = `req_${"l".repeat(9_000)}`
+        yield* store.insertRequest({
+          agentId: "client_settle",
+          id: longId,
+          method: "prompt",
+          fingerprint: "f",
+          input: {}
+        })
+        const { epoch: next } = yield* store.claim("client_settle", "127.0.0.1:3")
+        const long = waiter()
+        Option.getOrThrow(settlements.listen("client_settle", longId, long.waiter))
+        yield* store.fenced("client_settle", next, store.complete("client_settle", longId, { result: {} }, undefined))
+        yield* Effect.sync(() => long.told.settled).pipe(
+          Effect.filterOrFail((count) => count === 1, () => "not yet" as const),
+          Effect.retry({ schedule: Schedule.spaced("20 millis"), times: 250 })
+        )
       }),
     20_000
   )
