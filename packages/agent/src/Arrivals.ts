@@ -110,7 +110,7 @@ export const layer = Layer.scopedDiscard(Effect.gen(function*() {
 
   const hear = (payload: string) =>
     Effect.gen(function*() {
-      const announcement = announcementOf(payload)
+      const announcement = yield* Effect.try(() => announcementOf(payload))
       const shard = shardOf(announcement.agentId)
       if (!sharding.hasShardId(ShardId.make(group, shard))) {
         caughtUp.delete(shard)
@@ -124,7 +124,10 @@ export const layer = Layer.scopedDiscard(Effect.gen(function*() {
           Effect.orElseSucceed(() => Option.none<RequestRow>())
         )
       yield* handOver(announcement.agentId, row, announcement.whileRunning)
-    })
+    }).pipe(
+      // Not one of ours: the listening goes on.
+      Effect.catchTag("UnknownException", (error) => Effect.logWarning("an unreadable queued announcement", error))
+    )
 
   yield* ProbedChannel.listen(queuedChannel, "queued requests", {
     sure: steps.withPermits(1)(Effect.suspend(() => {

@@ -9,9 +9,10 @@ import { TestDatabase } from "@agent-runtime/testing"
 import { WebhookMigrations } from "@agent-runtime/webhooks"
 import { SqlClient } from "@effect/sql"
 import { expect, layer } from "@effect/vitest"
-import { Effect, Layer, Option, Redacted, Schedule } from "effect"
+import { Effect, Exit, Layer, Option, Redacted, Schedule, Scope } from "effect"
 import * as AgentMigrations from "../src/AgentMigrations.ts"
 import * as AgentStore from "../src/AgentStore.ts"
+import * as ProbedChannel from "../src/internal/probedChannel.ts"
 import * as Settlements from "../src/Settlements.ts"
 
 const DatabaseLive = Layer.unwrapEffect(
@@ -98,6 +99,43 @@ layer(Live, { timeout: 30_000, excludeTestServices: true })("Settlements", (it) 
           Effect.filterOrFail((count) => count === 1, () => "not yet" as const),
           Effect.retry({ schedule: Schedule.spaced("20 millis"), times: 250 })
         )
+      }),
+    20_000
+  )
+
+  it.effect(
+    "nodes listening on one channel hear each other's announcements, never each other's probes",
+    () =>
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const channel = "agent_runtime_probed_test"
+        const node = Effect.gen(function*() {
+          const state = { sure: false, lost: 0, heard: [] as Array<string> }
+          yield* ProbedChannel.listen(channel, "test announcements", {
+            sure: Effect.sync(() => void (state.sure = true)),
+            heard: (payloads) => Effect.sync(() => payloads.forEach((payload) => state.heard.push(payload))),
+            lost: () => void state.lost++
+          })
+          yield* Effect.sync(() => state.sure).pipe(
+            Effect.filterOrFail((sure) => sure, () => "not sure yet" as const),
+            Effect.retry({ schedule: Schedule.spaced("20 millis"), times: 250 })
+          )
+          return state
+        })
+        const scope = yield* Scope.make()
+        const first = yield* Scope.extend(node, scope)
+        // The second probes the channel until it hears itself, while the first listens.
+        const second = yield* Scope.extend(node, scope)
+        yield* sql`SELECT pg_notify(${channel}, 'hello')`
+        yield* Effect.sync(() => first.heard.length + second.heard.length).pipe(
+          Effect.filterOrFail((count) => count === 2, () => "not yet" as const),
+          Effect.retry({ schedule: Schedule.spaced("20 millis"), times: 250 })
+        )
+        expect([first, second]).toEqual([
+          { sure: true, lost: 0, heard: ["hello"] },
+          { sure: true, lost: 0, heard: ["hello"] }
+        ])
+        yield* Scope.close(scope, Exit.void)
       }),
     20_000
   )

@@ -22,6 +22,8 @@ export interface Handlers {
 const probeEvery = Duration.seconds(5)
 const probeAnswer = Duration.seconds(3)
 
+const probePrefix = "probe"
+
 export const listen = (
   channel: string,
   what: string,
@@ -32,8 +34,8 @@ export const listen = (
     const health = yield* DatabaseHealth.DatabaseHealth
     let sure = false
     let probeHeardAt = 0
-    // A payload no announcement is: those are JSON or hold a space.
-    const probe = Ids.make("probe")
+    // A payload no announcement is: those are JSON or hold a space. Every node probes the same channel.
+    const probe = Ids.make(probePrefix)
 
     const end = () => {
       sure = false
@@ -45,7 +47,7 @@ export const listen = (
         const batch: Array<string> = []
         for (const payload of payloads) {
           if (payload !== probe) {
-            if (sure) batch.push(payload)
+            if (sure && !payload.startsWith(probePrefix)) batch.push(payload)
             continue
           }
           probeHeardAt = Date.now()
