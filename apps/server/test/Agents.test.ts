@@ -948,3 +948,44 @@ it.scopedLive(
     }),
   { timeout: 90_000 }
 )
+
+it.scopedLive(
+  "prompts sent one after another through three nodes run in that order; an abort through another cancels them",
+  () =>
+    Effect.gen(function*() {
+      const upstream = yield* FakeUpstream.start()
+      const cluster = yield* TestCluster.start({
+        size: 3,
+        databaseUrl: yield* TestDatabase.make,
+        env: { ALLOW_PRIVATE_URLS: "true" }
+      })
+      const nodes = cluster.members.map((member) => Http.client(member.node.rest))
+      const { api, token } = yield* tenantWithModel({ node: cluster.members[0]!.node, upstream }, "order")
+      const agentId = (yield* api.post("/v1/agents", { token, json: { model: "fake/m1" } })).body.id as string
+      // The first turn is slow, so the others are queued behind it, each accepted by the next node in turn.
+      upstream.script({ text: Array.from({ length: 8 }, (_, i) => `w${i}`).join(" "), tokenDelayMs: 100 })
+      const texts = ["p0", "p1", "p2", "p3", "p4", "p5"]
+      const accepted: Array<string> = []
+      for (const [i, text] of texts.entries()) {
+        if (i > 0) upstream.script({ text: `reply to ${text}` })
+        const response = yield* nodes[i % nodes.length]!.post(`/v1/agents/${agentId}/prompt`, { token, json: { text } })
+        expect(response.status).toBe(202)
+        accepted.push(response.body.id)
+      }
+      for (const id of accepted) expect(yield* settle(api, token, agentId, id)).toMatchObject({ state: "completed" })
+      const history = (yield* api.get(`/v1/agents/${agentId}/history`, { token })).body.entries
+      expect(history.filter((entry: any) => entry.message.role === "user").map((entry: any) => entry.message.content))
+        .toEqual(texts)
+
+      // Prompts accepted on two nodes, then an abort on the third at once: the queued one is cancelled too.
+      upstream.script({ text: Array.from({ length: 40 }, (_, i) => `w${i}`).join(" "), tokenDelayMs: 100 })
+      const running = (yield* nodes[0]!.post(`/v1/agents/${agentId}/prompt`, { token, json: { text: "long" } })).body
+      const queued = (yield* nodes[1]!.post(`/v1/agents/${agentId}/prompt`, { token, json: { text: "later" } })).body
+      const abort = yield* nodes[2]!.post(`/v1/agents/${agentId}/abort`, { token, json: {} })
+      expect(abort.status).toBe(200)
+      expect(abort.body.outcome.result.cancelled).toContain(queued.id)
+      expect(yield* settle(api, token, agentId, queued.id)).toMatchObject({ state: "completed", code: "cancelled" })
+      expect(yield* settle(api, token, agentId, running.id)).toMatchObject({ state: "completed" })
+    }),
+  { timeout: 90_000 }
+)
