@@ -19,6 +19,7 @@
  *   upstream), and the rest of the machine (mostly PostgreSQL)
  * - SQL statements per turn on 1 runner and their planning and execution time in PostgreSQL (pg_stat_statements over the whole run,
  *   background work included), with the most frequent statements
+ * - a runner's CPU per second with no load, after it (BENCH_IDLE_SECONDS, default 5): its own background work
  *
  * Environment: BENCH_CLIENTS (default 24), BENCH_SECONDS (15), BENCH_WARMUP_SECONDS (the same load first,
  * not counted, so the figures are the steady state after the JIT compiled the hot paths; default 10), BENCH_AGENTS (48),
@@ -48,6 +49,7 @@ const floorScript = fileURLToPath(new URL("floorServer.cjs", import.meta.url))
 const clients = Number(process.env.BENCH_CLIENTS ?? 24)
 const seconds = Number(process.env.BENCH_SECONDS ?? 15)
 const warmup = Number(process.env.BENCH_WARMUP_SECONDS ?? 10)
+const idleSeconds = Number(process.env.BENCH_IDLE_SECONDS ?? 5)
 const agentCount = Number(process.env.BENCH_AGENTS ?? 48)
 const lease = process.env.RUNNER_LEASE_SECONDS ?? "6"
 const only = process.env.BENCH_ONLY
@@ -141,15 +143,26 @@ const throughput = (databaseUrl: string, upstream: FakeUpstream.FakeUpstream, si
         if (member !== undefined) owners.set(row.id, member.node.rest)
       }
     }
+    const pids = cluster.members.map((member) => member.node.process.pid!)
     const figures = yield* load({
       databaseUrl,
       bases: cluster.live(),
       ids,
       token,
-      pids: cluster.members.map((member) => member.node.process.pid!),
+      pids,
       baseOf: (agentId) => owners.get(agentId)
     })
-    return { runners: size, ...(affinity ? { affinity: owners.size } : {}), ...figures }
+    // Then no load: what a runner spends per second on its own (sweeps, probes, reports), whatever the turns.
+    const idleBefore = yield* cpuSeconds(pids)
+    yield* Effect.sleep(`${idleSeconds} seconds`)
+    const idleAfter = yield* cpuSeconds(pids)
+    const idle = idleAfter.processes.reduce((sum, value, i) => sum + value - idleBefore.processes[i]!, 0)
+    return {
+      runners: size,
+      ...(affinity ? { affinity: owners.size } : {}),
+      ...figures,
+      idleCpuMsPerSecondPerRunner: Number(((idle * 1000) / idleSeconds / size).toFixed(2))
+    }
   }))
 
 /** The clients' loop against `bases` (prompt, then wait for the outcome), with CPU and statements per turn. */

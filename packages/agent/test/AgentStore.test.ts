@@ -7,14 +7,15 @@ import { AccountsMigrations } from "@agent-runtime/accounts"
 import { Database } from "@agent-runtime/store"
 import { TestDatabase } from "@agent-runtime/testing"
 import { SqlClient, type Statement } from "@effect/sql"
+import { PgClient } from "@effect/sql-pg"
 import { describe, expect, it } from "@effect/vitest"
-import { Effect, Layer, Option, Redacted } from "effect"
+import { Effect, Either, Layer, Option, Redacted, Schedule, Stream } from "effect"
 import { Fenced } from "../src/AgentError.ts"
 import * as AgentMigrations from "../src/AgentMigrations.ts"
 import * as AgentStoreModule from "../src/AgentStore.ts"
 import { AgentStore } from "../src/AgentStore.ts"
 
-const withStore = <A, E>(body: Effect.Effect<A, E, AgentStore | SqlClient.SqlClient>) =>
+const withStore = <A, E>(body: Effect.Effect<A, E, AgentStore | SqlClient.SqlClient | PgClient.PgClient>) =>
   Effect.gen(function*() {
     const url = yield* TestDatabase.make
     return yield* body.pipe(
@@ -202,4 +203,58 @@ describe("AgentStore", () => {
       expect(yield* checked(expired, { allowDisconnected: false }, "req_6")).toEqual({ agent: true, recorded: false })
       expect(yield* recorded("client_accept")).toEqual(["req_1", "req_2", "req_5"])
     })))
+
+  it.live("a request recorded with an announcement is announced as it commits, once; one too large by its seq", () =>
+    withStore(
+      Effect.gen(function*() {
+        const store = yield* AgentStore
+        const sql = yield* SqlClient.SqlClient
+        const pg = yield* PgClient.PgClient
+        yield* seed("client_announce")
+        const heard: Array<string> = []
+        yield* pg.listen(AgentStoreModule.queuedChannel).pipe(
+          Stream.runForEach((payload) => Effect.sync(() => heard.push(payload))),
+          Effect.forkScoped
+        )
+        // Listening once a notification sent after it comes back.
+        yield* sql`SELECT pg_notify(${AgentStoreModule.queuedChannel}, 'probe_test')`.pipe(
+          Effect.zipRight(Effect.sleep("50 millis")),
+          Effect.repeat({ until: () => heard.includes("probe_test") }),
+          Effect.timeout("5 seconds")
+        )
+        const announced = () => heard.filter((payload) => payload !== "probe_test").map(AgentStoreModule.announcementOf)
+        const request = (id: string, text: string) => ({
+          agentId: "client_announce",
+          id,
+          method: "prompt",
+          fingerprint: `fp_${id}`,
+          input: { text }
+        })
+        const caller = sql`SELECT 'tn_store'::text AS tenant_id`
+
+        const accepted = Option.getOrThrow(
+          yield* store.acceptFor(caller, request("req_1", "hi"), {
+            allowDisconnected: false,
+            announce: { whileRunning: "steer" }
+          })
+        )
+        // The same id again, and a row recorded without an announcement: nothing more is announced.
+        yield* store.acceptFor(caller, request("req_1", "hi"), { allowDisconnected: false, announce: {} })
+        yield* store.insertRequest(request("req_2", "quiet"))
+        const large = yield* store.insertRequest(request("req_3", "x".repeat(10_000)), {})
+        yield* Effect.sync(() => announced().length).pipe(
+          Effect.repeat({ until: (count) => count >= 2, schedule: Schedule.spaced("20 millis") }),
+          Effect.timeout("5 seconds")
+        )
+        yield* Effect.sleep("200 millis")
+        expect(announced()).toEqual([
+          {
+            agentId: "client_announce",
+            request: Either.right(Option.getOrThrow(accepted.request)),
+            whileRunning: "steer"
+          },
+          { agentId: "client_announce", request: Either.left(large.seq), whileRunning: undefined }
+        ])
+      }).pipe(Effect.scoped)
+    ))
 })
