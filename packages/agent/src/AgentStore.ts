@@ -165,8 +165,8 @@ export const settledAnnouncement = (agentId: string, requestId: string) =>
 
 /**
  * The PostgreSQL channel on which the statement recording a request announces it to the agent's owner (see
- * Arrivals). Payload: JSON `{request, whileRunning?}`, the row as `to_jsonb` writes it; a row too large for a
- * notification is announced by `{agentId, id, whileRunning?}` and read.
+ * Arrivals). Payload: JSON `{request, whileRunning}`, the row as `to_jsonb` writes it; a row too large for a
+ * notification is announced by `{agentId, seq, whileRunning}` and read (`requestAt`).
  */
 export const queuedChannel = "agent_runtime_queued"
 
@@ -611,10 +611,10 @@ export const make = Effect.gen(function*() {
   const requestOf = (tenantId: string, agentId: string, id: string) =>
     Effect.map(requestFor(tenantOf(tenantId), agentId, id), Option.flatten)
 
-  /** Requests not yet completed, in arrival order. */
   const queuedRequests = sql<RequestRow>`SELECT ${requestFields} FROM agent_requests
     WHERE state = 'queued' AND steered_into IS NULL ORDER BY seq`
 
+  /** Requests not yet completed, in arrival order. */
   const openRequests = (agentId: string) =>
     sql<RequestRow>`SELECT ${requestFields} FROM agent_requests
       WHERE agent_id = ${agentId} AND state <> 'completed' AND steered_into IS NULL ORDER BY seq`
