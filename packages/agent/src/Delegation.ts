@@ -142,9 +142,11 @@ export const make = Effect.gen(function*() {
     Effect.gen(function*() {
       const client = makeClient(agentId)
       let cursor = 0
-      while (true) {
-        const polled = yield* Effect.either(client.Poll({ cursor, waitMillis: 10_000 }))
-        if (polled._tag === "Right") {
+      /** Forwards the events after the cursor, waiting up to `waitMillis` for the first; false when none came. */
+      const forward = (waitMillis: number) =>
+        Effect.gen(function*() {
+          const polled = yield* Effect.either(client.Poll({ cursor, waitMillis }))
+          if (polled._tag === "Left") return false
           cursor = polled.right.cursor
           for (const entry of polled.right.events) {
             const frame = entry.data as { type?: string; requestId?: string; event?: { type?: string } }
@@ -152,12 +154,17 @@ export const make = Effect.gen(function*() {
               yield* call.emit({ type: "subagent_event", toolCallId: call.toolCallId, agentId, event: frame.event })
             }
           }
-        } else {
-          // Events lost to a move are only progress: the outcome is read from the journal.
-          yield* Effect.sleep(Duration.millis(500))
-        }
+          return true
+        })
+      while (true) {
+        // Events lost to a move are only progress: the outcome is read from the journal.
+        if (!(yield* forward(10_000))) yield* Effect.sleep(Duration.millis(500))
         const row = yield* Effect.orDie(store.getRequest(agentId, delegatedRequest))
-        if (Option.isSome(row) && row.value.state === "completed") return row.value
+        if (Option.isSome(row) && row.value.state === "completed") {
+          // Its last events were logged before it completed: the ones after the last poll are passed on too.
+          yield* forward(0)
+          return row.value
+        }
       }
     })
 
