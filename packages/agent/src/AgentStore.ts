@@ -3,6 +3,7 @@
  * their history, and the blocks of event ids they hand out. Whatever node
  * owns an agent rebuilds its state from here.
  */
+import type { Run } from "@agent-runtime/domain"
 import { Agent as AgentSchemas, ApiError } from "@agent-runtime/domain"
 import { Outbox } from "@agent-runtime/webhooks"
 import { SqlClient, type Statement } from "@effect/sql"
@@ -172,7 +173,7 @@ export const queuedChannel = "agent_runtime_queued"
 
 /** How a recorded request is announced on `queuedChannel`; a prompt sent to steer says so. */
 export interface Announce {
-  readonly whileRunning?: "queue" | "steer" | undefined
+  readonly whileRunning?: Run.WhileRunning | undefined
 }
 
 /** A notification's payload must stay under 8000 bytes. */
@@ -182,7 +183,7 @@ const announceLimit = 7_900
 export interface Announcement {
   readonly agentId: string
   readonly request: Either.Either<RequestRow, number>
-  readonly whileRunning: "queue" | "steer" | undefined
+  readonly whileRunning: Run.WhileRunning | undefined
 }
 
 /** A row as `to_jsonb` writes it (snake case), as a RequestRow. */
@@ -193,7 +194,7 @@ export const announcementOf = (payload: string): Announcement => {
     readonly request?: Record<string, unknown>
     readonly agentId?: string
     readonly seq?: number
-    readonly whileRunning: "queue" | "steer" | null
+    readonly whileRunning: Run.WhileRunning | null
   }
   const whileRunning = parsed.whileRunning ?? undefined
   if (parsed.request === undefined) {

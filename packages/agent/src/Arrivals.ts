@@ -14,6 +14,7 @@
  * announcement for the same agents. A row no one hears otherwise (its owner
  * failed to queue it) is found by the wake-up sweep (Wakeups).
  */
+import type { Run } from "@agent-runtime/domain"
 import { EntityId, ShardId, Sharding, ShardingConfig } from "@effect/cluster"
 import { Deferred, Duration, Effect, Either, Layer, Option, Schedule } from "effect"
 import { Agent } from "./Agent.ts"
@@ -34,14 +35,9 @@ export const layer = Layer.scopedDiscard(Effect.gen(function*() {
   const scope = yield* Effect.scope
 
   const group = Agent.getShardGroup(EntityId.make(""))
-  const shardOf = (agentId: string) => sharding.getShardId(EntityId.make(agentId), group).id
-  const localShards = () => {
-    const held = new Set<number>()
-    for (let id = 1; id <= config.shardsPerGroup; id++) {
-      if (sharding.hasShardId(ShardId.make(group, id))) held.add(id)
-    }
-    return held
-  }
+  const shardOf = (agentId: string) => sharding.getShardId(EntityId.make(agentId), group)
+  const allShards = Array.from({ length: config.shardsPerGroup }, (_, i) => ShardId.make(group, i + 1))
+  const localShards = () => new Set(allShards.filter(sharding.hasShardId).map((shard) => shard.id))
 
   // Shards whose queued requests this node has read since it held them and its listening was sure.
   const caughtUp = new Set<number>()
@@ -51,7 +47,7 @@ export const layer = Layer.scopedDiscard(Effect.gen(function*() {
 
   /** Per agent, the end of its last hand-over: the next waits for it, so its requests queue in order. */
   const tails = new Map<string, Deferred.Deferred<void>>()
-  const handOver = (agentId: string, row: Effect.Effect<Option.Option<RequestRow>>, whileRunning?: "queue" | "steer") =>
+  const handOver = (agentId: string, row: Effect.Effect<Option.Option<RequestRow>>, whileRunning?: Run.WhileRunning) =>
     Effect.gen(function*() {
       const previous = tails.get(agentId)
       const done = yield* Deferred.make<void>()
@@ -89,7 +85,7 @@ export const layer = Layer.scopedDiscard(Effect.gen(function*() {
       const rows = yield* store.queuedRequests
       for (const shard of shards) caughtUp.add(shard)
       for (const row of rows) {
-        if (shards.has(shardOf(row.agentId))) yield* handOver(row.agentId, Effect.succeedSome(row))
+        if (shards.has(shardOf(row.agentId).id)) yield* handOver(row.agentId, Effect.succeedSome(row))
       }
     }).pipe(
       Effect.catchAllCause((cause) =>
@@ -112,12 +108,12 @@ export const layer = Layer.scopedDiscard(Effect.gen(function*() {
     Effect.gen(function*() {
       const announcement = yield* Effect.try(() => announcementOf(payload))
       const shard = shardOf(announcement.agentId)
-      if (!sharding.hasShardId(ShardId.make(group, shard))) {
-        caughtUp.delete(shard)
+      if (!sharding.hasShardId(shard)) {
+        caughtUp.delete(shard.id)
         return
       }
       // A shard gained since the last look is read first, so its rows queue before the one heard now.
-      if (!caughtUp.has(shard)) yield* gainedShards
+      if (!caughtUp.has(shard.id)) yield* gainedShards
       const row = Either.isRight(announcement.request)
         ? Effect.succeedSome(announcement.request.right)
         : store.requestAt(announcement.agentId, announcement.request.left).pipe(
