@@ -142,7 +142,7 @@ export const make = Effect.gen(function*() {
     Effect.gen(function*() {
       const client = makeClient(agentId)
       let cursor = 0
-      /** Forwards the events after the cursor, waiting up to `waitMillis` for the first; false when none came. */
+      /** Forwards the events after the cursor, waiting up to `waitMillis` for the first; false when no owner answered. */
       const forward = (waitMillis: number) =>
         Effect.gen(function*() {
           const polled = yield* Effect.either(client.Poll({ cursor, waitMillis }))
