@@ -222,7 +222,8 @@ it.scopedLive(
   "operators list the runners and drain one: its turn finishes its step and goes on elsewhere",
   () =>
     Effect.gen(function*() {
-      const { agents, api1, api2, databaseUrl, one, token, two, upstream } = yield* twoNodesWithAgents(6)
+      // Enough agents that one is surely node one's, however far the shards have spread when both hold some.
+      const { agents, api1, api2, databaseUrl, one, token, two, upstream } = yield* twoNodesWithAgents(24)
       const operator = one.operatorToken
       const listed = yield* bothHoldShards(api2, operator)
       expect(listed).toMatchObject({ healthy: 2, shards: 300, leaseSeconds: 6 })
