@@ -6,7 +6,10 @@
  * every second; the state changes on the probe's answer only, so one query
  * refused for another reason (a session ended by `pg_terminate_backend`, say)
  * does not flip it. The logs say it once when the database goes away and once
- * when it is back, never a line per failed query.
+ * when it is back, never a line per failed query. Until a probe has first been
+ * answered (a node starting on a busy machine, a server still starting) a failed
+ * probe is no outage: it says "waiting for the database" once, and "database
+ * reachable" when the first answer comes.
  */
 import { SqlClient } from "@effect/sql"
 import { Cause, Context, Duration, Effect, Exit, Layer, Queue, Runtime } from "effect"
@@ -155,6 +158,8 @@ export const make = (options: Options = {}) =>
     const interval = Duration.decode(options.interval ?? Duration.seconds(1))
     const timeout = Duration.decode(options.timeout ?? Duration.seconds(2))
     let status: Status = { reachable: true, since: Date.now() }
+    /** Whether a probe was ever answered: before that, the node is waiting for its database, not losing it. */
+    let answered = false
     const listeners = new Set<() => void>()
     const wake = yield* Queue.sliding<void>(1)
 
@@ -178,6 +183,8 @@ export const make = (options: Options = {}) =>
     const settle = (exit: Exit.Exit<unknown, unknown>) =>
       Effect.suspend(() => {
         const reachable = Exit.isSuccess(exit)
+        const first = reachable && !answered
+        if (reachable) answered = true
         if (reachable === status.reachable) return Effect.void
         const before = status
         status = { reachable, since: Date.now() }
@@ -185,12 +192,19 @@ export const make = (options: Options = {}) =>
           const told = [...listeners]
           listeners.clear()
           for (const listener of told) notify(listener)
+          if (!answered) {
+            return Effect.logInfo("waiting for the database").pipe(
+              Effect.annotateLogs({ reason: reasonOf(exit.cause) })
+            )
+          }
           return Effect.logWarning("database unreachable: requests that need it answer 503 until it is back").pipe(
             Effect.annotateLogs({ reason: reasonOf(exit.cause), listeners: told.length })
           )
         }
-        return Effect.logInfo("database reachable again").pipe(
-          Effect.annotateLogs({ downMs: status.since - before.since })
+        return Effect.logInfo(first ? "database reachable" : "database reachable again").pipe(
+          Effect.annotateLogs(
+            first ? { waitedMs: status.since - before.since } : { downMs: status.since - before.since }
+          )
         )
       })
 

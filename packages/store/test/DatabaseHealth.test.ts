@@ -8,7 +8,7 @@ import { TcpProxy, TestDatabase } from "@agent-runtime/testing"
 import { SqlClient } from "@effect/sql"
 import { PgClient } from "@effect/sql-pg"
 import { expect, it } from "@effect/vitest"
-import { Effect, Exit, Layer, Redacted } from "effect"
+import { Effect, Exit, Layer, Logger, Redacted } from "effect"
 
 /** The node's pool settings (its connect timeout) on `url`, with the health probe. */
 const layer = (url: string) =>
@@ -75,6 +75,47 @@ const checks = (proxy: TcpProxy.TcpProxy) =>
     yield* proxy.restore
     yield* until(() => health.current().reachable, 4_000)
   })
+
+it.scopedLive(
+  "a database that answers late is waited for, not announced lost; an outage after it answered is",
+  () =>
+    Effect.gen(function*() {
+      const proxy = yield* TcpProxy.start(yield* TestDatabase.make)
+      // The pool connects, then the database stops answering before the probe's first answer (a node starting on a
+      // busy machine, a server still starting).
+      const client = yield* Layer.build(
+        PgClient.layer({ url: Redacted.make(proxy.url), connectTimeout: Database.connectTimeout })
+      )
+      yield* proxy.cut("refuse")
+      const lines: Array<string> = []
+      const logger = Logger.replace(
+        Logger.defaultLogger,
+        Logger.make(({ logLevel, message }) => lines.push(`${logLevel.label} ${String(message)}`))
+      )
+      const health = yield* DatabaseHealth.make({ interval: "200 millis", timeout: "1 second" }).pipe(
+        Effect.provide(Layer.merge(Layer.succeedContext(client), logger))
+      )
+      yield* until(() => !health.current().reachable, 3_000)
+      // Several probes fail meanwhile: said once, and not as an outage.
+      yield* Effect.sleep("1 second")
+      expect(lines).toEqual(["INFO waiting for the database"])
+
+      yield* proxy.restore
+      yield* until(() => health.current().reachable, 3_000)
+      expect(lines).toEqual(["INFO waiting for the database", "INFO database reachable"])
+
+      // Once it has answered, losing it is an outage.
+      yield* proxy.cut("refuse")
+      yield* until(() => !health.current().reachable, 3_000)
+      expect(lines.slice(2)).toEqual([
+        "WARN database unreachable: requests that need it answer 503 until it is back"
+      ])
+      yield* proxy.restore
+      yield* until(() => health.current().reachable, 3_000)
+      expect(lines.slice(3)).toEqual(["INFO database reachable again"])
+    }),
+  { timeout: 30_000 }
+)
 
 it("isUnreachable follows causes and wrappers, and only under a SqlError", () => {
   const refused = Object.assign(new Error("connect ECONNREFUSED 127.0.0.1:5432"), { code: "ECONNREFUSED" })
