@@ -28,6 +28,17 @@ const application = (base: string, agentId: string, token: string, query = "") =
     })
   })
 
+/** Connects, again while refused with 503 (a node just started may not hold the agent's shard yet). */
+const untilConnected = (options: BareApplication.Options) =>
+  Effect.gen(function*() {
+    for (let attempt = 1;; attempt++) {
+      const app = yield* BareApplication.connect(options)
+      if (app._tag === "Connected") return app
+      if (app.status !== 503 || attempt === 20) return yield* Effect.die(new Error(`connection refused: ${app.status}`))
+      yield* Effect.sleep("250 millis")
+    }
+  })
+
 layer(TestWorld.layer(), { excludeTestServices: true })("application connection, at the wire", (it) => {
   it.scoped("a bare application serves a tool: handshake, listing, one call answered once", () =>
     Effect.gen(function*() {
@@ -155,6 +166,54 @@ layer(TestWorld.layer(), { excludeTestServices: true })("application connection,
       expect(first.frames.find((frame) => frame.event === "closed")?.data).toContain("APPLICATION_REPLACED")
       const late = yield* first.post({ jsonrpc: "2.0", method: "notifications/progress", params: {} })
       expect(late.status).toBe(404)
+    }))
+
+  it.scoped("a replaced connection holding a call: 409 APPLICATION_REPLACED for an answer to no call it holds", () =>
+    Effect.gen(function*() {
+      const world = yield* TestWorld.TestWorld
+      const { api, token } = yield* TestWorld.tenantWithModel(world, "wire4")
+      const created = (yield* api.post("/v1/agents", { token, json: { model: "fake/m1", mounts: [] } })).body
+      const options = { base: world.node.rest, agentId: created.id, token: created.token, tools: [weather] }
+      // The first connection keeps its call unanswered, so it is still held once replaced.
+      const first = yield* untilConnected({ ...options, hold: () => true })
+      yield* Http.waitFor(
+        () => Effect.map(api.get(`/v1/agents/${created.id}`, { token }), (got) => got.body.connected === true),
+        "the first connection serves the agent's tools"
+      )
+      world.upstream.script({ toolCalls: [{ id: "call_held", name: "get_weather", arguments: { city: "Oslo" } }] })
+      world.upstream.script({ text: "It is sunny in Oslo." })
+      const accepted = (yield* api.post(`/v1/agents/${created.id}/prompt`, { token, json: { text: "weather?" } })).body
+      yield* Http.waitFor(() => Effect.succeed(first.calls.length === 1), "the call reaches the first connection")
+      yield* untilConnected({ ...options, query: "?takeover=true" })
+
+      const stray = yield* first.post({ jsonrpc: "2.0", id: "call_nothing", result: { content: [] } })
+      expect({ status: stray.status, code: stray.body.code }).toEqual({ status: 409, code: "APPLICATION_REPLACED" })
+      expect(stray.body.error).toContain("taken over")
+      // The OpenAPI document declares it.
+      const document = (yield* Http.request(world.node.rest, "GET", "/v1/openapi.json", {})).body
+      expect(JSON.stringify(document.paths["/clients/{id}/mcp"].post.responses["409"])).toContain(
+        "APPLICATION_REPLACED"
+      )
+      // The call it holds is still its to answer.
+      const held = first.calls[0]!.message
+      const answered = yield* first.post({
+        jsonrpc: "2.0",
+        id: held.id,
+        result: { content: [{ type: "text", text: "sunny in Oslo" }] }
+      })
+      expect(answered.status).toBe(202)
+      const done = (yield* api.get(`/v1/agents/${created.id}/requests/${accepted.id}?wait=20`, { token })).body
+      expect(done.outcome.result).toMatchObject({
+        reply: "It is sunny in Oslo.",
+        toolCalls: [{ tool: "get_weather", toolCallId: "call_held", ok: true }]
+      })
+      // Done with its calls, the replaced connection is gone: 404, reconnect.
+      yield* Http.waitFor(
+        () => Effect.succeed(first.frames.some((frame) => frame.event === "closed")),
+        "the replaced connection is closed"
+      )
+      const late = yield* first.post({ jsonrpc: "2.0", id: "call_nothing", result: { content: [] } })
+      expect({ status: late.status, code: late.body.code }).toEqual({ status: 404, code: "NOT_FOUND" })
     }))
 
   it.scoped("a prompt needing the application while none is connected: 409, unless allowDisconnected", () =>

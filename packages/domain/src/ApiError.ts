@@ -154,6 +154,7 @@ const all = [
   IdempotencyInProgress,
   ApplicationConnected,
   ApplicationNotConnected,
+  ApplicationReplaced,
   ReplayGap,
   AgentKeyless,
   Gone,

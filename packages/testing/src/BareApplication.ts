@@ -25,6 +25,8 @@ export interface Options {
   readonly tools: ReadonlyArray<Record<string, unknown>>
   /** A call's result; by default one text naming the tool. */
   readonly answer?: (message: any) => unknown
+  /** Calls left unanswered (kept in `calls`), for the test to answer itself with `post`. */
+  readonly hold?: (message: any) => boolean
 }
 
 const now = () => performance.timeOrigin + performance.now()
@@ -91,6 +93,7 @@ export const connect = (options: Options) =>
         ? { message, receivedAt, answeredAt: 0 }
         : undefined
       if (call !== undefined) calls.push(call)
+      if (call !== undefined && options.hold?.(message) === true) return
       const result = reply(message)
       if (call !== undefined) call.answeredAt = now()
       const error = (result as Record<string, unknown> | null)?.[rpcErrorMark]
