@@ -6,8 +6,10 @@
 import { Database } from "@agent-runtime/store"
 import { TestDatabase } from "@agent-runtime/testing"
 import { SqlClient } from "@effect/sql"
+import { PgClient } from "@effect/sql-pg"
 import { expect, it } from "@effect/vitest"
-import { Effect, Layer, Redacted } from "effect"
+import { Effect, Fiber, Layer, Redacted, Stream } from "effect"
+import Pg from "pg"
 
 /** One session, so every statement below runs on the session it then asks about. */
 const oneSession = (preparedStatements: boolean) =>
@@ -59,3 +61,60 @@ it.scopedLive("with preparedStatements off (a pooler in front), nothing is prepa
     expect(yield* sql<{ n: number }>`SELECT ${1}::int + 1 AS n`).toEqual([{ n: 2 }])
     expect(yield* prepared).toEqual([])
   }).pipe(Effect.provide(oneSession(false))))
+
+/**
+ * Every `LISTEN`/`UNLISTEN` statement on a pg client, counted while it runs: `overlapped` is how many were sent
+ * while another ran on the same client (pg queues them, and warns once it holds more than one).
+ */
+const listenStatements = Effect.acquireRelease(
+  Effect.sync(() => {
+    const original = Pg.Client.prototype.query
+    const running = new Map<Pg.Client, number>()
+    const seen = { statements: 0, overlapped: 0 }
+    Pg.Client.prototype.query = function(this: Pg.Client, ...args: Array<any>) {
+      const result = (original as (...args: Array<any>) => any).apply(this, args)
+      const text = typeof args[0] === "string" ? args[0] : ""
+      if (!/^\s*(UN)?LISTEN\b/.test(text) || !(result instanceof Promise)) return result
+      seen.statements++
+      const now = running.get(this) ?? 0
+      if (now > 0) seen.overlapped++
+      running.set(this, now + 1)
+      const done = () => running.set(this, running.get(this)! - 1)
+      result.then(done, done)
+      return result
+    } as typeof original
+    return { seen, restore: () => void (Pg.Client.prototype.query = original) }
+  }),
+  ({ restore }) => Effect.sync(restore)
+)
+
+it.scopedLive("channels listened to at once share one session, one statement at a time, and all are heard", () =>
+  Effect.gen(function*() {
+    const { seen } = yield* listenStatements
+    const warnings: Array<string> = []
+    const onWarning = (warning: Error) => warnings.push(warning.message)
+    process.on("warning", onWarning)
+    yield* Effect.addFinalizer(() => Effect.sync(() => process.off("warning", onWarning)))
+    const sql = yield* PgClient.PgClient
+    // As a node starts its channels (wake-ups, arrivals, settlements, webhook deliveries), and more.
+    const channels = Array.from({ length: 6 }, (_, i) => `listen_test_${i}`)
+    const heard = yield* Effect.forkScoped(Effect.forEach(
+      channels,
+      (channel) => Stream.runHead(sql.listen(channel)),
+      { concurrency: "unbounded" }
+    ))
+    // Sent until every stream heard one: a notification before its LISTEN is lost.
+    while (heard.unsafePoll() === null) {
+      yield* Effect.forEach(channels, (channel) => sql`SELECT pg_notify(${channel}, ${`to ${channel}`})`, {
+        discard: true
+      })
+      yield* Effect.sleep("50 millis")
+    }
+    expect((yield* Fiber.join(heard)).map((payload) => payload._tag === "Some" && payload.value)).toEqual(
+      channels.map((channel) => `to ${channel}`)
+    )
+    // Each stream's LISTEN, and its UNLISTEN when it ended.
+    expect(seen.statements).toBe(2 * channels.length)
+    expect(seen.overlapped).toBe(0)
+    expect(warnings.filter((warning) => warning.includes("already executing a query"))).toEqual([])
+  }).pipe(Effect.provide(oneSession(true))))
