@@ -145,6 +145,8 @@ layer(WorldLive, { excludeTestServices: true })("agents", (it) => {
         running: false,
         cursor: ids.at(-1)
       })
+      // Its latest events, ending at its cursor: the whole turn here, fewer than the 50 it shows at most.
+      expect(detail.events).toEqual(parsed.map((data, i) => ({ id: ids[i], data })))
 
       // The model never sees the metadata.
       const sent = world.upstream.requests().filter((request) => request.protocol === "openai-chat").at(-1)!

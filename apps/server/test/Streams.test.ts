@@ -206,6 +206,41 @@ for (const fault of ["SIGTERM", "SIGKILL"] as const) {
 }
 
 it.scopedLive(
+  "AgentDetail shows the agent's latest events up to its cursor, the same read on its owner and on another node",
+  () =>
+    Effect.gen(function*() {
+      const world = yield* setup(2)
+      const { cluster, token } = world
+      const agentId = yield* agentOwnedBy(world, 0)
+      // A turn of some 70 events, more than the detail shows (AgentEvents.recentLimit: 50).
+      world.upstream.script({ text: Array.from({ length: 60 }, (_, i) => `w${i}`).join(" ") })
+      const accepted = (yield* Http.client(cluster.members[1]!.node.rest).post(`/v1/agents/${agentId}/prompt`, {
+        token,
+        json: { text: "many words" }
+      })).body
+      yield* settle(world, agentId, accepted.id)
+      const [owner, other] = yield* Effect.forEach(cluster.members, (member) =>
+        Effect.map(Http.client(member.node.rest).get(`/v1/agents/${agentId}`, { token }), (answer) =>
+          answer.body))
+      expect(other.cursor).toBe(owner.cursor)
+      expect(other.events).toEqual(owner.events)
+      expect(owner.events.map((event: any) =>
+        event.id
+      )).toEqual(
+        Array.from({ length: 50 }, (_, i) => owner.cursor - 49 + i)
+      )
+      expect(owner.events.at(-1).data).toMatchObject({ type: "response", id: accepted.id })
+      // The events a poll from just before them reads.
+      const polled = (yield* Http.client(cluster.members[1]!.node.rest).get(`/v1/agents/${agentId}/events?poll=1`, {
+        token,
+        headers: { "last-event-id": String(owner.cursor - 50) }
+      })).body
+      expect(polled.events).toEqual(owner.events)
+    }),
+  { timeout: 120_000 }
+)
+
+it.scopedLive(
   "a drain right after a node joins: the turn moves once, watchers on every node (the new one too) follow",
   () =>
     Effect.gen(function*() {

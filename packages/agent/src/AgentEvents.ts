@@ -9,6 +9,7 @@ import { ApiError } from "@agent-runtime/domain"
 import { DatabaseHealth } from "@agent-runtime/store"
 import type { Scope } from "effect"
 import { Cause, Context, Deferred, Duration, Effect, Exit, Layer, Option, Sink, Stream } from "effect"
+import { Buffer } from "node:buffer"
 import { Agent, sentUntilAnswered, type Status } from "./Agent.ts"
 import type { ReplayGap } from "./AgentError.ts"
 import * as ApplicationConnection from "./ApplicationConnection.ts"
@@ -36,6 +37,13 @@ const ownerUnavailable = () =>
 /** A call to the agent's owner, bounded: an owner that is stopping or cut off must not hold the caller (503). */
 export const fromOwner = <A, E, R>(effect: Effect.Effect<A, E, R>, limit: Duration.DurationInput = ownerAnswerLimit) =>
   Effect.timeoutFail(effect, { duration: limit, onTimeout: ownerUnavailable })
+
+/**
+ * What AgentDetail shows of the agent's events: those among the last `events` ids up to its cursor that the
+ * owner's replay buffer still holds, at most `bytes` of their JSON (the oldest left out first; the newest
+ * always stays, as in the buffer). A tail of the buffer: the stream, or a poll, reads the rest.
+ */
+export const recentLimit = { events: 50, bytes: 256 * 1024 } as const
 
 /** An agent's events from `cursor` on (see `watch`). */
 export interface Watched {
@@ -73,6 +81,14 @@ export class AgentEvents extends Context.Tag("@agent-runtime/agent/AgentEvents")
     cursor: Option.Option<number>,
     snapshot: boolean
   ) => Effect.Effect<Watched, ApiError.ReplayGap | ApiError.Unavailable, Scope.Scope>
+  /**
+   * The latest of the agent's events up to `cursor` (its owner's, as `status` gave it), oldest first,
+   * within `recentLimit`; none when the buffer holds none of them.
+   */
+  readonly recent: (
+    agentId: string,
+    cursor: number
+  ) => Effect.Effect<ReadonlyArray<{ readonly id: number; readonly data: unknown }>, ApiError.Unavailable>
   /** The events after `cursor`, waiting up to `wait` (at most 25 s) for the first. */
   readonly poll: (
     agentId: string,
@@ -272,6 +288,44 @@ export const make = Effect.gen(function*() {
       (polled) => Effect.zipRight(refusePollWhileClosing, polled)
     )
 
+  /** The last entries of `entries` (oldest first) within `recentLimit`'s bytes, the newest always. */
+  const within = (entries: ReadonlyArray<{ readonly id: number; readonly data: unknown; readonly json?: string }>) => {
+    let bytes = 0
+    let first = entries.length
+    while (first > 0) {
+      const entry = entries[first - 1]!
+      const size = Buffer.byteLength(entry.json ?? JSON.stringify(entry.data) ?? "null", "utf8")
+      if (first < entries.length && bytes + size > recentLimit.bytes) break
+      bytes += size
+      first--
+    }
+    return entries.slice(first).map((entry) => ({ id: entry.id, data: entry.data }))
+  }
+
+  const recent = (agentId: string, cursor: number) =>
+    Effect.gen(function*() {
+      const from = cursor - recentLimit.events
+      const inWindow = (entry: { readonly id: number }) => entry.id > from && entry.id <= cursor
+      const local = localLogs.get(agentId)
+      if (Option.isSome(local)) return within((yield* local.value.buffered).filter(inWindow))
+      // Owned elsewhere: read from the owner's buffer, from its oldest event when the window starts before it.
+      const read = (after: number) =>
+        sentUntilAnswered(makeClient(agentId).Poll({ cursor: after, waitMillis: 0 })).pipe(
+          Effect.map((polled) => polled.events),
+          Effect.catchTags({
+            MailboxFull: (error) => Effect.die(error),
+            AlreadyProcessingMessage: (error) => Effect.die(error),
+            PersistenceError: (error) => Effect.die(error)
+          })
+        )
+      const events = yield* read(from).pipe(
+        Effect.catchTag("ReplayGap", (gap) => read(gap.oldest - 1)),
+        // Its buffer moved on between the two reads: shown as empty rather than failing the read.
+        Effect.catchTag("ReplayGap", () => Effect.succeed([]))
+      )
+      return within(events.filter(inWindow))
+    }).pipe(fromOwner)
+
   const eventBody = (
     agentId: string,
     cursor: Option.Option<number>,
@@ -439,7 +493,7 @@ export const make = Effect.gen(function*() {
     )
   }
 
-  return AgentEvents.of({ status, watch, poll, eventBody, connectionBody, awaitSettled })
+  return AgentEvents.of({ status, watch, recent, poll, eventBody, connectionBody, awaitSettled })
 })
 
 export const layer = Layer.effect(AgentEvents, make)

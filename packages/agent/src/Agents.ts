@@ -1017,7 +1017,7 @@ export const make = Effect.gen(function*() {
         builtins: (agent.config.builtins ?? []) as Array<AgentSchemas.Builtin>,
         spendLimit: yield* spendLimitOf(agent),
         cursor: state.cursor,
-        events: [],
+        events: (yield* events.recent(agentId, state.cursor)).map((entry) => new Session.EventEntry(entry)),
         requests: requests.map(toRecord),
         busy: state.running,
         activeRun: state.activeRequest,
