@@ -42,9 +42,10 @@ import { Database, DatabaseHealth, SealedSecret } from "@agent-runtime/store"
 import { ToolSources } from "@agent-runtime/toolsources"
 import { WebhookDelivery, WebhookEndpoints } from "@agent-runtime/webhooks"
 import { RunnerAddress, ShardingConfig, SqlMessageStorage, SqlRunnerStorage } from "@effect/cluster"
-import { HttpApiBuilder, HttpApiScalar, HttpMiddleware, HttpServer } from "@effect/platform"
+import { HttpApiBuilder, HttpApiScalar, HttpMiddleware, HttpRouter, HttpServer } from "@effect/platform"
 import { NodeClusterHttp, NodeHttpServer } from "@effect/platform-node"
 import { Context, Deferred, Duration, Effect, Layer, Option } from "effect"
+import * as Http from "node:http"
 import * as Gateway from "./Gateway.ts"
 import * as Admin from "./http/Admin.ts"
 import * as AgentsHttp from "./http/Agents.ts"
@@ -120,6 +121,14 @@ const layerApi = HttpApiBuilder.api(Api.Api).pipe(
 )
 
 /**
+ * The router refuses no path segment for its length (find-my-way's default `maxParamLength` is 100, and a
+ * longer one answered 404 "no route"): node's limit on a request's head already bounds a URL, and each route's
+ * own rules judge its segments, e.g. an upload's name and request id, up to `FilePath.maxSegmentBytes` (400
+ * naming the limit above it).
+ */
+const routerConfig = HttpRouter.setRouterConfig({ maxParamLength: Http.maxHeaderSize })
+
+/**
  * The REST API served on whatever `HttpServer` it is given: the node's own
  * listener in `layer`, `NodeHttpServer.layerTest` in tests that call it in
  * process. Needs the services of `layerServicesOn`.
@@ -132,6 +141,7 @@ export const layerRestApp = HttpApiBuilder.serve((app) => HttpMiddleware.logger(
     Errors.layer
   ]),
   Layer.provide(layerApi),
+  Layer.provide(routerConfig),
   // Whatever server it is served on, links to presented files point at it (unless PUBLIC_URL says otherwise).
   Layer.merge(
     Layer.effectDiscard(

@@ -500,4 +500,86 @@ layer(TestWorld.layer(() => Effect.succeed(limits)), { excludeTestServices: true
         bytes: 7 * 8 * MiB + 1
       })
     }))
+  it.scoped("upload names and request ids up to 255 bytes route; longer ones and slash look-alikes answer 400", () =>
+    Effect.gen(function*() {
+      const { agent, api, token, volume, world } = yield* setup("segments")
+      const made = yield* agent()
+      // 100, 101, 255 and 256 bytes of UTF-8, in one-byte and in two- and four-byte characters.
+      const sized = [
+        ["a".repeat(100), "a".repeat(101), "a".repeat(255), "a".repeat(256)],
+        ["\u00e9".repeat(50), "\u00e9".repeat(50) + "a", "\u00e9".repeat(127) + "a", "\u00e9".repeat(128)],
+        ["\u{1F642}".repeat(25), "\u{1F642}".repeat(25) + "a", "\u{1F642}".repeat(63) + "abc", "\u{1F642}".repeat(64)]
+      ]
+      for (const sizes of sized) {
+        expect(sizes.map((segment) => Buffer.byteLength(segment))).toEqual([100, 101, 255, 256])
+        for (const segment of sizes.slice(0, 3)) {
+          const named = yield* api.put(`/v1/agents/${made.id}/uploads/req_len/${encodeURIComponent(segment)}`, {
+            token,
+            body: "x"
+          })
+          expect(named.status, `${Buffer.byteLength(segment)}-byte name: ${named.text}`).toBe(200)
+          expect(named.body.path).toBe(`/workspace/uploads/req_len/${segment}`)
+          const id = yield* api.put(`/v1/agents/${made.id}/uploads/${encodeURIComponent(segment)}/x.txt`, {
+            token,
+            body: "x"
+          })
+          expect(id.status, `${Buffer.byteLength(segment)}-byte request id: ${id.text}`).toBe(200)
+          expect(id.body.path).toBe(`/workspace/uploads/${segment}/x.txt`)
+        }
+        const over = sizes[3]!
+        const longName = yield* api.put(`/v1/agents/${made.id}/uploads/req_len/${encodeURIComponent(over)}`, {
+          token,
+          body: "x"
+        })
+        expect({ status: longName.status, code: longName.body.code }).toEqual({ status: 400, code: "INVALID_REQUEST" })
+        expect(longName.body.error).toContain("is over 255 bytes")
+        const longId = yield* api.put(`/v1/agents/${made.id}/uploads/${encodeURIComponent(over)}/x.txt`, {
+          token,
+          body: "x"
+        })
+        expect({ status: longId.status, code: longId.body.code }).toEqual({ status: 400, code: "INVALID_REQUEST" })
+        expect(longId.body.error).toContain("is over 255 bytes")
+      }
+
+      // A request id of any of these lengths is read back on every request route, hot or not.
+      const created = (yield* api.post("/v1/agents", { token, json: { model: "fake/m1", mounts: [] } })).body
+      for (const requestId of sized.flat()) {
+        const accepted = yield* api.post(`/v1/agents/${created.id}/prompt`, { token, json: { text: "hi", requestId } })
+        expect(accepted.status, accepted.text).toBe(202)
+        const path = `requests/${encodeURIComponent(requestId)}?wait=20`
+        for (
+          const [where, options] of [
+            [`/v1/agents/${created.id}/${path}`, { token }],
+            [`/v1/agents/${created.id}/${path}`, { token, headers: { origin: "https://app.example" } }],
+            [`/clients/${created.id}/${path}`, { token: created.token }]
+          ] as const
+        ) {
+          const read = yield* Http.request(world.node.rest, "GET", where, options)
+          expect(read.status, `${Buffer.byteLength(requestId)}-byte request id at ${where}: ${read.text}`).toBe(200)
+          expect(read.body.id).toBe(requestId)
+        }
+      }
+
+      // Characters that read as a slash are refused naming the character: in a name, a request id, a volume path.
+      const fractionSlash = "U+2044 FRACTION SLASH"
+      for (const upload of ["req_up/a\u2044b.txt", "a\u2044b/x.txt"]) {
+        const refused = yield* api.put(
+          `/v1/agents/${made.id}/uploads/${upload.split("/").map(encodeURIComponent).join("/")}`,
+          { token, body: "x" }
+        )
+        expect({ status: refused.status, code: refused.body.code }).toEqual({ status: 400, code: "INVALID_REQUEST" })
+        expect(refused.body.error).toContain(fractionSlash)
+      }
+      const { id } = yield* volume()
+      for (const path of ["a\u2044b.txt", "docs/a\u29f8b", "a\uff3cb"]) {
+        const refused = yield* put(api, token, id, path, "x")
+        expect({ status: refused.status, code: refused.body.code }, path).toEqual({
+          status: 400,
+          code: "INVALID_REQUEST"
+        })
+        expect(refused.body.error).toContain("reads as a slash")
+      }
+      expect((yield* put(api, token, id, "a\u2044b.txt", "x")).body.error).toContain(fractionSlash)
+      expect(yield* paths(api, token, id)).toEqual([])
+    }))
 })

@@ -43,11 +43,13 @@ export const uploadPath = (
   requestId: string,
   name: string
 ): Either.Either<Resolved, string> => {
-  if (name.includes("/") || Either.isLeft(FilePath.parse(name))) {
-    return Either.left(`name ${JSON.stringify(name)} is not a file name`)
+  const nameProblem = FilePath.parseName(name)
+  if (Either.isLeft(nameProblem)) {
+    return Either.left(`name ${JSON.stringify(name)} is not a file name: it ${nameProblem.left}`)
   }
-  if (requestId.includes("/") || Either.isLeft(FilePath.parse(requestId))) {
-    return Either.left(`request id ${JSON.stringify(requestId)} cannot name a directory`)
+  const requestProblem = FilePath.parseName(requestId)
+  if (Either.isLeft(requestProblem)) {
+    return Either.left(`request id ${JSON.stringify(requestId)} cannot name a directory: it ${requestProblem.left}`)
   }
   const workspace = workspaceOf(mounts)
   if (workspace?.mode !== "rw") return Either.left("the agent has no writable workspace to save files in")

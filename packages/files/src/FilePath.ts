@@ -17,17 +17,73 @@ export const maxSegmentBytes = 255
 // eslint-disable-next-line no-control-regex
 const control = /[\u0000-\u001f\u007f-\u009f\u2028\u2029]/
 
-const segmentError = (segment: string): string | undefined => {
+/**
+ * Characters that look like `/` or `\` without being one, by name: Unicode's confusables for the two
+ * (less the letters and ideographs in everyday use, such as katakana no) and the combining solidus
+ * overlays. Most have no compatibility form that is a slash, so they are refused as they are: a reader
+ * still sees `a⁄b` as a path. A character only containing one in its compatibility form (`½` is `1⁄2`)
+ * is not one.
+ */
+export const slashLookalikes: ReadonlyMap<string, string> = new Map([
+  ["\u0337", "COMBINING SHORT SOLIDUS OVERLAY"],
+  ["\u0338", "COMBINING LONG SOLIDUS OVERLAY"],
+  ["\u1735", "PHILIPPINE SINGLE PUNCTUATION"],
+  ["\u2041", "CARET INSERTION POINT"],
+  ["\u2044", "FRACTION SLASH"],
+  ["\u20e5", "COMBINING REVERSE SOLIDUS OVERLAY"],
+  ["\u20eb", "COMBINING LONG DOUBLE SOLIDUS OVERLAY"],
+  ["\u2215", "DIVISION SLASH"],
+  ["\u2216", "SET MINUS"],
+  ["\u2571", "BOX DRAWINGS LIGHT DIAGONAL UPPER RIGHT TO LOWER LEFT"],
+  ["\u2572", "BOX DRAWINGS LIGHT DIAGONAL UPPER LEFT TO LOWER RIGHT"],
+  ["\u27cb", "MATHEMATICAL RISING DIAGONAL"],
+  ["\u27cd", "MATHEMATICAL FALLING DIAGONAL"],
+  ["\u29f5", "REVERSE SOLIDUS OPERATOR"],
+  ["\u29f6", "SOLIDUS WITH OVERBAR"],
+  ["\u29f7", "REVERSE SOLIDUS WITH HORIZONTAL STROKE"],
+  ["\u29f8", "BIG SOLIDUS"],
+  ["\u29f9", "BIG REVERSE SOLIDUS"],
+  ["\u2afb", "TRIPLE SOLIDUS BINARY RELATION"],
+  ["\u2afd", "DOUBLE SOLIDUS OPERATOR"],
+  ["\u3033", "VERTICAL KANA REPEAT MARK UPPER HALF"],
+  ["\u31d3", "CJK STROKE SP"],
+  ["\u31d4", "CJK STROKE D"],
+  ["\ufe68", "SMALL REVERSE SOLIDUS"],
+  ["\uff0f", "FULLWIDTH SOLIDUS"],
+  ["\uff3c", "FULLWIDTH REVERSE SOLIDUS"],
+  ["\u{1d20f}", "GREEK VOCAL NOTATION SYMBOL-16"],
+  ["\u{1d23a}", "GREEK INSTRUMENTAL NOTATION SYMBOL-47"],
+  ["\u{1d23b}", "GREEK INSTRUMENTAL NOTATION SYMBOL-48"]
+])
+
+/** `"⁄" (U+2044 FRACTION SLASH)`: a character as an error message names it. */
+const named = (char: string) => {
+  const code = `U+${char.codePointAt(0)!.toString(16).toUpperCase().padStart(4, "0")}`
+  const name = slashLookalikes.get(char)
+  return `${JSON.stringify(char)} (${name === undefined ? code : `${code} ${name}`})`
+}
+
+const segmentTooLong = `has a segment over ${maxSegmentBytes} bytes`
+
+/**
+ * Why `segment` (in NFC, without `/`) cannot be one segment of a path, or
+ * undefined when it can: "has ..." for the caller to prefix with what it
+ * names (a path, a file name).
+ */
+export const segmentProblem = (segment: string): string | undefined => {
   if (segment === "") return "has an empty segment (// or a trailing /)"
   if (control.test(segment)) return "has a control character (NUL, newline, ...)"
   if (segment.includes("\\")) return "has a backslash"
-  // A compatibility form of `.`, `..` or `/` (fullwidth dots, a fraction slash) is one to some tools.
+  // A compatibility form of `.`, `..` or `/` (fullwidth dots, a fullwidth solidus) is one to some tools.
   const compatible = segment.normalize("NFKC")
   if (compatible === "." || compatible === "..") return "has a . or .. segment"
-  if (compatible.includes("/") || compatible.includes("\\") || segment.includes("\u2215")) {
-    return "has a character that reads as a slash"
+  for (const char of segment) {
+    const form = char.normalize("NFKC")
+    if (slashLookalikes.has(char) || form.includes("/") || form.includes("\\")) {
+      return `has a character that reads as a slash: ${named(char)}`
+    }
   }
-  if (Buffer.byteLength(segment) > maxSegmentBytes) return `has a segment over ${maxSegmentBytes} bytes`
+  if (Buffer.byteLength(segment) > maxSegmentBytes) return segmentTooLong
   return undefined
 }
 
@@ -42,7 +98,7 @@ export const parse = (path: string): Either.Either<string, string> => {
   if (relative === "") return Either.left(`path ${JSON.stringify(path)} names no file`)
   if (Buffer.byteLength(relative) > maxPathBytes) return Either.left(`path is over ${maxPathBytes} bytes`)
   for (const segment of relative.split("/")) {
-    const error = segmentError(segment)
+    const error = segmentProblem(segment)
     if (error !== undefined) return Either.left(`path ${JSON.stringify(path)} ${error}`)
   }
   return Either.right(relative)
@@ -56,6 +112,18 @@ export const parseDirectory = (prefix: string): Either.Either<string, string> =>
   const trimmed = prefix.replace(/\/+$/, "")
   if (trimmed === "" || trimmed === "/") return Either.right("")
   return Either.map(parse(trimmed), (path) => `${path}/`)
+}
+
+/**
+ * A file name: one segment by the same rules, in NFC. The failure says why
+ * ("has ..."), for the caller to prefix with what it names.
+ */
+export const parseName = (name: string): Either.Either<string, string> => {
+  const normal = name.normalize("NFC")
+  if (normal.includes("/")) return Either.left("has a slash")
+  const problem = segmentProblem(normal)
+  if (problem === segmentTooLong) return Either.left(`is over ${maxSegmentBytes} bytes (UTF-8)`)
+  return problem === undefined ? Either.right(normal) : Either.left(problem)
 }
 
 /** The last segment. */

@@ -184,6 +184,7 @@ it.live("paths that could mean something else are refused and write nothing", ()
         "\u2024\u2024/x",
         "\u2025",
         "a\u2215b",
+        "a\u2044b",
         "a\uFF0Fb",
         "line\nbreak",
         "x".repeat(256)
