@@ -500,6 +500,7 @@ layer(TestWorld.layer(() => Effect.succeed(limits)), { excludeTestServices: true
         bytes: 7 * 8 * MiB + 1
       })
     }))
+
   it.scoped("upload names and request ids up to 255 bytes route; longer ones and slash look-alikes answer 400", () =>
     Effect.gen(function*() {
       const { agent, api, token, volume, world } = yield* setup("segments")
