@@ -333,6 +333,49 @@ layer(WorldLive, { excludeTestServices: true })("browser tokens", (it) => {
       expect((yield* history(token)).usage.cost.total).toBeGreaterThan(0)
     }))
 
+  it.effect("state alone shows which runs ran and how they ended, not what they were asked", () =>
+    Effect.gen(function*() {
+      const world = yield* TestWorld.TestWorld
+      const { api, token } = yield* TestWorld.tenantWithModel(world, "state-only")
+      const agentId = yield* newAgent(api, token)
+      world.upstream.script({ text: "the secret reply" })
+      const prompt = (yield* api.post(`/v1/agents/${agentId}/prompt`, {
+        token,
+        json: { text: "the secret question", metadata: { ticket: "T-9" } }
+      })).body
+      yield* Http.settled(api, token, agentId, prompt.id)
+
+      const recordAs = (scopes: ReadonlyArray<string>, events?: ReadonlyArray<string>) =>
+        Effect.gen(function*() {
+          const as = yield* browserToken(api, token, agentId, { scopes, ...(events === undefined ? {} : { events }) })
+          const state = yield* api.get(`/v1/agents/${agentId}/state`, { token: as })
+          expect(state.status).toBe(200)
+          return state.body.requests.find((request: any) => request.id === prompt.id)
+        })
+      // State alone: the run, its state and how it ended; not its prompt, metadata or reply.
+      const alone = yield* recordAs(["state"])
+      expect(alone).toMatchObject({ id: prompt.id, method: "prompt", state: "completed", outcome: { result: {} } })
+      expect(alone.prompt).toBeUndefined()
+      expect(alone.metadata).toBeUndefined()
+      expect(JSON.stringify(alone)).not.toContain("secret")
+      expect(JSON.stringify(alone)).not.toContain("T-9")
+      // Nor with events whose filter lets no user message through.
+      expect((yield* recordAs(["state", "events"], ["turn_start"])).prompt).toBeUndefined()
+      // With a scope that shows the prompt anyway (history, or events with the user's message), state shows it too;
+      // the reply stays out of state (it is in the history and events).
+      for (
+        const [scopes, events] of [
+          [["state", "history"], undefined],
+          [["state", "events"], undefined],
+          [["state", "events"], ["message_end"]]
+        ] as const
+      ) {
+        const record = yield* recordAs(scopes, events)
+        expect(record, scopes.join()).toMatchObject({ prompt: "the secret question", metadata: { ticket: "T-9" } })
+        expect(JSON.stringify(record)).not.toContain("the secret reply")
+      }
+    }))
+
   it.effect("the default filter leaves out the runtime's own types; an outcome says why the run stopped", () =>
     Effect.gen(function*() {
       const world = yield* TestWorld.TestWorld

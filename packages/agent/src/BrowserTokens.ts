@@ -10,7 +10,8 @@
  * request records whose outcome is reduced to whether and why the run
  * stopped: `{result?: {stopped?, error?}, error?, uncertain?}`. With the
  * `usage.cost` redaction, no `usage.cost` (a response's provider cost) is
- * left in events, snapshots or history.
+ * left in events, snapshots or history. A request record shows what it said
+ * (prompt, code, metadata) only to a grant that sees the messages anyway.
  */
 import { ApiError, type Auth, Events, Run, Session } from "@agent-runtime/domain"
 import { SealedSecret } from "@agent-runtime/store"
@@ -260,14 +261,39 @@ export const viewPoll = (grant: Auth.BrowserGrant, poll: EventLog.Poll): EventLo
   }
 }
 
-/** A request record with its outcome reduced (see `reduceOutcome`). */
-export const viewRecord = (record: Run.RequestRecord): Run.RequestRecord =>
-  record.outcome === undefined
-    ? record
-    : new Run.RequestRecord({ ...record, outcome: new Run.RunOutcome(reduceOutcome(record.outcome)) })
+/**
+ * Whether the grant shows what the agent was told: its history, or events that carry the user's messages
+ * (`message_start`/`message_end`, each with the prompt's text and metadata).
+ */
+export const showsMessages = (grant: Auth.BrowserGrant): boolean =>
+  grant.scopes.includes("history") ||
+  (grant.scopes.includes("events") &&
+    (grant.events === "default" || grant.events.includes("message_start") || grant.events.includes("message_end")))
 
-export const viewState = (_grant: Auth.BrowserGrant, state: Session.SessionState): Session.SessionState =>
-  new Session.SessionState({ ...state, requests: state.requests.map(viewRecord) })
+/**
+ * A request record with its outcome reduced (see `reduceOutcome`); without `input`, also without what the
+ * request said (`prompt`, an execute's `code`, `metadata`): that is history's and the events', not state's.
+ */
+export const viewRecord = (record: Run.RequestRecord, input = true): Run.RequestRecord => {
+  if (record.outcome === undefined && (input || !("prompt" in record || "code" in record || "metadata" in record))) {
+    return record
+  }
+  const { code: _code, metadata: _metadata, prompt: _prompt, ...bookkeeping } = record
+  return new Run.RequestRecord({
+    ...(input ? record : bookkeeping),
+    ...(record.outcome === undefined ? {} : { outcome: new Run.RunOutcome(reduceOutcome(record.outcome)) })
+  })
+}
+
+/**
+ * State as `grant` shows it: the cursor, resume, and the requests with their outcomes reduced; what a request
+ * said only when the grant also shows it elsewhere (`showsMessages`), so a token with the `state` scope alone
+ * sees which runs ran and how they ended, never what they were asked.
+ */
+export const viewState = (grant: Auth.BrowserGrant, state: Session.SessionState): Session.SessionState => {
+  const input = showsMessages(grant)
+  return new Session.SessionState({ ...state, requests: state.requests.map((record) => viewRecord(record, input)) })
+}
 
 export const viewHistory = (grant: Auth.BrowserGrant, page: Session.HistoryPage): Session.HistoryPage =>
   grant.redact.includes("usage.cost")
