@@ -527,8 +527,10 @@ const onEvent = (event) => {
       notice("The model call failed; retrying.")
       break
     case "turn_resumed":
-    case "turn_recovered":
       notice("The run moved to another node and goes on.")
+      break
+    case "turn_recovered":
+      notice("The run was interrupted and goes on.")
       break
     case "file_presented": {
       const name = [event.name, event.path, event.file?.path].find((value) => typeof value === "string") ?? "a file"

@@ -180,7 +180,10 @@ it.scopedLive(
               if (event.id <= cursor) cursorsWentBack++
               cursor = event.id
               if (event.data.type === "event") logRead(agentId, { requestId: event.data.requestId, id: event.id })
-              if (event.data.type === "event" && event.data.event.type === "turn_resumed") {
+              if (
+                event.data.type === "event" &&
+                (event.data.event.type === "turn_resumed" || event.data.event.type === "turn_recovered")
+              ) {
                 resumedSeen.add(event.data.requestId)
               }
             }

@@ -313,6 +313,121 @@ layer(TestWorld.layer(() => Effect.succeed(limits)), { excludeTestServices: true
       expect((yield* api.get("/v1/volumes", { token })).body.data.map((v: any) => v.id)).toEqual([shared.id])
     }))
 
+  it.scoped("mounts changed by configure or an upsert are what the file tools see; bad mounts change nothing", () =>
+    Effect.gen(function*() {
+      const { agent, api, other, token, volume, world } = yield* setup("remount")
+      const first = yield* volume({ name: "first" })
+      yield* put(api, token, first.id, "a.md", "from the first")
+      const second = yield* volume({ name: "second" })
+      yield* put(api, token, second.id, "notes/b.md", "from the second")
+      const theirs = (yield* api.post("/v1/volumes", { token: other.token, json: { name: "theirs" } })).body.id
+      const detailOf = (id: string) => Effect.map(api.get(`/v1/agents/${id}`, { token }), (detail) => detail.body)
+      const lastAsked = () =>
+        JSON.stringify(world.upstream.requests().filter((request) => request.protocol === "openai-chat").at(-1)!.body)
+
+      // Configure: the next turn's file tools see the new mounts, and only them.
+      const made = yield* agent({ mounts: [{ volumeId: first.id, path: "/data", mode: "ro" }] })
+      const remounted = [
+        { volumeId: second.id, path: "/data", mode: "rw", subpath: "notes" },
+        { volumeId: first.id, path: "/old", mode: "ro" }
+      ]
+      const configured = yield* api.post(`/v1/agents/${made.id}/configure`, {
+        token,
+        json: { requestId: "remount", mounts: remounted }
+      })
+      expect(configured.status, configured.text).toBe(200)
+      expect((yield* detailOf(made.id)).mounts).toEqual(remounted)
+      world.upstream.script([
+        {
+          toolCalls: [
+            { id: "call_ls", name: "ls", arguments: { path: "/data" } },
+            { id: "call_read", name: "read", arguments: { path: "/data/b.md" } },
+            { id: "call_old", name: "read", arguments: { path: "/old/a.md" } },
+            { id: "call_gone", name: "read", arguments: { path: "/data/a.md" } }
+          ]
+        },
+        { text: "seen" }
+      ])
+      const looked = yield* Http.prompted(api, token, made.id, { text: "look around" })
+      expect(looked.outcome.result.toolCalls.map((call: any) => [call.toolCallId, call.ok])).toEqual([
+        ["call_ls", true],
+        ["call_read", true],
+        ["call_old", true],
+        ["call_gone", false]
+      ])
+      expect(lastAsked()).toContain("from the second")
+      expect(lastAsked()).toContain("from the first")
+      expect(lastAsked()).toContain("b.md")
+
+      // Bad mounts are refused as at creation, through configure and upsert alike, and change nothing.
+      const keyed = (yield* api.put("/v1/agents/by-key/remount", {
+        token,
+        json: { model: "fake/m1", name: "keyed", mounts: [{ volumeId: first.id, path: "/data", mode: "ro" }] }
+      })).body
+      const before = [yield* detailOf(made.id), yield* detailOf(keyed.id)]
+      const bad: ReadonlyArray<readonly [unknown, number]> = [
+        [[{ volumeId: second.id, path: "relative", mode: "ro" }], 400],
+        [[{ volumeId: second.id, path: "/a", mode: "ro" }, { volumeId: first.id, path: "/a/b", mode: "ro" }], 400],
+        [[{ volumeId: second.id, path: "/a", mode: "ro" }, { volumeId: first.id, path: "/a", mode: "rw" }], 400],
+        [[{ volumeId: second.id, path: "/a/../b", mode: "ro" }], 400],
+        [[{ volumeId: second.id, path: "/a", mode: "rx" }], 400],
+        [[{ volumeId: second.id, path: "/a", mode: "ro", subpath: "../up" }], 400],
+        [[{ volumeId: "vol_none", path: "/a", mode: "ro" }], 404],
+        [[{ volumeId: theirs, path: "/a", mode: "ro" }], 404]
+      ]
+      const answers: Array<unknown> = []
+      for (const [mounts] of bad) {
+        const viaConfigure = yield* api.post(`/v1/agents/${made.id}/configure`, {
+          token,
+          json: { requestId: "remount-bad", mounts, systemPrompt: "changed" }
+        })
+        const viaUpsert = yield* api.put("/v1/agents/by-key/remount", {
+          token,
+          json: { model: "fake/m1", name: "renamed", mounts }
+        })
+        answers.push([mounts, viaConfigure.status, viaUpsert.status])
+      }
+      expect(answers).toEqual(bad.map(([mounts, status]) => [mounts, status, status]))
+      // Not over the agent's own token: its mounts could name any of the tenant's volumes.
+      const fromAgent = yield* api.post(`/clients/${made.id}/requests`, {
+        token: (made as unknown as { readonly token: string }).token,
+        json: { method: "configure", mounts: remounted }
+      })
+      expect(fromAgent.status).toBe(400)
+      const after = [yield* detailOf(made.id), yield* detailOf(keyed.id)]
+      for (const [index, detail] of after.entries()) {
+        expect(detail).toMatchObject({
+          name: before[index].name,
+          systemPrompt: before[index].systemPrompt,
+          mounts: before[index].mounts
+        })
+        expect(detail.requests.map((request: any) => request.id)).toEqual(
+          before[index].requests.map((request: any) => request.id)
+        )
+      }
+      // Nothing was recorded under the refused configure's id: it is free for the next one.
+      const retried = yield* api.post(`/v1/agents/${made.id}/configure`, {
+        token,
+        json: { requestId: "remount-bad", mounts: [{ volumeId: first.id, path: "/data", mode: "ro" }] }
+      })
+      expect(retried.status, retried.text).toBe(200)
+
+      // An upsert's mounts, likewise seen by the next turn.
+      const upserted = yield* api.put("/v1/agents/by-key/remount", {
+        token,
+        json: { model: "fake/m1", name: "keyed", mounts: [{ volumeId: second.id, path: "/kb", mode: "ro" }] }
+      })
+      expect(upserted.status, upserted.text).toBeLessThan(300)
+      expect((yield* detailOf(keyed.id)).mounts).toEqual([{ volumeId: second.id, path: "/kb", mode: "ro" }])
+      world.upstream.script([
+        { toolCalls: [{ id: "call_kb", name: "read", arguments: { path: "/kb/notes/b.md" } }] },
+        { text: "read" }
+      ])
+      const read = yield* Http.prompted(api, token, keyed.id, { text: "read it" })
+      expect(read.outcome.result.toolCalls).toEqual([{ tool: "read", toolCallId: "call_kb", ok: true }])
+      expect(lastAsked()).toContain("from the second")
+    }))
+
   it.scoped("prompt files: an inline image reaches the model as an image in each protocol; limits answer 413/400", () =>
     Effect.gen(function*() {
       const { api, token, world } = yield* setup("prompt-files")

@@ -153,4 +153,186 @@ layer(WorldLive, { excludeTestServices: true })("idempotency", (it) => {
         .toEqual(configured.requests.map((request: any) => request.id))
       expect(retried.cursor).toBe(configured.cursor)
     }))
+
+  it.effect("a configure requestId reused with another body is a conflict on both routes and changes nothing", () =>
+    Effect.gen(function*() {
+      const world = yield* TestWorld.TestWorld
+      const { api, token } = yield* tenantWithModel(world, "configure-reuse")
+      const created = (yield* api.post("/v1/agents", { token, json: { model: "fake/m1", systemPrompt: "One." } })).body
+      const agentId = created.id as string
+      const configure = (json: Record<string, unknown>) => api.post(`/v1/agents/${agentId}/configure`, { token, json })
+      const fromAgent = (json: Record<string, unknown>) =>
+        api.post(`/clients/${agentId}/requests`, { token: created.token, json })
+      const detail = () => Effect.map(api.get(`/v1/agents/${agentId}`, { token }), (response) => response.body)
+
+      const first = yield* configure({ requestId: "cfg-1", systemPrompt: "Two." })
+      expect(first.status, first.text).toBe(200)
+      const viaAgent = yield* fromAgent({ method: "configure", requestId: "cfg-2", systemPromptAppend: "In French." })
+      expect(viaAgent.status, viaAgent.text).toBe(200)
+      // The same body again is a retry, on either route: the same record.
+      const retries = [
+        yield* configure({ systemPrompt: "Two.", requestId: "cfg-1" }),
+        yield* fromAgent({ method: "configure", requestId: "cfg-1", systemPrompt: "Two." }),
+        yield* configure({ requestId: "cfg-2", systemPromptAppend: "In French." })
+      ]
+      expect(retries.map((retry) => [retry.status, retry.body.id, retry.body.fingerprint])).toEqual([
+        [200, "cfg-1", first.body.fingerprint],
+        [200, "cfg-1", first.body.fingerprint],
+        [200, "cfg-2", viaAgent.body.fingerprint]
+      ])
+
+      // Another body, on either route, is a conflict; so is a configure or abort under another request's id.
+      const prompted = yield* api.post(`/v1/agents/${agentId}/prompt`, {
+        token,
+        json: { text: "hi", requestId: "p-1" }
+      })
+      yield* settle(api, token, agentId, prompted.body.id)
+      const before = yield* detail()
+      const reused = [
+        yield* configure({ requestId: "cfg-1", systemPrompt: "Three." }),
+        yield* configure({ requestId: "cfg-1", systemPrompt: "Two.", modelHeaders: { "x-team": "red" } }),
+        yield* fromAgent({ method: "configure", requestId: "cfg-1", systemPrompt: "Three." }),
+        yield* fromAgent({ method: "configure", requestId: "cfg-2", systemPromptAppend: "In German." }),
+        yield* configure({ requestId: "cfg-2", systemPromptAppend: "In German." }),
+        yield* configure({ requestId: "p-1", systemPrompt: "Four." }),
+        yield* fromAgent({ method: "configure", requestId: "p-1", systemPrompt: "Four." }),
+        yield* api.post(`/v1/agents/${agentId}/abort`, { token, json: { requestId: "cfg-1" } }),
+        yield* fromAgent({ method: "abort", requestId: "p-1" })
+      ]
+      expect(reused.map((answer) => [answer.status, answer.body.code])).toEqual(
+        reused.map(() => [409, "IDEMPOTENCY_CONFLICT"])
+      )
+      const after = yield* detail()
+      expect(after).toMatchObject({ systemPrompt: "Two.", systemPromptAppend: "In French.", modelHeaders: null })
+      expect(after.requests.map((request: any) => request.id)).toEqual(
+        before.requests.map((request: any) => request.id)
+      )
+      expect(after.cursor).toBe(before.cursor)
+
+      // A new budget's retry a second later is still a retry: the body is compared, not when the budget began.
+      const budget = yield* configure({ requestId: "cfg-spend", spendLimit: { usd: 3 } })
+      yield* Effect.sleep("1100 millis")
+      const budgetAgain = yield* configure({ requestId: "cfg-spend", spendLimit: { usd: 3 } })
+      expect([budgetAgain.status, budgetAgain.body.fingerprint]).toEqual([200, budget.body.fingerprint])
+
+      // A continue and a prompt without text digest alike; the method tells them apart.
+      const continued = yield* api.post(`/v1/agents/${agentId}/continue`, { token, json: { requestId: "c-1" } })
+      expect(continued.status, continued.text).toBe(202)
+      yield* settle(api, token, agentId, "c-1")
+      const asPrompt = [
+        yield* api.post(`/v1/agents/${agentId}/prompt`, { token, json: { text: "", requestId: "c-1" } }),
+        yield* fromAgent({ method: "prompt", text: "", requestId: "c-1" })
+      ]
+      expect(asPrompt.map((answer) => [answer.status, answer.body.code])).toEqual([
+        [409, "IDEMPOTENCY_CONFLICT"],
+        [409, "IDEMPOTENCY_CONFLICT"]
+      ])
+    }))
+
+  it.effect("an upsert applies name, type, ttlSeconds, spendLimit and mounts; a retry records nothing", () =>
+    Effect.gen(function*() {
+      const world = yield* TestWorld.TestWorld
+      const { api, token } = yield* tenantWithModel(world, "upsert-fields")
+      const volume = (yield* api.post("/v1/volumes", { token, json: { name: "kb" } })).body.id as string
+      // Made by POST with an Idempotency-Key: the upserts by that key find it.
+      const original = { model: "fake/m1", name: "one", type: "a" }
+      const made = yield* api.post("/v1/agents", { token, json: original, headers: { "idempotency-key": "fields" } })
+      expect(made.status, made.text).toBe(201)
+      const agentId = made.body.id as string
+      const detail = () => Effect.map(api.get(`/v1/agents/${agentId}`, { token }), (response) => response.body)
+      const upsert = (json: Record<string, unknown>) =>
+        api.put("/v1/agents/by-key/fields", { token, json: { model: "fake/m1", ...json } })
+
+      const mounts = [{ volumeId: volume, path: "/kb", mode: "ro" }]
+      const settings = { name: "two", type: "b", ttlSeconds: 3600, spendLimit: { usd: 2 }, mounts }
+      const now = Math.floor(Date.now() / 1000)
+      const changed = yield* upsert(settings)
+      expect(changed.status, changed.text).toBeLessThan(300)
+      expect(changed.body.id).toBe(agentId)
+      expect(changed.body.expiresAt).toBeGreaterThanOrEqual(now + 3600 - 1)
+      expect(changed.body.expiresAt).toBeLessThanOrEqual(now + 3600 + 30)
+      const applied = yield* detail()
+      expect(applied).toMatchObject({
+        name: "two",
+        type: "b",
+        expiresAt: changed.body.expiresAt,
+        spendLimit: { usd: 2, spent: 0 },
+        mounts
+      })
+      const listed = (yield* api.get("/v1/agents", { token })).body.data.find((agent: any) => agent.id === agentId)
+      expect(listed).toMatchObject({ name: "two", type: "b", expiresAt: changed.body.expiresAt })
+
+      // The same settings again: no configure is recorded (the budget keeps counting from when it was set).
+      yield* upsert(settings)
+      const retried = yield* detail()
+      expect(retried.requests.map((request: any) => request.id)).toEqual(
+        applied.requests.map((request: any) => request.id)
+      )
+      expect(retried.cursor).toBe(applied.cursor)
+
+      // Left out: the name goes back to the id, no type, no expiry, no budget; the mounts stay.
+      const bare = yield* upsert({})
+      expect(bare.body.expiresAt).toBeNull()
+      expect(yield* detail()).toMatchObject({ name: agentId, type: "agent", expiresAt: null, spendLimit: null, mounts })
+
+      // A prompt under a request id another prompt used is refused before any setting is applied.
+      expect((yield* upsert({ prompt: { text: "first", requestId: "up-1" } })).status).toBeLessThan(300)
+      yield* settle(api, token, agentId, "up-1")
+      const conflicting = yield* upsert({ name: "renamed", prompt: { text: "second", requestId: "up-1" } })
+      expect([conflicting.status, conflicting.body.code]).toEqual([409, "IDEMPOTENCY_CONFLICT"])
+      expect((yield* detail()).name).toBe(agentId)
+
+      // POST with the key keeps its rule: the first body again is the same agent, another body a conflict.
+      const again = yield* api.post("/v1/agents", { token, json: original, headers: { "idempotency-key": "fields" } })
+      expect([again.status, again.body.id]).toEqual([201, agentId])
+      const other = yield* api.post("/v1/agents", {
+        token,
+        json: { ...original, name: "three" },
+        headers: { "idempotency-key": "fields" }
+      })
+      expect([other.status, other.body.code]).toEqual([409, "IDEMPOTENCY_CONFLICT"])
+    }))
+
+  it.effect("an upsert refuses a subject, context or initialMessages other than the agent's, changing nothing", () =>
+    Effect.gen(function*() {
+      const world = yield* TestWorld.TestWorld
+      const { api, token } = yield* tenantWithModel(world, "upsert-creation-only")
+      const body = {
+        model: "fake/m1",
+        name: "first",
+        subject: "user-1",
+        context: { team: "blue", level: 2 },
+        initialMessages: [{ role: "user", content: "hello" }, { role: "user", content: "again", timestamp: 5 }]
+      }
+      const upsert = (json: Record<string, unknown>) => api.put("/v1/agents/by-key/creation-only", { token, json })
+      const agentId = (yield* upsert(body)).body.id as string
+      const detail = () => Effect.map(api.get(`/v1/agents/${agentId}`, { token }), (response) => response.body)
+      const before = yield* detail()
+
+      const cases: ReadonlyArray<readonly [string, Record<string, unknown>]> = [
+        ["subject", { subject: "user-2" }],
+        ["context", { context: { team: "red", level: 2 } }],
+        ["initialMessages", { initialMessages: [{ role: "user", content: "other" }] }],
+        ["initialMessages", { initialMessages: body.initialMessages.slice(0, 1) }],
+        ["initialMessages", { initialMessages: [] }]
+      ]
+      const answers: Array<unknown> = []
+      for (const [field, change] of cases) {
+        const refused = yield* upsert({ ...body, name: "second", systemPrompt: "Changed.", ttlSeconds: 600, ...change })
+        answers.push([field, refused.status, refused.body.code, String(refused.body.error).includes(field)])
+      }
+      expect(answers).toEqual(cases.map(([field]) => [field, 400, "INVALID_REQUEST", true]))
+      const after = yield* detail()
+      expect(after).toMatchObject({ name: "first", systemPrompt: "", expiresAt: null })
+      expect(after.requests).toEqual(before.requests)
+      expect((yield* api.get(`/v1/agents/${agentId}/history`, { token })).body.total).toBe(2)
+
+      // The same values are accepted (key order aside), and the rest applied; left out, they say nothing.
+      const same = yield* upsert({ ...body, name: "second", context: { level: 2, team: "blue" } })
+      expect(same.status, same.text).toBeLessThan(300)
+      expect((yield* detail()).name).toBe("second")
+      const without = yield* upsert({ model: "fake/m1", name: "third" })
+      expect(without.status, without.text).toBeLessThan(300)
+      expect((yield* detail()).name).toBe("third")
+    }))
 })

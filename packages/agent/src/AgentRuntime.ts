@@ -4,7 +4,8 @@
  * runs them, so Status and event reads are answered while a turn runs. On
  * start the entity rebuilds history and unfinished work from the journal;
  * a turn cut short by a crash or a move is run again from its start, and
- * says so with turn_resumed.
+ * says so with turn_resumed (turn_recovered when the runner that began it,
+ * restarted under the same address, goes on with it).
  */
 import { Input } from "@agent-runtime/domain"
 import { IdentityTokens } from "@agent-runtime/identity"
@@ -371,14 +372,17 @@ export const layer = Layer.unwrapEffect(Effect.map(Agent.client, (makeClient) =>
             )
             // Another node began this turn: continue from what it journaled.
             yield* fenced(store.markResumed(agentId, row.id, RunEvents.started(agent.tenantId, row)))
-            yield* Effect.logInfo("turn resumed here").pipe(Effect.annotateLogs({
+            // This runner's own turn (its process restarted under the same address, or its entity was started
+            // again here) is recovered; one another runner began is resumed.
+            const recovered = term.ownership.previousOwner === runnerAddress
+            yield* Effect.logInfo(recovered ? "turn recovered here" : "turn resumed here").pipe(Effect.annotateLogs({
               agentId,
               requestId: row.id,
               from: term.ownership.previousOwner ?? "a runner that let it go",
               why: row.handoff ?? "its runner was lost"
             }))
             yield* frame(row.id)({
-              type: "turn_resumed",
+              type: recovered ? "turn_recovered" : "turn_resumed",
               index: history.length,
               ...(row.handoff === null ? {} : { handoff: row.handoff })
             })

@@ -281,6 +281,14 @@ export class AgentStore extends Context.Tag("@agent-runtime/agent/AgentStore")<A
   ) => Effect.Effect<ReadonlyArray<AgentRow>, PersistenceError>
   /** Marks the agent deleted; whether there was one. */
   readonly remove: (tenantId: string, id: string) => Effect.Effect<boolean, PersistenceError>
+  /**
+   * Sets a live agent's name, type and lifetime (counted from now; null: until deleted), as an upsert names
+   * them; its new expiry, or None when no live agent has the id.
+   */
+  readonly updateDetails: (
+    agentId: string,
+    details: { readonly name: string; readonly type: string | null; readonly ttlSeconds: number | null }
+  ) => Effect.Effect<Option.Option<number | null>, PersistenceError>
   /** The first id of a fresh block of event ids: they keep growing whoever owns the agent. */
   readonly reserveEvents: (agentId: string) => Effect.Effect<number, PersistenceError>
   /**
@@ -493,6 +501,17 @@ export const make = Effect.gen(function*() {
   const remove = (tenantId: string, id: string) =>
     sql`UPDATE agents SET deleted_at = now() WHERE id = ${id} AND tenant_id = ${tenantId} AND deleted_at IS NULL
       RETURNING id`.pipe(Effect.map((rows) => rows.length > 0))
+
+  const updateDetails = (
+    agentId: string,
+    details: { readonly name: string; readonly type: string | null; readonly ttlSeconds: number | null }
+  ) =>
+    sql<{ expiresAt: number | null }>`UPDATE agents SET name = ${details.name}, type = ${details.type},
+        expires_at = ${details.ttlSeconds === null ? null : sql`now() + make_interval(secs => ${details.ttlSeconds})`}
+      WHERE id = ${agentId} AND deleted_at IS NULL AND (expires_at IS NULL OR expires_at > now())
+      RETURNING ${sql.unsafe(epoch("expires_at"))} AS expires_at`.pipe(
+      Effect.map((rows) => Option.map(Option.fromNullable(rows[0]), (row) => row.expiresAt))
+    )
 
   /** The first id of a fresh block of event ids: they keep growing whoever owns the agent. */
   const reserveEvents = (agentId: string) =>
@@ -860,6 +879,7 @@ export const make = Effect.gen(function*() {
     notifiedOf: flow(notifiedOf, PersistenceError.refail),
     list: flow(list, PersistenceError.refail),
     remove: flow(remove, PersistenceError.refail),
+    updateDetails: flow(updateDetails, PersistenceError.refail),
     reserveEvents: flow(reserveEvents, PersistenceError.refail),
     insertRequest: flow(insertRequest, PersistenceError.refail),
     getRequest: flow(getRequest, PersistenceError.refail),

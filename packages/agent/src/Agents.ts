@@ -90,7 +90,10 @@ export class Agents extends Context.Tag("@agent-runtime/agent/Agents")<Agents, {
     tenantId: string,
     agentId: string,
     input: Definition.DefinitionApply
-  ) => Effect.Effect<Run.RequestRecord, ApiError.NotFound | ApiError.Gone | ApiError.InvalidRequest>
+  ) => Effect.Effect<
+    Run.RequestRecord,
+    ApiError.NotFound | ApiError.Gone | ApiError.InvalidRequest | ApiError.IdempotencyConflict
+  >
   /** A new agent with the source's settings and a copy of its history up to a finished turn. */
   readonly fork: (
     tenantId: string,
@@ -173,12 +176,19 @@ export class Agents extends Context.Tag("@agent-runtime/agent/Agents")<Agents, {
     tenantId: string,
     agentId: string,
     requestId: Option.Option<string>
-  ) => Effect.Effect<Run.RequestRecord, ApiError.NotFound | ApiError.Gone>
+  ) => Effect.Effect<Run.RequestRecord, ApiError.NotFound | ApiError.Gone | ApiError.IdempotencyConflict>
+  /**
+   * Changes settings at once; mounts are checked as at creation. A request id used before answers that
+   * request's record when the body is the same, else a conflict, and changes nothing.
+   */
   readonly configure: (
     tenantId: string,
     agentId: string,
     input: AgentSchemas.ConfigureInput
-  ) => Effect.Effect<Run.RequestRecord, ApiError.NotFound | ApiError.Gone | ApiError.InvalidRequest>
+  ) => Effect.Effect<
+    Run.RequestRecord,
+    ApiError.NotFound | ApiError.Gone | ApiError.InvalidRequest | ApiError.IdempotencyConflict
+  >
   /** A status request, answered at once from the owner's view of the agent. */
   readonly statusRequest: (
     tenantId: string,
@@ -386,16 +396,28 @@ export const make = Effect.gen(function*() {
     ...(input.allowDisconnected === true ? { allowDisconnected: true } : {})
   })
 
+  /** A request id used before for another request: another method, or another body. */
+  const conflictOf = (requestId: string) =>
+    new ApiError.IdempotencyConflict({ error: `request id ${requestId} was used for another request` })
+
   /**
    * The answer to a recorded request: its record. Its owner queues it on hearing the row announced (see
-   * Arrivals). A request id recorded before for another request is a conflict.
+   * Arrivals). A request id recorded before for another request is a conflict: a continue and a prompt of
+   * no text have the same digest, so the method is compared too.
    */
   const answerOf = (request: RequestRow, prompt: PromptRequest) =>
-    request.fingerprint !== prompt.fingerprint
-      ? Effect.fail(
-        new ApiError.IdempotencyConflict({ error: `request id ${request.id} was used for another request` })
-      )
+    request.fingerprint !== prompt.fingerprint || request.method !== (prompt.method ?? "prompt")
+      ? Effect.fail(conflictOf(request.id))
       : Effect.succeed(toRecord(request))
+
+  /**
+   * The record an abort or configure is answered: the entity answers the record under the request id, which
+   * is another request's when the id was used before for another method or body (it then applies nothing).
+   */
+  const ownRecord = (method: "abort" | "configure", sent: string) => (record: Run.RequestRecord) =>
+    record.method !== method || record.fingerprint !== sent
+      ? Effect.fail(conflictOf(record.id))
+      : Effect.succeed(record)
 
   /** How a prompt's row is announced to its owner. */
   const announceOf = (prompt: PromptRequest) => ({ whileRunning: prompt.whileRunning })
@@ -636,17 +658,68 @@ export const make = Effect.gen(function*() {
       })
     })
 
-  /** The keyed agent, with the given settings applied; made when no live agent has the key. */
+  /**
+   * Settings only a new agent takes (subject, context, initialMessages): given again to an upsert they must be
+   * the agent's, else it is refused, naming the field. Left out, they say nothing.
+   */
+  const checkCreationOnly = (agent: AgentRow, settings: Omit<AgentSchemas.AgentInput, "prompt">) =>
+    Effect.gen(function*() {
+      const differs = (field: string) =>
+        new ApiError.InvalidRequest({
+          error: `invalid request: ${field}: set only when the agent is made; agent ${agent.id} has another`
+        })
+      if (settings.subject !== undefined && settings.subject !== agent.config.subject) {
+        return yield* differs("subject")
+      }
+      if (settings.context !== undefined && !CanonicalJson.equals(settings.context, agent.config.context)) {
+        return yield* differs("context")
+      }
+      const given = settings.initialMessages
+      if (given !== undefined) {
+        // The starting history is what was journaled without a request; each message got a timestamp then,
+        // unless it had one.
+        const initial = (yield* store.messages(agent.id)).filter((row) => row.requestId === null)
+        const same = initial.length === given.length && initial.every((row, index) => {
+          const kept = row.message as { readonly timestamp?: unknown }
+          return CanonicalJson.equals({ timestamp: kept.timestamp, ...given[index] }, kept)
+        })
+        if (!same) return yield* differs("initialMessages")
+      }
+    })
+
+  /**
+   * The keyed agent, with the given settings applied; made when no live agent has the key. Everything is
+   * checked before anything is written: the creation-only fields, the mounts, the definition.
+   */
   const upsert = (tenantId: string, key: string, input: AgentSchemas.AgentInput) =>
     Effect.gen(function*() {
       const existing = yield* store.findByKey(tenantId, key)
       if (Option.isNone(existing)) return yield* create(tenantId, input, Option.some(key))
       const agent = existing.value
       const { prompt, ...settings } = input
+      yield* checkCreationOnly(agent, settings)
+      if (settings.mounts !== undefined) yield* Workspace.validate(volumes, tenantId, settings.mounts)
+      // A prompt under a request id another request used would be refused after the settings were applied.
+      if (prompt?.requestId !== undefined) {
+        const found = yield* store.getRequest(agent.id, prompt.requestId)
+        if (Option.isSome(found)) yield* answerOf(found.value, promptRequest(prompt, prompt.requestId, "prompt"))
+      }
+      const limit = agent.config.spendLimit
       const common = {
         ...(settings.model === undefined ? {} : { model: settings.model }),
         keyScope: settings.keyScope ?? null,
-        modelHeaders: settings.modelHeaders ?? null
+        modelHeaders: settings.modelHeaders ?? null,
+        // The budget the agent has goes on counting when named again (a retry resets nothing); another is a
+        // new budget from now, as a configure sets it.
+        ...(settings.spendLimit !== undefined && limit !== undefined && settings.spendLimit.usd === limit.usd
+          ? {}
+          : {
+            spendLimit: settings.spendLimit === undefined
+              ? null
+              : { usd: settings.spendLimit.usd, since: Math.floor(Date.now() / 1000) }
+          }),
+        // Left out, the mounts stay: the default, a new workspace, is only for a new agent.
+        ...(settings.mounts === undefined ? {} : { mounts: settings.mounts })
       }
       // With a definition, the settings it supplies come from its latest revision; those given here are the
       // agent's own, and a systemPromptAppend left out stays.
@@ -680,11 +753,18 @@ export const make = Effect.gen(function*() {
           })
         )
       }
+      // Name, type and lifetime are the agent's row, not settings its turns read: written as given (left out,
+      // as a new keyed agent would have them), the lifetime counted from now.
+      const expiresAt = yield* store.updateDetails(agent.id, {
+        name: settings.name ?? agent.id,
+        type: settings.type ?? null,
+        ttlSeconds: settings.ttlSeconds ?? null
+      })
       const first = prompt === undefined ? undefined : yield* firstPrompt(agent, prompt, Ids.make("req"))
       return new AgentSchemas.AgentCreated({
         id: agent.id,
         token: tokens.issue(agent.id),
-        expiresAt: agent.expiresAt,
+        expiresAt: Option.getOrElse(expiresAt, () => agent.expiresAt),
         ...(first === undefined ? {} : { prompt: first })
       })
     })
@@ -872,25 +952,62 @@ export const make = Effect.gen(function*() {
       return sendPrompt(agent, new Run.PromptInput({ ...rest, text: "" }), Ids.make("req"), "execute", code)
     })
 
-  const abort = (tenantId: string, agentId: string, requestId: Option.Option<string>) =>
-    Effect.flatMap(live(tenantId, agentId), () =>
-      Effect.orDie(
-        makeClient(agentId).Abort({
-          requestId: Option.getOrElse(requestId, () => Ids.make("req")),
-          fingerprint: fingerprint({ method: "abort" })
-        })
-      ))
+  const abort = (tenantId: string, agentId: string, requestId: Option.Option<string>) => {
+    const sent = fingerprint({ method: "abort" })
+    return Effect.flatMap(
+      live(tenantId, agentId),
+      () =>
+        makeClient(agentId).Abort({ requestId: Option.getOrElse(requestId, () => Ids.make("req")), fingerprint: sent })
+          .pipe(Effect.orDie, Effect.flatMap(ownRecord("abort", sent)))
+    )
+  }
 
+  /**
+   * The settled record of a configure recorded before under `requestId` with the same body (`sent`, its
+   * digest), a conflict when it was another request; None when none is settled under it yet.
+   */
+  const configured = (agentId: string, requestId: string | undefined, sent: string) =>
+    requestId === undefined
+      ? Effect.succeed(Option.none<Run.RequestRecord>())
+      : Effect.flatMap(store.getRequest(agentId, requestId), (found) =>
+        Option.isNone(found)
+          ? Effect.succeed(Option.none<Run.RequestRecord>())
+          : Effect.map(
+            ownRecord("configure", sent)(toRecord(found.value)),
+            (record) => record.state === "completed" ? Option.some(record) : Option.none()
+          ))
+
+  /** Sends a configure to the agent's entity, which applies it once under its request id. */
+  const sendConfigure = (
+    agentId: string,
+    requestId: string | undefined,
+    sent: string,
+    changes: Record<string, unknown>
+  ) =>
+    makeClient(agentId).Configure({ requestId: requestId ?? Ids.make("req"), fingerprint: sent, changes }).pipe(
+      Effect.orDie,
+      Effect.flatMap(ownRecord("configure", sent))
+    )
+
+  /**
+   * Settings changed at once, through the agent's entity. The request id is checked first: a retry (the same
+   * body) is answered its record, another body or method is a conflict, and neither checks or changes
+   * anything. Then everything is checked (mounts as at creation) before the entity is sent anything.
+   */
   const configure = (tenantId: string, agentId: string, input: AgentSchemas.ConfigureInput) =>
-    Effect.flatMap(live(tenantId, agentId), (agent) => {
-      if (agent.config.definition !== undefined && input.builtins !== undefined) {
-        return Effect.fail(
-          new ApiError.InvalidRequest({
-            error: "builtins: an agent made from a definition has its definition's builtins; change the definition"
-          })
-        )
-      }
+    Effect.gen(function*() {
+      const agent = yield* live(tenantId, agentId)
       const { requestId, spendLimit, ...rest } = input
+      // The body's digest, not the changes': a new budget's start differs with each retry.
+      const sent = fingerprint({ ...rest, spendLimit })
+      const earlier = yield* configured(agentId, requestId, sent)
+      if (Option.isSome(earlier)) return earlier.value
+      if (agent.config.definition !== undefined && input.builtins !== undefined) {
+        return yield* new ApiError.InvalidRequest({
+          error: "builtins: an agent made from a definition has its definition's builtins; change the definition"
+        })
+      }
+      if (input.mounts !== undefined) yield* Workspace.validate(volumes, tenantId, input.mounts)
       const changes = {
         ...rest,
         // A new budget counts from now.
@@ -898,13 +1015,7 @@ export const make = Effect.gen(function*() {
           ? {}
           : { spendLimit: spendLimit === null ? null : { usd: spendLimit.usd, since: Math.floor(Date.now() / 1000) } })
       }
-      return Effect.orDie(
-        makeClient(agentId).Configure({
-          requestId: requestId ?? Ids.make("req"),
-          fingerprint: fingerprint(changes),
-          changes
-        })
-      )
+      return yield* sendConfigure(agentId, requestId, sent, changes)
     })
 
   /** A definition's revision as a configure applies it: what it supplies, never its secrets. */
@@ -921,14 +1032,12 @@ export const make = Effect.gen(function*() {
       if (current === undefined) {
         return yield* new ApiError.InvalidRequest({ error: `agent ${agentId} was not made from a definition` })
       }
+      // The body's digest: without a revision, the latest one may differ when it is retried.
+      const sent = fingerprint({ definition: { revision: input.revision } })
+      const earlier = yield* configured(agentId, input.requestId, sent)
+      if (Option.isSome(earlier)) return earlier.value
       const changes = { definition: yield* definitionSettings(tenantId, current.id, input.revision) }
-      return yield* Effect.orDie(
-        makeClient(agentId).Configure({
-          requestId: input.requestId ?? Ids.make("req"),
-          fingerprint: fingerprint(changes),
-          changes
-        })
-      )
+      return yield* sendConfigure(agentId, input.requestId, sent, changes)
     })
 
   const status = events.status

@@ -63,7 +63,13 @@ export const defaultMaxDepth = 1
 export const defaultMaxParallel = 4
 
 /** The sub-agent's events the delegating stream carries: finished steps, not deltas. */
-const forwarded = new Set(["message_end", "tool_execution_start", "tool_execution_end", "turn_resumed"])
+const forwarded = new Set([
+  "message_end",
+  "tool_execution_start",
+  "tool_execution_end",
+  "turn_resumed",
+  "turn_recovered"
+])
 
 const delegatedRequest = "req_delegated"
 

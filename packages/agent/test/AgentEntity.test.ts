@@ -32,6 +32,7 @@ import * as Arrivals from "../src/Arrivals.ts"
 import { Drain } from "../src/Drain.ts"
 import * as EventLog from "../src/EventLog.ts"
 import * as Inputs from "../src/Inputs.ts"
+import * as RunnerReports from "../src/RunnerReports.ts"
 import * as Settlements from "../src/Settlements.ts"
 import type * as Turn from "../src/Turn.ts"
 
@@ -481,6 +482,51 @@ layer(EntityLive, { timeout: 60_000, excludeTestServices: true })("Agent entity"
       })
       expect(typesOf(events, "req_lost")).not.toContain("turn_opened")
       expect(events.at(-1)!.data).toMatchObject({ type: "response", id: "req_lost" })
+    }))
+
+  it.scoped("a turn this runner began, found unfinished when it builds the entity again, says turn_recovered", () =>
+    Effect.gen(function*() {
+      const model = yield* ScriptedModel
+      model.reset()
+      model.script({ text: "Recovered." })
+      const { agentId, client, tenantId } = yield* newAgent("recover")
+      // This runner's address claimed the agent and began the turn, and its process was lost (restarted since
+      // under the same address): the entity, built on the first message, goes on with it here.
+      const config = yield* ShardingConfig.ShardingConfig
+      const here = Option.match(config.runnerAddress, { onNone: () => "local", onSome: RunnerReports.addressOf })
+      const store = yield* AgentStore.AgentStore
+      const before = yield* store.claim(agentId, here)
+      yield* store.insertRequest({
+        agentId,
+        id: "req_here",
+        method: "prompt",
+        fingerprint: "fp",
+        input: { text: "go on" }
+      })
+      const write = (statement: AgentStore.Write) => store.fenced(agentId, before.epoch, statement)
+      yield* write(store.markRunning(agentId, "req_here", 0, { tenantId, type: "run.started", data: {} }))
+      yield* write(
+        store.appendMessage(agentId, 0, "req_here", {
+          role: "user",
+          content: "go on",
+          timestamp: 1,
+          requestId: "req_here"
+        })
+      )
+
+      yield* client.Wake()
+      const settled = yield* waitUntil(requestRow(agentId, "req_here"), (row) => row.state === "completed")
+      expect(settled.outcome).toMatchObject({ result: { reply: "Recovered.", resumed: true }, uncertain: false })
+      const { events } = yield* client.Poll({ cursor: 0, waitMillis: 0 }).pipe(
+        Effect.catchTag("ReplayGap", (gap) => client.Poll({ cursor: gap.oldest - 1, waitMillis: 0 }))
+      )
+      expect(events[0]!.data).toEqual({
+        type: "event",
+        requestId: "req_here",
+        event: { type: "turn_recovered", index: 1 }
+      })
+      expect(typesOf(events, "req_here")).not.toContain("turn_resumed")
+      expect(events.at(-1)!.data).toMatchObject({ type: "response", id: "req_here" })
     }))
 
   it.scoped(

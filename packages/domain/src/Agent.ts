@@ -105,8 +105,12 @@ export class AgentInput extends Schema.Class<AgentInput>("AgentInput")(
         description: "definition id; supplies model, system prompt, thinking level, fileTools, tool sources"
       })
     ),
-    name: Schema.optional(Schema.String),
-    type: Schema.optional(Schema.String),
+    name: Schema.optional(
+      Schema.String.annotations({ description: "the id when none given; an upsert applies it (left out: the id)" })
+    ),
+    type: Schema.optional(
+      Schema.String.annotations({ description: "an upsert applies it (left out: none, shown as agent)" })
+    ),
     model: Schema.optional(
       Schema.String.annotations({ description: "id from GET /v1/models; the runtime default if omitted" })
     ),
@@ -121,14 +125,26 @@ export class AgentInput extends Schema.Class<AgentInput>("AgentInput")(
     fileTools: Schema.optional(
       Schema.Boolean.annotations({ description: "false: only present_file among the file tools" })
     ),
-    ttlSeconds: Schema.optional(AgentTtl),
+    ttlSeconds: Schema.optional(
+      AgentTtl.annotations({
+        description: "60 to 31622400 seconds, or null to live until deleted; an upsert counts it again from now " +
+          "(left out: until deleted)"
+      })
+    ),
     mounts: Schema.optional(
-      Schema.Array(Mount).annotations({ description: "default a new workspace volume at /workspace" })
+      Schema.Array(Mount).annotations({
+        description: "default a new workspace volume at /workspace; an upsert replaces the agent's mounts with " +
+          "these, checked as at creation (left out: the mounts stay)"
+      })
     ),
     subject: Schema.optional(
       Schema.String.annotations({ description: "who the agent acts for; `sub` of identity tokens; only at creation" })
     ),
-    context: Schema.optional(AgentContext),
+    context: Schema.optional(
+      AgentContext.annotations({
+        description: "claims for tool servers, carried as ctx; at most 4 KB of JSON; only at creation"
+      })
+    ),
     builtins: Schema.optional(Builtins),
     delegate: Schema.optional(DelegateSettings),
     keyScope: Schema.optional(
@@ -319,6 +335,12 @@ export class ConfigureInput extends Schema.Class<ConfigureInput>("ConfigureInput
     ),
     builtins: Schema.optional(
       Builtins.annotations({ description: "replaces; [] removes; not for an agent made from a definition" })
+    ),
+    mounts: Schema.optional(
+      Schema.Array(Mount).annotations({
+        description: "replaces the agent's mounts, checked as at creation; [] removes them all; a running turn " +
+          "keeps the mounts it began with, the next one sees these; not over the agent's own token"
+      })
     )
   }).annotations({ parseOptions: { onExcessProperty: "error" } })
 ) {}

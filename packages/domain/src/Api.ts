@@ -385,7 +385,11 @@ export class AgentsGroup extends HttpApiGroup.make("agents")
       .annotate(
         OpenApi.Description,
         "Upsert by key: the agent with this key (same id, token and history, from any process) with the given " +
-          "settings applied, or a new keyed agent. A prompt is sent once per requestId."
+          "settings applied, or a new keyed agent. Every setting given is applied; one left out is removed (name " +
+          "back to the id, no type, no expiry, no spendLimit, keyScope or modelHeaders), except mounts, which " +
+          "stay. ttlSeconds counts from now; a spendLimit of another usd is a new budget from now, the same usd " +
+          "keeps counting. subject, context and initialMessages are set only at creation: given with another " +
+          "value they are refused (400, naming the field) and nothing changes. A prompt is sent once per requestId."
       )
   )
   .add(
@@ -475,10 +479,12 @@ export class AgentsGroup extends HttpApiGroup.make("agents")
       .addSuccess(RequestRecord)
       .addError(ApiError.NotFound.Wire)
       .addError(ApiError.Gone.Wire)
+      .addError(ApiError.IdempotencyConflict.Wire)
       .annotate(
         OpenApi.Description,
         "Cancels queued runs (they end with code cancelled) and stops the running turn at once, keeping what was " +
-          "said (it ends with code aborted). Answers the abort's own record, settled."
+          "said (it ends with code aborted). Answers the abort's own record, settled; a requestId another request " +
+          "used is 409 IDEMPOTENCY_CONFLICT."
       )
   )
   .add(
@@ -487,9 +493,13 @@ export class AgentsGroup extends HttpApiGroup.make("agents")
       .addSuccess(RequestRecord)
       .addError(ApiError.NotFound.Wire)
       .addError(ApiError.Gone.Wire)
+      .addError(ApiError.IdempotencyConflict.Wire)
       .annotate(
         OpenApi.Description,
-        "Changes settings at once, ahead of queued runs; absent fields stay, null removes."
+        "Changes settings at once, ahead of queued runs; absent fields stay, null removes. mounts are checked as " +
+          "at creation; a running turn keeps the settings it began with (mounts included), the next turn has the " +
+          "new ones. A requestId used before answers that configure's record when the body is the same, and is " +
+          "409 IDEMPOTENCY_CONFLICT, changing nothing, when it was another body or request."
       )
   )
   .add(
@@ -498,11 +508,13 @@ export class AgentsGroup extends HttpApiGroup.make("agents")
       .addSuccess(RequestRecord)
       .addError(ApiError.NotFound.Wire)
       .addError(ApiError.Gone.Wire)
+      .addError(ApiError.IdempotencyConflict.Wire)
       .annotate(
         OpenApi.Description,
         "Moves an agent made from a definition to a revision of it (default the latest), as a configure: the " +
           "definition's model, system prompt, thinking level, fileTools, builtins and tool sources replace the " +
-          "agent's, except a model, thinkingLevel or fileTools the agent set itself; systemPromptAppend stays."
+          "agent's, except a model, thinkingLevel or fileTools the agent set itself; systemPromptAppend stays. A " +
+          "requestId used before with another revision, or by another request, is 409 IDEMPOTENCY_CONFLICT."
       )
   )
   .add(
@@ -652,7 +664,9 @@ export const ClientRequest = Schema.Union(
   ).annotations({ parseOptions: { onExcessProperty: "error" } })
 ).annotations({
   identifier: "ClientRequest",
-  description: "The agent's own token cannot change keyScope, spendLimit or modelHeaders."
+  description: "The agent's own token cannot change keyScope, spendLimit, modelHeaders or mounts (mounts name the " +
+    "tenant's volumes, beyond the agent's own). A requestId used before by another request or body is 409 " +
+    "IDEMPOTENCY_CONFLICT."
 })
 
 export class ClientsGroup extends HttpApiGroup.make("clients")

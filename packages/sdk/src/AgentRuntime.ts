@@ -31,7 +31,7 @@ export type AgentDetail = typeof Agent.AgentDetail.Encoded
 export type PromptInput = typeof Run.PromptInput.Encoded
 export type ConfigureInput = typeof Agent.ConfigureInput.Encoded
 /** What an agent may change about itself over its own token. */
-export type AgentConfigureInput = Omit<ConfigureInput, "keyScope" | "spendLimit" | "modelHeaders">
+export type AgentConfigureInput = Omit<ConfigureInput, "keyScope" | "spendLimit" | "modelHeaders" | "mounts">
 export type RequestRecord = typeof Run.RequestRecord.Encoded
 export type HistoryPage = typeof Session.HistoryPage.Encoded
 export type SessionState = typeof Session.SessionState.Encoded

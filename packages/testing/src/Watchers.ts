@@ -247,7 +247,7 @@ export interface Violations {
   readonly wentBack: Array<string>
   /** Ids some reader had that this watcher passed over without being told. */
   readonly skipped: Array<string>
-  /** Moved turns whose turn_resumed this watcher neither saw nor was told it missed. */
+  /** Moved turns whose turn_resumed (or turn_recovered) this watcher neither saw nor was told it missed. */
   readonly missedResumes: Array<string>
   /** Watchers that never got as far as the response of a request in `settled` (by seeing it or being told). */
   readonly behind: Array<string>
@@ -276,7 +276,10 @@ export const verify = (
   const ids = [...all.keys()].sort((a, b) => a - b)
   const between = (low: number, high: number) => ids.filter((id) => id > low && id < high)
   const resumeIds = new Map<string, number>()
-  for (const [id, data] of all) if (typeOf(data) === "turn_resumed") resumeIds.set(data.requestId, id)
+  // turn_recovered when the turn went on on the runner that began it, restarted under the same address.
+  for (const [id, data] of all) {
+    if (typeOf(data) === "turn_resumed" || typeOf(data) === "turn_recovered") resumeIds.set(data.requestId, id)
+  }
 
   const responseIds = new Map<string, number>()
   for (const [id, data] of all) if (data?.type === "response") responseIds.set(data.id, id)
