@@ -55,6 +55,17 @@ it.scoped(
         code: "INVALID_REQUEST"
       })
       expect((yield* prompt(JSON.stringify({ text: 7 }))).status).toBe(400)
+      // A field the prompt does not have, at the top or inside its sender or files, is refused, not dropped.
+      expect((yield* prompt(JSON.stringify({ text: "hi", requestId: "req_stray", runLimits: { turns: 1 } }))).body)
+        .toEqual({ error: "invalid request: runLimits: unknown field", code: "INVALID_REQUEST" })
+      expect(
+        (yield* prompt(JSON.stringify({ text: "hi", requestId: "req_stray", from: { id: "u_1", role: "admin" } })))
+          .body
+      ).toEqual({ error: "invalid request: from.role: unknown field", code: "INVALID_REQUEST" })
+      expect(
+        (yield* prompt(JSON.stringify({ text: "hi", requestId: "req_stray", files: [{ path: "a", mode: "ro" }] })))
+          .body.error
+      ).toContain("files.0.mode: unknown field")
       expect((yield* prompt("{")).body).toEqual({ error: "request body is not valid JSON", code: "INVALID_REQUEST" })
       expect((yield* prompt("")).status).toBe(400)
       expect((yield* prompt(JSON.stringify({ text: "a\u0000b" }))).body.code).toBe("INVALID_REQUEST")
@@ -83,6 +94,8 @@ it.scoped(
       expect((yield* record("req_same?wait=30")).status).toBe(400)
       expect((yield* record("req_same?wait=soon")).status).toBe(400)
       expect((yield* record("req_none")).status).toBe(404)
+      // The prompts refused for a field they did not know were not recorded.
+      expect((yield* record("req_stray")).status).toBe(404)
       expect((yield* record("req_same", { token: other.token })).status).toBe(404)
       expect((yield* record("req_same", { token: revoked.token })).status).toBe(401)
       expect((yield* record("req_same?wait=soon", { token: revoked.token })).status).toBe(401)

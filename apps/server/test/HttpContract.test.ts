@@ -179,6 +179,119 @@ layer(ServerLive, { timeout: 60_000, excludeTestServices: true })("HTTP contract
       expect(noToken.body).toMatchObject({ code: "UNAUTHORIZED" })
     }))
 
+  it.effect("a field a body's schema does not know is refused at any depth, naming each, and nothing is written", () =>
+    Effect.gen(function*() {
+      const { api, tenant } = yield* tenantWithModel("unknown-fields")
+      const send = (method: "POST" | "PUT" | "PATCH", path: string, body: unknown, token = tenant.token) =>
+        raw(HttpClientRequest.make(method)(path).pipe(HttpClientRequest.bodyUnsafeJson(body)), token)
+      const refused = (error: string) => ({
+        status: 400,
+        body: { error: `invalid request: ${error}`, code: "INVALID_REQUEST" }
+      })
+
+      // A setting the API does not have, and a misspelt one: neither is dropped.
+      expect(yield* send("POST", "/v1/agents", { model: "fake/m1", runLimits: { turns: 3 }, spendLimt: { usd: 1 } }))
+        .toEqual(refused("runLimits: unknown field; spendLimt: unknown field"))
+      // Inside a setting and inside a list's items.
+      expect(
+        yield* send("POST", "/v1/agents", {
+          model: "fake/m1",
+          spendLimit: { usd: 1, currency: "EUR" },
+          mounts: [{ volumeId: "vol_1", path: "/data", mode: "ro", readOnly: true }]
+        })
+      ).toEqual(refused("mounts.0.readOnly: unknown field; spendLimit.currency: unknown field"))
+      expect(yield* send("PUT", "/v1/agents/by-key/support", { model: "fake/m1", runLimits: {} }))
+        .toEqual(refused("runLimits: unknown field"))
+      expect((yield* api.agents.list({ urlParams: {} })).data).toEqual([])
+
+      expect(
+        yield* send("PUT", "/v1/providers/other", {
+          type: "openai-completions",
+          baseUrl: "https://models.example.com/v1",
+          models: [{ id: "m1", contextWindow: 1000, contextWindw: 2000 }]
+        })
+      ).toEqual(refused("models.0.contextWindw: unknown field"))
+      expect((yield* raw(HttpClientRequest.get("/v1/providers/other"), tenant.token)).status).toBe(404)
+      expect(yield* send("POST", "/v1/tokens", { name: "ci", scopes: ["read"] })).toEqual(
+        refused("scopes: unknown field")
+      )
+      expect(yield* send("POST", "/v1/admin/tenants", { name: "stray", plan: "pro" }, operatorToken)).toEqual(
+        refused("plan: unknown field")
+      )
+      const operator = yield* clientFor(operatorToken)
+      const tenants = yield* operator.admin.listTenants({ urlParams: { limit: 100 } })
+      expect(tenants.data.map((listed) => listed.name)).not.toContain("stray")
+
+      // On an agent: the prompt (with its sender), configure, fork, and the agent's own token.
+      const agent = yield* api.agents.create({
+        headers: {},
+        payload: new AgentSchemas.AgentInput({ model: "fake/m1" })
+      })
+      expect(
+        yield* send("POST", `/v1/agents/${agent.id}/prompt`, {
+          text: "hi",
+          requestId: "req_stray",
+          from: { id: "u_1", role: "admin" }
+        })
+      ).toEqual(refused("from.role: unknown field"))
+      expect(yield* send("POST", `/v1/agents/${agent.id}/configure`, { model: "fake/m1", runLimits: {} }))
+        .toEqual(refused("runLimits: unknown field"))
+      expect(yield* send("POST", `/v1/agents/${agent.id}/fork`, { atMesage: 0 })).toEqual(
+        refused("atMesage: unknown field")
+      )
+      expect(
+        yield* send(
+          "POST",
+          `/clients/${agent.id}/requests`,
+          { method: "prompt", text: "hi", runLimits: {} },
+          agent.token
+        )
+      )
+        .toEqual(refused("runLimits: unknown field"))
+      expect(yield* send("POST", `/clients/${agent.id}/requests`, { method: "status", verbose: true }, agent.token))
+        .toEqual(refused("verbose: unknown field"))
+      const state = yield* api.agents.state({ path: { id: agent.id } })
+      expect(state.requests).toEqual([])
+      expect((yield* api.agents.list({ urlParams: {} })).data.map((listed) => listed.id)).toEqual([agent.id])
+
+      // The typed client still sends what the schemas allow.
+      const configured = yield* api.agents.configure({
+        path: { id: agent.id },
+        payload: new AgentSchemas.ConfigureInput({ systemPrompt: "Be brief." })
+      })
+      expect(configured).toMatchObject({ method: "configure" })
+    }))
+
+  it.effect("a client request's error names the problem of the method it names", () =>
+    Effect.gen(function*() {
+      const { api } = yield* tenantWithModel("client-requests")
+      const agent = yield* api.agents.create({
+        headers: {},
+        payload: new AgentSchemas.AgentInput({ model: "fake/m1" })
+      })
+      const request = (body: unknown) =>
+        raw(
+          HttpClientRequest.post(`/clients/${agent.id}/requests`).pipe(HttpClientRequest.bodyUnsafeJson(body)),
+          agent.token
+        )
+      const refused = (error: string) => ({
+        status: 400,
+        body: { error: `invalid request: ${error}`, code: "INVALID_REQUEST" }
+      })
+
+      expect(yield* request({ method: "prompt", text: 5 })).toEqual(refused("text: Expected string, actual 5"))
+      expect(yield* request({ method: "prompt" })).toEqual(refused("text: is missing"))
+      expect(yield* request({ method: "steer", text: "x", from: {} })).toEqual(refused("from.id: is missing"))
+      expect(yield* request({ method: "execute" })).toEqual(refused("code: is missing"))
+      expect(yield* request({ method: "abort", requestId: "" })).toEqual(refused(
+        'requestId: Expected a string at least 1 character(s) long, actual ""'
+      ))
+      expect(yield* request({ method: "reboot" })).toEqual(refused(
+        'method: Expected "prompt" | "steer" | "execute" | "abort" | "status" | "continue" | "configure", actual "reboot"'
+      ))
+      expect((yield* api.agents.state({ path: { id: agent.id } })).requests).toEqual([])
+    }))
+
   it.effect("a tenant cannot see or use another tenant's agent: it does not exist for it", () =>
     Effect.gen(function*() {
       const upstream = yield* Upstream

@@ -143,6 +143,38 @@ layer(NodeLive, { excludeTestServices: true })("openapi", (it) => {
       expect(spec.paths["/v1/tokens"].post.requestBody.content["application/json"].schema.$ref)
         .toBe("#/components/schemas/TokenInput")
       expect(spec.components.schemas.TokenInput.properties.name).toMatchObject({ minLength: 1, maxLength: 80 })
+      // Every JSON body a client sends refuses fields it does not name, at any depth, and says so; maps (headers,
+      // metadata, context, a form's content) say what their values are instead.
+      const open: Array<string> = []
+      const seen = new Set<unknown>()
+      const closed = (schema: any, where: string): void => {
+        if (typeof schema !== "object" || schema === null || seen.has(schema)) return
+        seen.add(schema)
+        if (typeof schema.$ref === "string") {
+          return closed(spec.components.schemas[schema.$ref.split("/").pop()!], schema.$ref)
+        }
+        const map = typeof schema.additionalProperties === "object"
+        if (schema.properties !== undefined && schema.additionalProperties !== false && !map) open.push(where)
+        for (const [name, property] of Object.entries<any>(schema.properties ?? {})) {
+          closed(property, `${where}.${name}`)
+        }
+        for (const member of [...(schema.anyOf ?? []), ...(schema.allOf ?? []), ...(schema.oneOf ?? [])]) {
+          closed(member, where)
+        }
+        closed(schema.items, `${where}[]`)
+      }
+      let bodies = 0
+      for (const [path, item] of Object.entries<any>(spec.paths)) {
+        for (const [method, operation] of Object.entries<any>(item)) {
+          const body = operation.requestBody?.content?.["application/json"]?.schema
+          if (body === undefined) continue
+          bodies++
+          closed(body, `${method} ${path}`)
+        }
+      }
+      expect(bodies).toBeGreaterThan(30)
+      expect(open).toEqual([])
+      expect(spec.components.schemas.TokenInput.additionalProperties).toBe(false)
       expect(spec.paths["/v1/me"].get.security).toEqual([{ bearer: [] }])
       expect(spec.paths["/v1/admin/tenants"].get.security).toEqual([{ operator: [] }])
       expect(JSON.stringify(spec)).not.toContain("HttpApiDecodeError")

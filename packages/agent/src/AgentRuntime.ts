@@ -23,6 +23,7 @@ import {
   Fiber,
   Layer,
   Option,
+  ParseResult,
   Queue,
   Schedule,
   Scope,
@@ -50,6 +51,16 @@ const handOnTimeout = Duration.seconds(30)
  */
 const keepAliveAfter = Duration.seconds(1)
 
+/** At most one warning this often for a journal statement waiting out an outage. */
+const journalWarningInterval = 60_000
+
+/**
+ * Whether the journal refused a statement for good: PostgreSQL refused its data, or a row read back did not
+ * decode. Trying it again would fail the same way.
+ */
+const refused = (error: PersistenceError) =>
+  DatabaseHealth.isPermanent(error) || ParseResult.isParseError(error.cause)
+
 /** How many settled request ids the entity remembers, so a late message cannot queue one again. */
 const rememberedSettled = 1024
 
@@ -73,23 +84,37 @@ export const layer = Layer.unwrapEffect(Effect.map(Agent.client, (makeClient) =>
        * A journal read or write, tried again while the database cannot be reached: a turn waits out an outage
        * instead of failing, and a message handler never dies of one (the cluster would restart the entity).
        * Every journal statement may run twice: each is idempotent or guarded by its state. The cluster stops
-       * the waiting when it moves the agent, and a stale owner's write then fails with Fenced.
+       * the waiting when it moves the agent, and a stale owner's write then fails with Fenced. A statement
+       * PostgreSQL refused for its data (`refused`) would fail the same way for ever: it is not tried again,
+       * and what was doing it ends with the error (a turn: its request completes with it). An outage is
+       * logged when it begins and then at most once a minute per statement, with how often it failed.
        */
       const journal = <A, E>(effect: Effect.Effect<A, E>) =>
-        effect.pipe(
-          Effect.tapError((error) =>
-            error instanceof PersistenceError
-              ? Effect.logWarning("the journal cannot be reached; trying again", error.cause).pipe(
-                Effect.annotateLogs({ agentId })
+        Effect.suspend(() => {
+          let failures = 0
+          let warnedAt = 0
+          return effect.pipe(
+            Effect.tapError((error) => {
+              if (!(error instanceof PersistenceError)) return Effect.void
+              if (refused(error)) {
+                return Effect.logError("the journal refused a write; it is not tried again", error.cause).pipe(
+                  Effect.annotateLogs({ agentId })
+                )
+              }
+              failures++
+              if (Date.now() - warnedAt < journalWarningInterval) return Effect.void
+              warnedAt = Date.now()
+              return Effect.logWarning("the journal cannot be reached; trying again", error.cause).pipe(
+                Effect.annotateLogs({ agentId, failures })
               )
-              : Effect.void
-          ),
-          Effect.retry({
-            schedule: Schedule.spaced("500 millis"),
-            while: (error) => error instanceof PersistenceError
-          }),
-          Effect.orDie
-        )
+            }),
+            Effect.retry({
+              schedule: Schedule.spaced("500 millis"),
+              while: (error) => error instanceof PersistenceError && !refused(error)
+            }),
+            Effect.orDie
+          )
+        })
       const entityScope = yield* Effect.scope
       const localLogs = yield* EventLog.LocalLogs
 
@@ -511,6 +536,13 @@ export const layer = Layer.unwrapEffect(Effect.map(Agent.client, (makeClient) =>
                 : { error: `the runtime could not run the turn: ${Cause.pretty(cause).split("\n")[0]}` }
           })
           yield* settle(row, stored)
+          if (Exit.isFailure(exit) && !Cause.isInterruptedOnly(exit.cause)) {
+            yield* Effect.logError("the turn failed", exit.cause).pipe(
+              Effect.annotateLogs({ agentId, requestId: row.id })
+            )
+            // The turn failed midway (a write the journal refused, say): history goes on from what was kept.
+            history.splice(0, history.length, ...yield* loadHistory)
+          }
           // Steered prompts the turn took (here or on a node before) end with it; those it did not reach
           // run as their own turns.
           // Read back only when there can be any: taken here, or by the node that began a resumed turn.

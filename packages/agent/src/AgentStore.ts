@@ -5,6 +5,7 @@
  */
 import type { Run } from "@agent-runtime/domain"
 import { Agent as AgentSchemas, ApiError } from "@agent-runtime/domain"
+import { Storable } from "@agent-runtime/store"
 import { Outbox } from "@agent-runtime/webhooks"
 import { SqlClient, type Statement } from "@effect/sql"
 import { Context, Effect, Either, flow, Layer, Option, Record, Schema, String } from "effect"
@@ -433,7 +434,7 @@ export const make = Effect.gen(function*() {
     sql`
       INSERT INTO agents (id, tenant_id, key, name, type, config, input_fingerprint, expires_at)
       VALUES (${agent.id}, ${agent.tenantId}, ${agent.key}, ${agent.name}, ${agent.type},
-        ${JSON.stringify(agent.config)}::jsonb, ${agent.inputFingerprint},
+        ${Storable.stringify(agent.config)}::jsonb, ${agent.inputFingerprint},
         ${agent.ttlSeconds === null ? null : sql`now() + make_interval(secs => ${agent.ttlSeconds})`})
       ON CONFLICT (tenant_id, key) WHERE key IS NOT NULL AND deleted_at IS NULL DO NOTHING
       RETURNING ${agentFields}`.pipe(Effect.map((rows) => Option.map(Option.fromNullable(rows[0]), toAgent)))
@@ -454,7 +455,7 @@ export const make = Effect.gen(function*() {
               agentId: agent.id,
               index: row.index,
               requestId: row.requestId,
-              message: JSON.stringify(row.message)
+              message: Storable.stringify(row.message)
             })))
           }`)
       ),
@@ -489,7 +490,7 @@ export const make = Effect.gen(function*() {
   const notifiedOf = (tenantId: string, volumeId: string) =>
     sql`SELECT ${agentFields} FROM agents
       WHERE tenant_id = ${tenantId} AND deleted_at IS NULL AND (expires_at IS NULL OR expires_at > now())
-        AND config -> 'mounts' @> ${JSON.stringify([{ volumeId, notify: true }])}::jsonb`.pipe(
+        AND config -> 'mounts' @> ${Storable.stringify([{ volumeId, notify: true }])}::jsonb`.pipe(
       Effect.map((rows) => rows.map(toAgent))
     )
 
@@ -544,7 +545,7 @@ export const make = Effect.gen(function*() {
       WITH inserted AS (
         INSERT INTO agent_requests (agent_id, id, method, state, fingerprint, input)
         VALUES (${request.agentId}, ${request.id}, ${request.method}, 'queued', ${request.fingerprint},
-          ${JSON.stringify(request.input)}::jsonb)
+          ${Storable.stringify(request.input)}::jsonb)
         ON CONFLICT (agent_id, id) DO NOTHING
         RETURNING ${requestFields})${announcing(announce)}
       SELECT * FROM inserted WHERE ${announcedAll(announce)}
@@ -575,7 +576,7 @@ export const make = Effect.gen(function*() {
       inserted AS (
         INSERT INTO agent_requests (agent_id, id, method, state, fingerprint, input)
         SELECT id, ${request.id}, ${request.method}, 'queued', ${request.fingerprint},
-          ${JSON.stringify(request.input)}::jsonb FROM accepting
+          ${Storable.stringify(request.input)}::jsonb FROM accepting
         ON CONFLICT (agent_id, id) DO NOTHING
         RETURNING ${requestFields})${announcing(options.announce)}
       SELECT ${agentFields}, EXISTS (SELECT 1 FROM accepting) AND ${announcedAll(options.announce)} AS accepting,
@@ -692,7 +693,9 @@ export const make = Effect.gen(function*() {
     cursor: number,
     events: ReadonlyArray<{ readonly id: number; readonly data: unknown }>
   ) =>
-    sql`UPDATE agents SET owner = NULL, released_cursor = ${cursor}, released_events = ${JSON.stringify(events)}::jsonb
+    sql`UPDATE agents SET owner = NULL, released_cursor = ${cursor}, released_events = ${
+      Storable.stringify(events)
+    }::jsonb
       WHERE id = ${agentId} AND owner_epoch = ${epoch}`
 
   /**
@@ -777,12 +780,12 @@ export const make = Effect.gen(function*() {
       SELECT ${agentId}, ${toolCallId}, ${requestId}, ${tool} WHERE ${guard} ON CONFLICT DO NOTHING`
 
   const finishToolCall = (agentId: string, toolCallId: string, result: unknown): Write => (guard) =>
-    sql`UPDATE agent_tool_calls SET result = ${JSON.stringify(result)}::jsonb, ended_at = now()
+    sql`UPDATE agent_tool_calls SET result = ${Storable.stringify(result)}::jsonb, ended_at = now()
       WHERE agent_id = ${agentId} AND tool_call_id = ${toolCallId} AND ${guard}`
 
   const subAgents = (agentId: string, requestId?: string) =>
     sql<{ id: string }>`SELECT id FROM agents WHERE config -> 'delegation' -> 'ancestors' @> ${
-      JSON.stringify([requestId === undefined ? { agentId } : { agentId, requestId }])
+      Storable.stringify([requestId === undefined ? { agentId } : { agentId, requestId }])
     }::jsonb`.pipe(Effect.map((rows) => rows.map((row) => row.id)))
 
   /** The request's tool calls that were sent, with their results where they came back. */
@@ -801,7 +804,7 @@ export const make = Effect.gen(function*() {
   ): Write =>
   (guard) => [
     // Announced with the change and only with it: a data-modifying statement runs to its end, RETURNING too.
-    sql`UPDATE agent_requests SET state = 'completed', outcome = ${JSON.stringify(outcome)}::jsonb,
+    sql`UPDATE agent_requests SET state = 'completed', outcome = ${Storable.stringify(outcome)}::jsonb,
         steered_into = coalesce(${steeredInto ?? null}, steered_into), ended_at = now()
       WHERE agent_id = ${agentId} AND id = ${id} AND state <> 'completed' AND ${guard}
       RETURNING pg_notify(${settledChannel}, agent_id || ' ' || left(id, ${settledIdLength}))`,
@@ -831,11 +834,11 @@ export const make = Effect.gen(function*() {
     sql`UPDATE agents SET resume_failures = 0, resume_after = NULL WHERE id = ${agentId} AND resume_failures > 0`
 
   const updateConfig = (agentId: string, config: AgentConfig): Write => (guard) =>
-    sql`UPDATE agents SET config = ${JSON.stringify(config)}::jsonb WHERE id = ${agentId} AND ${guard}`
+    sql`UPDATE agents SET config = ${Storable.stringify(config)}::jsonb WHERE id = ${agentId} AND ${guard}`
 
   const setApplicationTools =
     (agentId: string, tools: ReadonlyArray<ApplicationTool>, hash: string): Write => (guard) =>
-      sql`UPDATE agents SET application_tools = ${JSON.stringify(tools)}::jsonb, tools_hash = ${hash}
+      sql`UPDATE agents SET application_tools = ${Storable.stringify(tools)}::jsonb, tools_hash = ${hash}
       WHERE id = ${agentId} AND ${guard}`
 
   const setConnection = (agentId: string, connection: string | null): Write => (guard) =>
@@ -844,7 +847,7 @@ export const make = Effect.gen(function*() {
   const appendMessage =
     (agentId: string, index: number, requestId: string | null, message: unknown): Write => (guard) =>
       sql`INSERT INTO agent_messages (agent_id, index, request_id, message)
-      SELECT ${agentId}, ${index}, ${requestId}, ${JSON.stringify(message)}::jsonb WHERE ${guard}
+      SELECT ${agentId}, ${index}, ${requestId}, ${Storable.stringify(message)}::jsonb WHERE ${guard}
       ON CONFLICT (agent_id, index) DO UPDATE SET message = excluded.message, request_id = excluded.request_id`
 
   /** Messages before `before`, each marked when it opens a turn (the first message of its request). */

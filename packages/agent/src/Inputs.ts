@@ -9,7 +9,7 @@
  * inputs at the same moment.
  */
 import { CanonicalJson, Input } from "@agent-runtime/domain"
-import { DatabaseHealth } from "@agent-runtime/store"
+import { DatabaseHealth, Storable } from "@agent-runtime/store"
 import { Outbox } from "@agent-runtime/webhooks"
 import { SqlClient } from "@effect/sql"
 import { Ajv } from "ajv"
@@ -250,9 +250,9 @@ export const make = Effect.gen(function*() {
       sql`INSERT INTO agent_inputs (id, agent_id, tenant_id, request_id, tool_call_id, kind, message, detail, audience,
         approvers, expires_at)
       SELECT a.id, ${agentId}, ${tenantId}, ${requestId}, a.tool_call_id, a.kind, a.message, a.detail,
-        ${JSON.stringify(responders.audience)}::jsonb, ${JSON.stringify(responders.approvers)}::jsonb, ${expiresAt}
+        ${Storable.stringify(responders.audience)}::jsonb, ${Storable.stringify(responders.approvers)}::jsonb, ${expiresAt}
       FROM jsonb_to_recordset(${
-        JSON.stringify(asks.map((asked) => ({
+        Storable.stringify(asks.map((asked) => ({
           id: inputId(agentId, requestId, asked.toolCallId),
           tool_call_id: asked.toolCallId,
           kind: asked.kind,
@@ -311,7 +311,7 @@ export const make = Effect.gen(function*() {
     changes.length === 0
       ? Effect.succeed([] as ReadonlyArray<InputRow>)
       : sql`UPDATE agent_inputs i SET state = c.state, answer = c.answer, settled_at = now()
-        FROM jsonb_to_recordset(${JSON.stringify(changes)}::jsonb) AS c(id text, state text, answer jsonb)
+        FROM jsonb_to_recordset(${Storable.stringify(changes)}::jsonb) AS c(id text, state text, answer jsonb)
         WHERE i.agent_id = ${agentId} AND i.id = c.id AND i.state = 'pending'`.pipe(
         Effect.zipRight(sql<InputRow>`SELECT ${fields} FROM agent_inputs
           WHERE agent_id = ${agentId} AND id IN ${sql.in(changes.map((change) => change.id))} ORDER BY id`),

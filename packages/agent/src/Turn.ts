@@ -9,6 +9,7 @@ import type { Input } from "@agent-runtime/domain"
 import { Volumes } from "@agent-runtime/files"
 import type { ModelError } from "@agent-runtime/models"
 import { ModelClient } from "@agent-runtime/models"
+import { Storable } from "@agent-runtime/store"
 import { Effect, Either, Option } from "effect"
 import type { AttachedFile } from "./Agent.ts"
 import type { AgentConfig } from "./AgentStore.ts"
@@ -324,6 +325,18 @@ const settledResult = (input: Input.Input): Tools.ToolResult => {
   }
 }
 
+/**
+ * Why a call's arguments cannot be given to a tool, if they cannot: the model must send one JSON object
+ * (unreadable JSON reaches here as whatever part of it could be read), nested at most
+ * `ModelClient.maxArgumentDepth` levels.
+ */
+const argumentsProblem = (args: unknown): string | undefined =>
+  args === null || typeof args !== "object" || Array.isArray(args)
+    ? "the arguments must be one JSON object; send the call again with an object of the tool's parameters"
+    : ModelClient.depthOf(args) > ModelClient.maxArgumentDepth
+    ? `the arguments nest deeper than ${ModelClient.maxArgumentDepth} levels; send them flatter`
+    : undefined
+
 /** A call of an earlier turn that was never answered and asked nobody. */
 const neverAnswered = Tools.text("This call was never answered; whether it ran is unknown.", true, "unknown_outcome")
 
@@ -332,6 +345,13 @@ const answersAlone = (input: Input.Input) => input.state !== "answered" || input
 
 /** Permits of a code run's calls: a parallel call takes one, a sequential one all of them. */
 const lanesTotal = Codemode.defaultLimits.toolCalls
+
+/**
+ * How much of a tool call's arguments is told to watchers as they stream; the rest comes whole with the
+ * call's end. A provider sends a few characters a delta, so a megabyte of arguments would be hundreds of
+ * thousands of events, each costing the node and every watcher far more than its few characters.
+ */
+const toldArgumentsLimit = 64 * 1024
 
 /** At most one tool_execution_update every 250 ms per call. */
 const updateInterval = 250
@@ -569,6 +589,8 @@ export const run = (input: TurnInput, hooks: TurnHooks) =>
           result = settledResult(settled)
         } else if (sent.has(journalId) && !reattaches(toolSet.direct.get(call.name), sent.get(journalId))) {
           result = answerSent(sent.get(journalId))
+        } else if (argumentsProblem(call.arguments) !== undefined) {
+          result = Tools.text(argumentsProblem(call.arguments)!, true, "invalid_arguments")
         } else if (call.name === Tools.codemodeName && toolSet.code.length > 0) {
           const code = call.arguments.code
           result = typeof code !== "string"
@@ -580,7 +602,7 @@ export const run = (input: TurnInput, hooks: TurnHooks) =>
         } else {
           const tool = toolSet.direct.get(call.name)
           if (tool === undefined) {
-            result = Tools.text(`tool ${call.name} is not available`, true, "unavailable")
+            result = Tools.text(`tool ${JSON.stringify(call.name.slice(0, 64))} is not available`, true, "unavailable")
           } else if (settled === undefined && needsApproval(tool)) {
             result = {
               ...Tools.text("waiting for a person's approval"),
@@ -621,6 +643,8 @@ export const run = (input: TurnInput, hooks: TurnHooks) =>
             yield* hooks.toolFinished(journalId, result)
           }
         }
+        // What a tool, an application or a tool server answered is kept as the journal can keep it.
+        result = Storable.value(result)
         if (result.ask === undefined) {
           yield* event("tool_execution_end", {
             toolCallId: call.id,
@@ -818,6 +842,8 @@ export const run = (input: TurnInput, hooks: TurnHooks) =>
       const index = hooks.historySize()
       let started = false
       let partial: ModelClient.AssistantMessage | undefined
+      /** How much of each call's arguments was told as deltas (see `toldArgumentsLimit`). */
+      const argumentsTold = new Map<number, number>()
       const context: ModelClient.Context = {
         ...(systemPrompt === "" ? {} : { systemPrompt }),
         messages: modelContext(hooks.history()),
@@ -834,6 +860,7 @@ export const run = (input: TurnInput, hooks: TurnHooks) =>
               started ? event("message_retracted", { index }) : Effect.void,
               Effect.suspend(() => {
                 started = false
+                argumentsTold.clear()
                 const { type: _type, ...fields } = modelEvent
                 return event("auto_retry_start", fields)
               })
@@ -845,6 +872,11 @@ export const run = (input: TurnInput, hooks: TurnHooks) =>
           default: {
             const { partial: latest, ...delta } = modelEvent
             partial = latest
+            if (delta.type === "toolcall_delta") {
+              const told = (argumentsTold.get(delta.contentIndex) ?? 0) + delta.delta.length
+              argumentsTold.set(delta.contentIndex, told)
+              if (told > toldArgumentsLimit) return Effect.void
+            }
             return event("message_update", { index, assistantMessageEvent: delta })
           }
         }

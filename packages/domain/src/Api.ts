@@ -4,6 +4,7 @@
  */
 import { HttpApi, HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "@effect/platform"
 import { Schema } from "effect"
+import type { ParseOptions } from "effect/SchemaAST"
 import {
   AgentCreated,
   AgentCredentials,
@@ -86,6 +87,21 @@ const scopeParam = HttpApiSchema.param(
 /** Unpaged lists keep the list wrapper, with `next` always null. */
 const List = Page
 
+/**
+ * How a body a client sends is decoded: a field the schema does not know is refused, at any depth (a misspelt
+ * `spendLimit` would otherwise be dropped and the client believe it took effect), and every problem is named,
+ * not only the first. The OpenAPI document already says `additionalProperties: false` for these.
+ */
+export const payloadOptions: ParseOptions = { onExcessProperty: "error", errors: "all" }
+
+/**
+ * A request body's schema, decoded with `payloadOptions` wherever it is decoded (the API, the hot routes) and
+ * encoded so by the typed client. Only inputs: answers, records and stored rows keep ignoring fields they do
+ * not know, so an older row or a newer server's answer still decodes.
+ */
+export const payload = <A, I, R>(schema: Schema.Schema<A, I, R>): Schema.Schema<A, I, R> =>
+  schema.annotations({ parseOptions: payloadOptions })
+
 export class HealthGroup extends HttpApiGroup.make("health", { topLevel: true })
   .add(
     HttpApiEndpoint.get("healthz", "/healthz")
@@ -110,7 +126,7 @@ export class MeGroup extends HttpApiGroup.make("me")
 export class TokensGroup extends HttpApiGroup.make("tokens")
   .add(
     HttpApiEndpoint.post("create", "/v1/tokens")
-      .setPayload(TokenInput)
+      .setPayload(payload(TokenInput))
       .addSuccess(TokenCreated, created)
       .annotate(OpenApi.Description, "Creates an API key; the key itself is shown only in this answer.")
   )
@@ -135,7 +151,7 @@ const definitionParam = HttpApiSchema.param("id", Schema.String)
 export class DefinitionsGroup extends HttpApiGroup.make("definitions")
   .add(
     HttpApiEndpoint.post("create", "/v1/definitions")
-      .setPayload(DefinitionInput)
+      .setPayload(payload(DefinitionInput))
       .addSuccess(Definition, created)
       .annotate(
         OpenApi.Description,
@@ -164,7 +180,7 @@ export class DefinitionsGroup extends HttpApiGroup.make("definitions")
   )
   .add(
     HttpApiEndpoint.patch("update")`/v1/definitions/${definitionParam}`
-      .setPayload(DefinitionUpdate)
+      .setPayload(payload(DefinitionUpdate))
       .addSuccess(Definition)
       .addError(ApiError.NotFound.Wire)
       .annotate(
@@ -192,7 +208,7 @@ const scheduleParam = HttpApiSchema.param("scheduleId", Schema.String)
 export class SchedulesGroup extends HttpApiGroup.make("schedules")
   .add(
     HttpApiEndpoint.post("create")`/v1/agents/${idParam}/schedules`
-      .setPayload(ScheduleInput)
+      .setPayload(payload(ScheduleInput))
       .addSuccess(Schedule, created)
       .addError(ApiError.NotFound.Wire)
       .addError(ApiError.Conflict.Wire)
@@ -249,7 +265,7 @@ export class ProvidersGroup extends HttpApiGroup.make("providers")
   )
   .add(
     HttpApiEndpoint.put("put")`/v1/providers/${nameParam}`
-      .setPayload(CustomProviderInput)
+      .setPayload(payload(CustomProviderInput))
       .addSuccess(Provider)
       .annotate(
         OpenApi.Description,
@@ -268,7 +284,7 @@ export class ProvidersGroup extends HttpApiGroup.make("providers")
 export class KeysGroup extends HttpApiGroup.make("keys")
   .add(
     HttpApiEndpoint.put("put")`/v1/keys/${providerParam}`
-      .setPayload(KeyInput)
+      .setPayload(payload(KeyInput))
       .addSuccess(KeySet)
       .addError(ApiError.NotFound.Wire)
       .annotate(
@@ -301,7 +317,7 @@ export class KeyScopesGroup extends HttpApiGroup.make("keyScopes")
   )
   .add(
     HttpApiEndpoint.put("putEntry")`/v1/key-scopes/${scopeParam}/providers/${providerParam}`
-      .setPayload(Schema.Union(KeyScopeEntryInput, KeyInput))
+      .setPayload(payload(Schema.Union(KeyScopeEntryInput, KeyInput)))
       .addSuccess(Schema.Union(KeyScopeEntry, KeySet))
       .addError(ApiError.NotFound.Wire)
       .annotate(
@@ -317,7 +333,7 @@ export class KeyScopesGroup extends HttpApiGroup.make("keyScopes")
   )
   .add(
     HttpApiEndpoint.put("putProvider")`/v1/key-scopes/${scopeParam}/model-providers/${nameParam}`
-      .setPayload(CustomProviderInput)
+      .setPayload(payload(CustomProviderInput))
       .addSuccess(Provider)
   )
   .add(
@@ -366,7 +382,7 @@ const HistoryParams = Schema.Struct({
 export class AgentsGroup extends HttpApiGroup.make("agents")
   .add(
     HttpApiEndpoint.post("create", "/v1/agents")
-      .setPayload(AgentInput)
+      .setPayload(payload(AgentInput))
       .setHeaders(Schema.Struct({
         "idempotency-key": Schema.optional(AgentKey.annotations({
           description: "makes a keyed agent; a retry with the same key and body returns the same agent"
@@ -378,7 +394,7 @@ export class AgentsGroup extends HttpApiGroup.make("agents")
   )
   .add(
     HttpApiEndpoint.put("upsert")`/v1/agents/by-key/${HttpApiSchema.param("key", AgentKey)}`
-      .setPayload(AgentInput)
+      .setPayload(payload(AgentInput))
       .addSuccess(AgentCreated)
       .addError(ApiError.IdempotencyConflict.Wire)
       .addError(ApiError.IdempotencyInProgress.Wire)
@@ -416,7 +432,7 @@ export class AgentsGroup extends HttpApiGroup.make("agents")
   )
   .add(
     HttpApiEndpoint.post("prompt")`/v1/agents/${agentParam}/prompt`
-      .setPayload(PromptInput)
+      .setPayload(payload(PromptInput))
       .addSuccess(RequestRecord, { status: promptAccepted })
       .addError(ApiError.SpendLimit.Wire)
       .addError(ApiError.ApplicationNotConnected.Wire)
@@ -430,7 +446,7 @@ export class AgentsGroup extends HttpApiGroup.make("agents")
   )
   .add(
     HttpApiEndpoint.post("fork")`/v1/agents/${agentParam}/fork`
-      .setPayload(ForkInput)
+      .setPayload(payload(ForkInput))
       .addSuccess(ForkCreated, created)
       .addError(ApiError.NotFound.Wire)
       .addError(ApiError.Gone.Wire)
@@ -444,10 +460,10 @@ export class AgentsGroup extends HttpApiGroup.make("agents")
   )
   .add(
     HttpApiEndpoint.post("continue")`/v1/agents/${agentParam}/continue`
-      .setPayload(Schema.Struct({
+      .setPayload(payload(Schema.Struct({
         requestId: Schema.optional(Schema.String.pipe(Schema.minLength(1))),
         allowDisconnected: Schema.optional(Schema.Boolean)
-      }))
+      })))
       .addSuccess(RequestRecord, { status: 202 })
       .addError(ApiError.ApplicationNotConnected.Wire)
       .addError(ApiError.SpendLimit.Wire)
@@ -458,7 +474,7 @@ export class AgentsGroup extends HttpApiGroup.make("agents")
   )
   .add(
     HttpApiEndpoint.post("execute")`/v1/agents/${agentParam}/execute`
-      .setPayload(ExecuteInput)
+      .setPayload(payload(ExecuteInput))
       .addSuccess(RequestRecord, { status: 202 })
       .addError(ApiError.ApplicationNotConnected.Wire)
       .addError(ApiError.SpendLimit.Wire)
@@ -475,7 +491,7 @@ export class AgentsGroup extends HttpApiGroup.make("agents")
   )
   .add(
     HttpApiEndpoint.post("abort")`/v1/agents/${agentParam}/abort`
-      .setPayload(Schema.Struct({ requestId: Schema.optional(Schema.String.pipe(Schema.minLength(1))) }))
+      .setPayload(payload(Schema.Struct({ requestId: Schema.optional(Schema.String.pipe(Schema.minLength(1))) })))
       .addSuccess(RequestRecord)
       .addError(ApiError.NotFound.Wire)
       .addError(ApiError.Gone.Wire)
@@ -489,7 +505,7 @@ export class AgentsGroup extends HttpApiGroup.make("agents")
   )
   .add(
     HttpApiEndpoint.post("configure")`/v1/agents/${agentParam}/configure`
-      .setPayload(ConfigureInput)
+      .setPayload(payload(ConfigureInput))
       .addSuccess(RequestRecord)
       .addError(ApiError.NotFound.Wire)
       .addError(ApiError.Gone.Wire)
@@ -504,7 +520,7 @@ export class AgentsGroup extends HttpApiGroup.make("agents")
   )
   .add(
     HttpApiEndpoint.post("applyDefinition")`/v1/agents/${agentParam}/definition`
-      .setPayload(DefinitionApply)
+      .setPayload(payload(DefinitionApply))
       .addSuccess(RequestRecord)
       .addError(ApiError.NotFound.Wire)
       .addError(ApiError.Gone.Wire)
@@ -562,7 +578,7 @@ export class AgentsGroup extends HttpApiGroup.make("agents")
   )
   .add(
     HttpApiEndpoint.post("browserToken")`/v1/agents/${agentParam}/browser-tokens`
-      .setPayload(BrowserTokenInput)
+      .setPayload(payload(BrowserTokenInput))
       .addSuccess(BrowserToken, created)
       .addError(ApiError.NotFound.Wire)
       .addError(ApiError.Gone.Wire)
@@ -613,7 +629,7 @@ export class InputsGroup extends HttpApiGroup.make("inputs")
   )
   .add(
     HttpApiEndpoint.post("answer")`/v1/agents/${agentParam}/inputs/${inputParam}/answer`
-      .setPayload(AnswerInput)
+      .setPayload(payload(AnswerInput))
       .addSuccess(Answered)
       .addError(ApiError.Forbidden.Wire)
       .addError(ApiError.NotFound.Wire)
@@ -623,7 +639,7 @@ export class InputsGroup extends HttpApiGroup.make("inputs")
   )
   .add(
     HttpApiEndpoint.post("answerAll")`/v1/agents/${agentParam}/answers`
-      .setPayload(AnswerInputs)
+      .setPayload(payload(AnswerInputs))
       .addSuccess(AnsweredAll)
       .addError(ApiError.Forbidden.Wire)
       .addError(ApiError.NotFound.Wire)
@@ -634,11 +650,14 @@ export class InputsGroup extends HttpApiGroup.make("inputs")
   .middleware(Authentication)
 {}
 
+/**
+ * Each member names its method with one literal, so a body is decoded as the member its method names and
+ * refused naming that member's problem (`text: is missing`), not every member's.
+ */
 export const ClientRequest = Schema.Union(
-  Schema.Struct({ method: Schema.Literal("prompt", "steer"), ...PromptInput.fields }),
-  Schema.Struct({ method: Schema.Literal("execute"), ...ExecuteInput.fields }).annotations({
-    parseOptions: { onExcessProperty: "error" }
-  }),
+  Schema.Struct({ method: Schema.Literal("prompt"), ...PromptInput.fields }),
+  Schema.Struct({ method: Schema.Literal("steer"), ...PromptInput.fields }),
+  Schema.Struct({ method: Schema.Literal("execute"), ...ExecuteInput.fields }),
   Schema.Struct({
     method: Schema.Literal("abort"),
     requestId: Schema.optional(Schema.String.pipe(Schema.minLength(1)))
@@ -661,7 +680,7 @@ export const ClientRequest = Schema.Union(
       thinkingLevel: ConfigureInput.fields.thinkingLevel,
       builtins: ConfigureInput.fields.builtins
     })
-  ).annotations({ parseOptions: { onExcessProperty: "error" } })
+  )
 ).annotations({
   identifier: "ClientRequest",
   description: "The agent's own token cannot change keyScope, spendLimit, modelHeaders or mounts (mounts name the " +
@@ -672,7 +691,7 @@ export const ClientRequest = Schema.Union(
 export class ClientsGroup extends HttpApiGroup.make("clients")
   .add(
     HttpApiEndpoint.post("request")`/clients/${clientParam}/requests`
-      .setPayload(ClientRequest)
+      .setPayload(payload(ClientRequest))
       .addSuccess(RequestRecord)
       .addError(ApiError.ApplicationNotConnected.Wire)
       .addError(ApiError.SpendLimit.Wire)
@@ -744,7 +763,7 @@ export class ClientsGroup extends HttpApiGroup.make("clients")
   )
   .add(
     HttpApiEndpoint.post("answer")`/clients/${clientParam}/inputs/${inputParam}/answer`
-      .setPayload(AnswerInput)
+      .setPayload(payload(AnswerInput))
       .addSuccess(Answered)
       .addError(ApiError.Forbidden.Wire)
       .addError(ApiError.NotFound.Wire)
@@ -754,7 +773,7 @@ export class ClientsGroup extends HttpApiGroup.make("clients")
   )
   .add(
     HttpApiEndpoint.post("answerAll")`/clients/${clientParam}/answers`
-      .setPayload(AnswerInputs)
+      .setPayload(payload(AnswerInputs))
       .addSuccess(AnsweredAll)
       .addError(ApiError.Forbidden.Wire)
       .addError(ApiError.NotFound.Wire)
@@ -793,7 +812,7 @@ const FileBytes = HttpApiSchema.Uint8Array({ contentType: "application/octet-str
 export class VolumesGroup extends HttpApiGroup.make("volumes")
   .add(
     HttpApiEndpoint.post("create", "/v1/volumes")
-      .setPayload(VolumeInput)
+      .setPayload(payload(VolumeInput))
       .addSuccess(Volume, created)
       .annotate(OpenApi.Description, "A new, empty volume to mount into agents (see docs/files.md).")
   )
@@ -807,7 +826,7 @@ export class VolumesGroup extends HttpApiGroup.make("volumes")
   )
   .add(
     HttpApiEndpoint.post("fork")`/v1/volumes/${volumeParam}/fork`
-      .setPayload(VolumeForkInput)
+      .setPayload(payload(VolumeForkInput))
       .addSuccess(Volume, created)
       .addError(ApiError.NotFound.Wire)
       .addError(ApiError.TooLarge.Wire)
@@ -897,7 +916,7 @@ export class DownloadsGroup extends HttpApiGroup.make("downloads")
 export class WebhooksGroup extends HttpApiGroup.make("webhooks")
   .add(
     HttpApiEndpoint.post("create", "/v1/webhooks")
-      .setPayload(WebhookEndpointInput)
+      .setPayload(payload(WebhookEndpointInput))
       .addSuccess(WebhookEndpointCreated, created)
       .addError(ApiError.Conflict.Wire)
       .annotate(
@@ -914,7 +933,7 @@ export class WebhooksGroup extends HttpApiGroup.make("webhooks")
   )
   .add(
     HttpApiEndpoint.patch("update")`/v1/webhooks/${webhookParam}`
-      .setPayload(WebhookEndpointUpdate)
+      .setPayload(payload(WebhookEndpointUpdate))
       .addSuccess(WebhookEndpoint)
       .addError(ApiError.NotFound.Wire)
       .annotate(OpenApi.Description, "Changes the url, events or description; events already queued still go out.")
@@ -960,7 +979,7 @@ export class WebhooksGroup extends HttpApiGroup.make("webhooks")
   )
   .add(
     HttpApiEndpoint.put("putUsage", "/v1/usage-webhook")
-      .setPayload(UsageWebhookInput)
+      .setPayload(payload(UsageWebhookInput))
       .addSuccess(UsageWebhookCreated)
       .annotate(
         OpenApi.Description,
@@ -986,7 +1005,7 @@ export class WebhooksGroup extends HttpApiGroup.make("webhooks")
 export class AdminGroup extends HttpApiGroup.make("admin")
   .add(
     HttpApiEndpoint.post("createTenant", "/v1/admin/tenants")
-      .setPayload(TenantInput)
+      .setPayload(payload(TenantInput))
       .addSuccess(TenantCreated, created)
       .annotate(OpenApi.Description, "Creates a tenant and its first API key (shown only in this answer).")
   )
@@ -1002,7 +1021,7 @@ export class AdminGroup extends HttpApiGroup.make("admin")
   )
   .add(
     HttpApiEndpoint.put("putPlatformKey")`/v1/admin/platform-keys/${providerParam}`
-      .setPayload(KeyInput)
+      .setPayload(payload(KeyInput))
       .addSuccess(KeySet)
       .addError(ApiError.NotFound.Wire)
       .annotate(OpenApi.Description, "A platform key: used by every tenant without its own key (source platform).")

@@ -7,7 +7,9 @@
  * finished response has its usage and cost recorded.
  */
 import { Egress, EgressError } from "@agent-runtime/egress"
+import { Storable } from "@agent-runtime/store"
 import { Duration, Effect, Exit, Option, Redacted } from "effect"
+import * as Crypto from "node:crypto"
 import { Credentials, type Target } from "./Credentials.ts"
 import * as Pi from "./internal/pi.ts"
 import {
@@ -127,6 +129,66 @@ const classify = (
   return new ModelRequestRefused({ provider, status: last.status, detail })
 }
 
+/**
+ * How deep a tool call's arguments may nest. Deeper arguments are cut one level below (see `kept`), so the
+ * turn still sees that they were too deep and answers the call with an error instead of running it.
+ */
+export const maxArgumentDepth = 64
+
+/** How deep `value` nests (a scalar is 0), counting no further than `limit + 1`; no recursion. */
+export const depthOf = (value: unknown, limit = maxArgumentDepth): number => {
+  let deepest = 0
+  const stack: Array<readonly [unknown, number]> = [[value, 0]]
+  while (stack.length > 0) {
+    const [item, depth] = stack.pop()!
+    if (item === null || typeof item !== "object") continue
+    deepest = Math.max(deepest, depth + 1)
+    if (deepest > limit) return deepest
+    for (const inner of Object.values(item)) stack.push([inner, depth + 1])
+  }
+  return deepest
+}
+
+/** `value` with whatever nests below `depth` levels replaced by a string saying so. */
+const cut = (value: unknown, depth: number): unknown => {
+  if (value === null || typeof value !== "object") return value
+  if (depth === 0) return "[nested too deeply]"
+  if (Array.isArray(value)) return value.map((item) => cut(item, depth - 1))
+  return Object.fromEntries(Object.entries(value).map(([key, item]) => [key, cut(item, depth - 1)]))
+}
+
+/** What a tool call id may be: printable ASCII, short enough for the journal's keys (and every provider). */
+const keptToolCallId = /^[\x21-\x7e]{1,256}$/
+
+/** Tool names are at most 64 characters at every provider; a longer one names no tool either way. */
+const maxToolNameLength = 256
+
+/**
+ * A finished response as the runtime keeps it, whatever the provider sent: its text storable (see
+ * `Storable`), each tool call's id printable, bounded and unique within the message (another id is made from
+ * a hash where not), its name bounded, its arguments nested at most one level deeper than
+ * `maxArgumentDepth`. The same message when nothing needs changing.
+ */
+const kept = (message: Pi.AssistantMessage): Pi.AssistantMessage => {
+  const ids = new Set<string>()
+  let changed = false
+  // Depth first: the storable check walks the arguments, which must be bounded by then.
+  const content = message.content.map((part, index) => {
+    if (part.type !== "toolCall") return part
+    let id = part.id
+    if (!keptToolCallId.test(id) || ids.has(id)) {
+      id = `call_${Crypto.createHash("sha256").update(`${index}:${id}`).digest("hex").slice(0, 24)}`
+    }
+    ids.add(id)
+    const name = part.name.length > maxToolNameLength ? part.name.slice(0, maxToolNameLength) : part.name
+    const deep = depthOf(part.arguments, maxArgumentDepth + 1) > maxArgumentDepth + 1
+    if (id === part.id && name === part.name && !deep) return part
+    changed = true
+    return { ...part, id, name, arguments: deep ? cut(part.arguments, maxArgumentDepth + 1) as any : part.arguments }
+  })
+  return Storable.value(changed ? { ...message, content } : message)
+}
+
 export class ModelClient extends Effect.Service<ModelClient>()("@agent-runtime/models/ModelClient", {
   effect: Effect.gen(function*() {
     const egress = yield* Egress.Egress
@@ -199,9 +261,14 @@ export class ModelClient extends Effect.Service<ModelClient>()("@agent-runtime/m
           if (event.type === "done") {
             yield* record(target, call, event.message)
             if (attemptNumber > 1) yield* onEvent({ type: "auto_retry_end", success: true, attempt: attemptNumber })
-            return event.message
+            return kept(event.message)
           }
-          yield* onEvent(event)
+          // The finished call, told as it ends, is told as it will be kept.
+          yield* onEvent(
+            event.type === "toolcall_end"
+              ? { ...event, toolCall: kept(event.partial).content[event.contentIndex] as typeof event.toolCall }
+              : event
+          )
         }
       }))
 

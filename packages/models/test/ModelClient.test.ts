@@ -243,6 +243,43 @@ describe.each(types)("%s", (type) => {
   )
 
   it.scopedLive(
+    "a response nobody expected is kept storable and bounded: NUL, lone surrogates, deep arguments, bad ids",
+    () =>
+      scenario((upstream) =>
+        Effect.gen(function*() {
+          yield* saveProvider(upstream.url, type)
+          const deep = `${"[".repeat(20_000)}1${"]".repeat(20_000)}`
+          upstream.script({
+            text: "a\u0000b\ud800",
+            toolCalls: [
+              { id: "call_same", name: "get_weather", arguments: { "ci\u0000ty": "Pa\udc00ris" } },
+              { id: "call_same", name: "get_time", arguments: `{"tz":${deep}}` },
+              { id: "x".repeat(3_000), name: "n".repeat(1_000), arguments: "[1, 2]" }
+            ]
+          })
+          const events = Either.getOrThrow(yield* collect(call()))
+          const done = events.at(-1)! as Extract<ModelClientModule.ModelEvent, { type: "done" }>
+          const calls = done.message.content.flatMap((part) => part.type === "toolCall" ? [part] : [])
+          expect(done.message.content.find((part) => part.type === "text")).toMatchObject({ text: "a\uFFFDb\uFFFD" })
+          expect(calls).toHaveLength(3)
+          // Anthropic's ids are its own, so only the ones the fake sent as given are checked for their form.
+          expect(new Set(calls.map((part) => part.id)).size).toBe(3)
+          for (const part of calls) expect(part.id).toMatch(/^[\x21-\x7e]{1,256}$/)
+          expect(calls[0]!.arguments).toEqual({ "ci\uFFFDty": "Pa\uFFFDris" })
+          // Cut one level below the bound, so the turn still sees they were too deep.
+          expect(ModelClient.depthOf(calls[1]!.arguments)).toBe(ModelClient.maxArgumentDepth + 1)
+          expect(calls[2]!.name).toHaveLength(256)
+          // What watchers are told as each call ends is the call as kept.
+          const ends = events.flatMap((event) => event.type === "toolcall_end" ? [event.toolCall] : [])
+          expect(ends).toEqual(calls)
+          expect(() => JSON.stringify(done.message)).not.toThrow()
+          expect(JSON.stringify(done.message)).not.toMatch(/\\u0000|\\ud[89a-f]/)
+        })
+      ),
+    { timeout: 30_000 }
+  )
+
+  it.scopedLive(
     "reports a 401 as a refused key, without retrying or quoting the key",
     () =>
       scenario((upstream) =>

@@ -137,6 +137,26 @@ export const neverSent = (failure: unknown): boolean =>
   })
 
 /**
+ * SQLSTATE classes of a statement the server refused for what it says, not for how it was sent: the same
+ * statement fails the same way each time it is tried. 22 data exception (a NUL in text, a value too long,
+ * bad JSON), 23 integrity constraint violation, 42 syntax error or access rule violation, 54 program limit
+ * exceeded (a row too large for an index).
+ */
+const permanentSqlStateClasses = new Set(["22", "23", "42", "54"])
+
+/**
+ * Whether a failure will repeat however often the statement is tried: PostgreSQL refused it for its data
+ * (see `permanentSqlStateClasses`). Retrying such a write loops for ever; the caller must end what it was
+ * doing with an error instead. Connection failures, serialization failures (40001), deadlocks (40P01),
+ * cancelled statements (57014) and lock timeouts (55P03) are not permanent: they are worth trying again.
+ */
+export const isPermanent = (failure: unknown): boolean =>
+  someUnderSqlError(failure, (error) => {
+    const code = (error as { code?: unknown }).code
+    return typeof code === "string" && code.length === 5 && permanentSqlStateClasses.has(code.slice(0, 2))
+  })
+
+/**
  * For a background task's failure: a warning with its cause, unless the
  * database is what is away (the outage is logged once, by the probe), so a
  * loop that runs every second does not log every second of an outage.

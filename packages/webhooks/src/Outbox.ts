@@ -6,7 +6,7 @@
  * tenant with none writes no event at all.
  */
 import type { Webhook } from "@agent-runtime/domain"
-import { Ids } from "@agent-runtime/store"
+import { Ids, Storable } from "@agent-runtime/store"
 import { SqlClient, type Statement } from "@effect/sql"
 import { Effect } from "effect"
 
@@ -34,7 +34,7 @@ export const insert = (sql: SqlClient.SqlClient, events: ReadonlyArray<NewEvent>
   const rows = events.map((event) =>
     sql`SELECT ${Ids.make("evt")} AS id, ${event.tenantId} AS tenant_id, ${event.type} AS type,
       round(extract(epoch from clock_timestamp())::numeric, 3)::float8 AS created,
-      ${JSON.stringify(event.data)}::jsonb ${event.merge === undefined ? sql`` : sql`|| ${event.merge}`} AS data,
+      ${Storable.stringify(event.data)}::jsonb ${event.merge === undefined ? sql`` : sql`|| ${event.merge}`} AS data,
       ${kinds[event.audience ?? "all"]}::text[] AS kinds
       ${event.when === undefined ? sql`` : sql`WHERE ${event.when}`}`
   )

@@ -21,11 +21,35 @@ import * as Http from "node:http"
 import type { Duplex } from "node:stream"
 import { ServerConfig } from "../ServerConfig.ts"
 
+type Issue = HttpApiError.HttpApiDecodeError["issues"][number]
+
+/** A field a body's schema does not know (`Api.payloadOptions` refuses it): said so, not as Effect's list of known ones. */
+const isUnknownField = (issue: Issue) => issue._tag === "Unexpected" && typeof issue.path.at(-1) === "string"
+
+/**
+ * An optional field's other alternative, absence ("Expected undefined"), when what is wrong with its value is
+ * named too: the value is there, and the other problem is the one to fix.
+ */
+const isAbsentAlternative = (issue: Issue, issues: ReadonlyArray<Issue>) =>
+  issue._tag === "Type" && issue.message.startsWith("Expected undefined, actual") &&
+  issues.some((other) =>
+    other !== issue && other.path.length >= issue.path.length &&
+    issue.path.every((key, index) => other.path[index] === key)
+  )
+
+/** Each failing field and why, each said once (a union's members may name the same field). */
 const describe = (error: HttpApiError.HttpApiDecodeError) =>
   error.issues.length === 0
     ? error.message
-    : error.issues.map((issue) => `${issue.path.length > 0 ? issue.path.join(".") : "value"}: ${issue.message}`)
-      .join("; ")
+    : Array.from(
+      new Set(
+        error.issues.filter((issue) => !isAbsentAlternative(issue, error.issues)).map((issue) =>
+          `${issue.path.length > 0 ? issue.path.join(".") : "value"}: ${
+            isUnknownField(issue) ? "unknown field" : issue.message
+          }`
+        )
+      )
+    ).join("; ")
 
 const isBodyTooLarge = (error: HttpServerError.RequestError) =>
   error.cause instanceof Error && error.cause.message === "maxBytes exceeded"

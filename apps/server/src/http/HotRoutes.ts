@@ -26,7 +26,7 @@ const promptPath = /^\/v1\/agents\/([\w.~-]+)\/prompt$/
 const requestPath = /^\/v1\/agents\/([\w.~-]+)\/requests\/([\w.~-]+)(?:\?wait=([\w.~-]*))?$/
 
 // The endpoints' own schemas and statuses.
-const decodePrompt = Schema.decodeUnknown(Run.PromptInput)
+const decodePrompt = Schema.decodeUnknown(Api.payload(Run.PromptInput))
 const decodeRequestParams = Schema.decodeUnknown(Api.RequestParams)
 const encodeRecord = Schema.encode(Run.RequestRecord)
 
