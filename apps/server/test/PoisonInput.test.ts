@@ -162,7 +162,10 @@ layer(TestWorld.layer(), { excludeTestServices: true })("poison input from the m
         { text: "noted" }
       ], { model })
       const ran = yield* promptAndWait(api, token, agentId, "list")
-      expect(ran.record.outcome.result, JSON.stringify(ran.record.outcome)).toMatchObject({ reply: "noted", toolErrors: 2 })
+      expect(ran.record.outcome.result, JSON.stringify(ran.record.outcome)).toMatchObject({
+        reply: "noted",
+        toolErrors: 2
+      })
       const calls = ran.record.outcome.result.toolCalls
       expect(calls.slice(0, 3)).toMatchObject([
         { toolCallId: "call_array", ok: false, code: "invalid_arguments" },
@@ -183,22 +186,26 @@ layer(TestWorld.layer(), { excludeTestServices: true })("poison input from the m
       expect(JSON.stringify(results[1].content)).toContain("nest deeper than 64 levels")
     }))
 
-  it.effect("fuzzed: mixed poisoned responses, each run ends in time, the agent stays usable", () =>
-    Effect.gen(function*() {
-      const { api, token, world } = yield* setUp
-      const agentId = yield* createAgent(api, token)
-      const steps = fc.sample(PoisonModel.arbitrary, { seed: 20_261_126, numRuns: 24 })
-      for (const step of steps) yield* poisonThenUsable(world, api, token, agentId, step)
-      const output = world.node.output()
-      expect(output).not.toContain("the journal cannot be reached")
-      // No line said over and over for one failing request.
-      const counts = new Map<string, number>()
-      for (const line of output.split("\n")) {
-        if (!/level=(WARN|ERROR|FATAL)/.test(line)) continue
-        const message = /message=("[^"]*"|\S+)/.exec(line)?.[1]
-        if (message !== undefined) counts.set(message, (counts.get(message) ?? 0) + 1)
-      }
-      const repeated = [...counts].filter(([, count]) => count > 30)
-      expect(repeated).toEqual([])
-    }), 240_000)
+  it.effect(
+    "fuzzed: mixed poisoned responses, each run ends in time, the agent stays usable",
+    () =>
+      Effect.gen(function*() {
+        const { api, token, world } = yield* setUp
+        const agentId = yield* createAgent(api, token)
+        const steps = fc.sample(PoisonModel.arbitrary, { seed: 20_261_126, numRuns: 24 })
+        for (const step of steps) yield* poisonThenUsable(world, api, token, agentId, step)
+        const output = world.node.output()
+        expect(output).not.toContain("the journal cannot be reached")
+        // No line said over and over for one failing request.
+        const counts = new Map<string, number>()
+        for (const line of output.split("\n")) {
+          if (!/level=(WARN|ERROR|FATAL)/.test(line)) continue
+          const message = /message=("[^"]*"|\S+)/.exec(line)?.[1]
+          if (message !== undefined) counts.set(message, (counts.get(message) ?? 0) + 1)
+        }
+        const repeated = [...counts].filter(([, count]) => count > 30)
+        expect(repeated).toEqual([])
+      }),
+    240_000
+  )
 })

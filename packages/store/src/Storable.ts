@@ -16,6 +16,7 @@
 /** The replacement character, U+FFFD. */
 export const replacement = "\uFFFD"
 
+// eslint-disable-next-line no-control-regex -- NUL is the character this module is about
 const unstorable = /[\u0000\uD800-\uDFFF]/
 const unpaired = /[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/g
 
