@@ -606,6 +606,24 @@ export const layer = Layer.unwrapEffect(Effect.map(Agent.client, (makeClient) =>
           return toRecord(Option.getOrThrow(yield* journal(store.getRequest(agentId, row.id))))
         })
 
+      /**
+       * Before a turn starts: an application connection still in its handshake (initialize, tools/list) is
+       * waited for, up to ApplicationConnection.initializingWait, so the turn gets the tools it lists; after
+       * that the turn runs with the tools listed before, and the log says why.
+       */
+      const awaitApplication = (row: RequestRow) =>
+        Effect.gen(function*() {
+          if (yield* application.awaitInitialized(ApplicationConnection.initializingWait)) return
+          yield* Effect.logWarning(
+            "the application's connection did not finish its handshake in time; the turn runs with the tools it " +
+              "listed before"
+          ).pipe(Effect.annotateLogs({
+            agentId,
+            requestId: row.id,
+            waited: Duration.format(ApplicationConnection.initializingWait)
+          }))
+        })
+
       // The runner: one request at a time, in arrival order. The entity is kept alive while the runner stays
       // busy (see keepAliveAfter); the cluster keeps that as a message, so when the node is lost, the next owner
       // of the shard starts the agent at once and it picks the work up. A node letting the agent go on purpose
@@ -617,7 +635,9 @@ export const layer = Layer.unwrapEffect(Effect.map(Agent.client, (makeClient) =>
           const keepingAlive = yield* Effect.fork(Effect.delay(Entity.keepAlive(true), keepAliveAfter))
           // A draining node starts nothing new: open work stays journaled for the next owner.
           while (pending.length > 0 && !drain.isDraining() && !releasing) {
-            yield* drain.track(runOne(pending.shift()!))
+            // Its turn gets the tools of an application still in its handshake; an abort meanwhile cancels it.
+            yield* awaitApplication(pending[0]!)
+            if (pending.length > 0 && !drain.isDraining() && !releasing) yield* drain.track(runOne(pending.shift()!))
           }
           yield* Fiber.interrupt(keepingAlive)
           yield* Entity.keepAlive(false)

@@ -47,6 +47,17 @@ const replacedGrace = Duration.seconds(30)
  * enough for an application to follow its agent to the next owner after a drain or a crash.
  */
 const reconnectWait = Duration.seconds(10)
+/**
+ * How long a turn starting while the serving connection is in its handshake (initialize, tools/list) waits for
+ * it, so it gets the tools being listed; after it, the turn runs with the tools listed before (if any). The
+ * handshake itself may take up to twice `sessionRequestTimeout` before the connection is dropped.
+ */
+export const initializingWait = Duration.seconds(10)
+/**
+ * How long the answer to initialize or tools/list waits, before it is acknowledged, for what it started: the
+ * tools recorded and the connection serving, or the listing asked for.
+ */
+const takenWait = Duration.seconds(5)
 export const defaultDeadlineMs = 15_000
 const minDeadlineMs = 1_000
 /** Progress restarts a call's deadline, up to this long in all. */
@@ -69,6 +80,8 @@ interface Call {
   readonly deadlineMs: number
   deadline: number
   readonly onProgress: (progress: unknown) => Effect.Effect<void>
+  /** Completed once the answer took effect: its acknowledgement (the application's POST) waits for it. */
+  readonly taken: Deferred.Deferred<void> | undefined
 }
 
 interface Connection {
@@ -81,6 +94,12 @@ interface Connection {
   lastHeard: number
   /** The runtime's requests (initialize, tools/list, tools/call) waiting for an answer, by JSON-RPC id. */
   readonly waiting: Map<string, Call>
+  /** The `toolsHash` its first ready frame named: initialize's hash must equal it for the listing to be skipped. */
+  readonly announcedHash: string | null
+  /** Completed once its handshake asked for the tools, or ended: the initialize answer's acknowledgement waits. */
+  readonly listing: Deferred.Deferred<void>
+  /** Completed when its handshake ends, however it ends: the tools/list answer's acknowledgement waits. */
+  readonly initialized: Deferred.Deferred<void>
 }
 
 export interface CallContext {
@@ -110,7 +129,11 @@ export interface ApplicationConnection {
     readonly connection?: string | undefined
     readonly takeover: boolean
   }) => Effect.Effect<Stream.Stream<Frame>, ApplicationConnected>
-  /** A message from the application on `connection`. */
+  /**
+   * A message from the application on `connection`. An answer to initialize or tools/list returns once it took
+   * effect (up to 5 s): the tools recorded and the connection serving, or (initialize) the listing asked for;
+   * so an application acknowledged for its tools/list answer knows a prompt sent now gets those tools.
+   */
   readonly receive: (
     connection: string,
     message: Application.JsonRpcMessage
@@ -119,8 +142,16 @@ export interface ApplicationConnection {
   readonly heartbeat: (connection: string) => Effect.Effect<void, ConnectionUnknown>
   /** Whether a connection serves the agent's tools now. */
   readonly connected: () => boolean
-  /** Waits up to `wait` for a connection to serve the tools; whether one does. */
+  /**
+   * Waits up to `wait` for a connection to serve the tools; whether one does, or one is in its handshake (a
+   * turn waits for that: `awaitInitialized`).
+   */
   readonly awaitConnected: (wait: Duration.DurationInput) => Effect.Effect<boolean>
+  /**
+   * Waits up to `wait` while the serving connection is in its handshake (initialize, tools/list), so a turn
+   * starting now gets the tools it lists; at once when none is. False when the wait ran out first.
+   */
+  readonly awaitInitialized: (wait: Duration.DurationInput) => Effect.Effect<boolean>
   /** The agent's application tools as the model's tools, their calls sent on the serving connection. */
   readonly tools: (
     listed: ReadonlyArray<ApplicationTool>,
@@ -295,7 +326,12 @@ export const make = (options: Options): Effect.Effect<ApplicationConnection, nev
       connection: Connection,
       method: string,
       params: Record<string, unknown>,
-      call: { readonly id: string; readonly deadlineMs: number; readonly onProgress: Call["onProgress"] }
+      call: {
+        readonly id: string
+        readonly deadlineMs: number
+        readonly onProgress: Call["onProgress"]
+        readonly taken?: Deferred.Deferred<void>
+      }
     ) =>
       Effect.gen(function*() {
         const now = Date.now()
@@ -304,7 +340,8 @@ export const make = (options: Options): Effect.Effect<ApplicationConnection, nev
           started: now,
           deadlineMs: call.deadlineMs,
           deadline: now + call.deadlineMs,
-          onProgress: call.onProgress
+          onProgress: call.onProgress,
+          taken: call.taken
         }
         connection.waiting.set(call.id, waiting)
         yield* message(connection, { id: call.id, method, params })
@@ -343,12 +380,14 @@ export const make = (options: Options): Effect.Effect<ApplicationConnection, nev
 
     const noProgress = () => Effect.void
 
-    const listTools = (connection: Connection) =>
+    /** Lists the connection's tools and records them; the answer is acknowledged once `taken` completes. */
+    const listTools = (connection: Connection, taken: Deferred.Deferred<void>) =>
       Effect.gen(function*() {
         const answer = yield* ask(connection, "tools/list", {}, {
           id: newId("list"),
           deadlineMs: Duration.toMillis(sessionRequestTimeout),
-          onProgress: noProgress
+          onProgress: noProgress,
+          taken
         })
         if (Either.isLeft(answer) || answer.right._tag === "Error") return false
         const listed = (answer.right.result as { tools?: unknown } | null)?.tools
@@ -357,27 +396,40 @@ export const make = (options: Options): Effect.Effect<ApplicationConnection, nev
         return true
       })
 
-    /** The session's start: initialize, then the tools unless the application says they are the ones we have. */
+    /**
+     * The session's start: initialize, then the tools unless the application says they are the ones its ready
+     * frame named and we still have. The initialize answer is acknowledged once the listing is asked for or the
+     * connection serves; the tools/list answer once the tools are recorded and the connection serves.
+     */
     const initialize = (connection: Connection) =>
       Effect.gen(function*() {
         const answer = yield* ask(connection, "initialize", {
           protocolVersion,
           capabilities: {},
           clientInfo: { name: "agent-runtime", version: "1.0.0" }
-        }, { id: newId("init"), deadlineMs: Duration.toMillis(sessionRequestTimeout), onProgress: noProgress })
+        }, {
+          id: newId("init"),
+          deadlineMs: Duration.toMillis(sessionRequestTimeout),
+          onProgress: noProgress,
+          taken: connection.listing
+        })
         if (Either.isLeft(answer) || answer.right._tag === "Error") {
           return yield* drop(connection, Either.isLeft(answer) ? answer.left : "connection_lost")
         }
         yield* message(connection, { method: "notifications/initialized" })
         const meta = (answer.right.result as { _meta?: Record<string, unknown> } | null)?._meta
         const hash = meta?.["agent-runtime/toolsHash"]
-        if (hash === undefined || hash !== options.toolsHash()) {
-          if (!(yield* listTools(connection))) return yield* drop(connection, "timeout")
+        if (hash === undefined || hash !== connection.announcedHash || hash !== options.toolsHash()) {
+          yield* Deferred.succeed(connection.listing, undefined)
+          if (!(yield* listTools(connection, connection.initialized))) return yield* drop(connection, "timeout")
         }
         if (connection.state !== "initializing") return
         connection.state = "ready"
         if (serving === connection) yield* options.saveConnection(connection.id)
-      })
+      }).pipe(Effect.ensuring(Effect.andThen(
+        Deferred.succeed(connection.listing, undefined),
+        Deferred.succeed(connection.initialized, undefined)
+      )))
 
     /** A replaced connection ends once its calls are answered (or after its grace). */
     const retireWhenDone = (connection: Connection) =>
@@ -421,6 +473,7 @@ export const make = (options: Options): Effect.Effect<ApplicationConnection, nev
       Effect.gen(function*() {
         let connection = request.connection === undefined ? undefined : connections.get(request.connection)
         if (connection?.state === "replaced") connection = undefined
+        const created = connection === undefined
         if (connection === undefined) {
           const holder = serving
           if (holder !== undefined && holder.state === "ready" && !request.takeover) {
@@ -433,7 +486,10 @@ export const make = (options: Options): Effect.Effect<ApplicationConnection, nev
             backlog: [],
             detachedAt: Date.now(),
             lastHeard: Date.now(),
-            waiting: new Map()
+            waiting: new Map(),
+            announcedHash: options.toolsHash(),
+            listing: yield* Deferred.make<void>(),
+            initialized: yield* Deferred.make<void>()
           }
           connections.set(connection.id, connection)
           serving = connection
@@ -457,7 +513,12 @@ export const make = (options: Options): Effect.Effect<ApplicationConnection, nev
         attached.sink = sink
         attached.lastHeard = Date.now()
         yield* Queue.offerAll(sink, attached.backlog.splice(0))
-        const ready: Frame = { _tag: "Ready", connection: attached.id, toolsHash: options.toolsHash() }
+        // A new connection's first frame names the hash its handshake is decided by; a reattach, the tools now.
+        const ready: Frame = {
+          _tag: "Ready",
+          connection: attached.id,
+          toolsHash: created ? attached.announcedHash : options.toolsHash()
+        }
         return Stream.make(ready).pipe(
           Stream.concat(Stream.fromQueue(sink).pipe(Stream.takeWhile((frame): frame is Frame => frame !== null))),
           Stream.merge(Stream.as(Stream.tick(keepAliveInterval), { _tag: "KeepAlive" } as Frame), {
@@ -498,9 +559,12 @@ export const make = (options: Options): Effect.Effect<ApplicationConnection, nev
             }
             return
           }
-          case "notifications/tools/list_changed":
-            if (connection.state === "ready") yield* fork(listTools(connection))
+          case "notifications/tools/list_changed": {
+            if (connection.state !== "ready") return
+            const taken = yield* Deferred.make<void>()
+            yield* fork(listTools(connection, taken).pipe(Effect.ensuring(Deferred.succeed(taken, undefined))))
             return
+          }
         }
       })
 
@@ -516,6 +580,8 @@ export const make = (options: Options): Effect.Effect<ApplicationConnection, nev
               ? { _tag: "Result", result: received.result }
               : { _tag: "Error", code: received.error.code, message: received.error.message, data: received.error.data }
             yield* Deferred.succeed(call.answer, answer)
+            // Acknowledged once it took effect (initialize, tools/list; see `receive`), or after a while regardless.
+            if (call.taken !== undefined) yield* Effect.ignore(Effect.timeout(Deferred.await(call.taken), takenWait))
             return
           }
           const how = ended.get(callId)
@@ -542,17 +608,33 @@ export const make = (options: Options): Effect.Effect<ApplicationConnection, nev
 
     const connected = () => serving?.state === "ready"
 
-    const awaitConnected = (wait: Duration.DurationInput) =>
-      Effect.repeat(Effect.sync(connected), {
-        until: (isConnected) => isConnected,
+    /** Whether a connection serves the tools, or is in its handshake and will. */
+    const connecting = () => connected() || serving?.state === "initializing"
+
+    const awaitUntil = (test: () => boolean, wait: Duration.DurationInput) =>
+      Effect.repeat(Effect.sync(test), {
+        until: (passed) => passed,
         schedule: Schedule.spaced("100 millis")
-      }).pipe(Effect.timeoutTo({ duration: wait, onTimeout: connected, onSuccess: () => true }))
+      }).pipe(Effect.timeoutTo({ duration: wait, onTimeout: test, onSuccess: () => true }))
+
+    const awaitInitialized = (wait: Duration.DurationInput) =>
+      Effect.gen(function*() {
+        const until = Date.now() + Duration.toMillis(wait)
+        while (true) {
+          const connection = serving
+          if (connection === undefined || connection.state !== "initializing") return true
+          const left = until - Date.now()
+          if (left <= 0) return false
+          // Looked at again every 100 ms: a drain or a takeover may end the wait before the handshake ends.
+          yield* Effect.ignore(Effect.timeout(Deferred.await(connection.initialized), Math.min(left, 100)))
+        }
+      })
 
     /** A call to `tool` on the serving connection: once, with its deadline. */
     const call = (tool: ApplicationTool, args: Record<string, unknown>, context: CallContext) =>
       Effect.gen(function*() {
         // An application reconnecting (after a move, a drain, a blip) or still in its handshake gets a moment.
-        if (!connected() && context.waitForConnection) yield* awaitConnected(reconnectWait)
+        if (!connected() && context.waitForConnection) yield* awaitUntil(connected, reconnectWait)
         const connection = serving
         if (connection === undefined || connection.state !== "ready") return notConnected
         const callId = newId("call")
@@ -605,5 +687,14 @@ export const make = (options: Options): Effect.Effect<ApplicationConnection, nev
       })
     )
 
-    return { connect, receive, heartbeat, connected, awaitConnected, tools, drain }
+    return {
+      connect,
+      receive,
+      heartbeat,
+      connected,
+      awaitConnected: (wait) => awaitUntil(connecting, wait),
+      awaitInitialized,
+      tools,
+      drain
+    }
   })

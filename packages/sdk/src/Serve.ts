@@ -7,7 +7,11 @@
  * the `ready` frame's `connection`, and answers the runtime's `mcp` frames
  * by `POST /clients/{id}/mcp` naming that connection: `initialize` (with the
  * hash of its tools, so unchanged tools are not listed again), `tools/list`,
- * `tools/call`, `ping`; -32601 for anything else. It reconnects by itself
+ * `tools/call`, `ping`; -32601 for anything else. It is serving once the
+ * runtime acknowledged its `tools/list` answer (the runtime acknowledges it
+ * once the tools are recorded), or its `initialize` answer when the ready
+ * frame's `toolsHash` already named its tools (the runtime keeps them and
+ * does not list them). It reconnects by itself
  * (naming its connection, with `Last-Event-ID`) when the runtime asks, the
  * network fails or the stream falls silent; answers are posted with retries
  * (the runtime takes the same answer twice without effect).
@@ -246,16 +250,18 @@ const deferredPromise = <A>() => {
 }
 
 /**
- * Serves `tools` for the agent, in Effect: succeeds once the first `ready`
- * frame arrived (fails with 409 APPLICATION_CONNECTED, 401, 404... when the
- * first connection is refused). Serving runs in the scope; closing the scope
- * disconnects at once, `close()` drains first.
+ * Serves `tools` for the agent, in Effect: succeeds once the runtime holds
+ * the tools (it acknowledged the `tools/list` answer, or kept the tools by
+ * their hash), so a prompt sent next gets them; fails with 409
+ * APPLICATION_CONNECTED, 401, 404... when the first connection is refused,
+ * ApplicationReplaced when it is taken over before that. Serving runs in
+ * the scope; closing the scope disconnects at once, `close()` drains first.
  */
 export const make = (
   agent: Agent,
   tools: ReadonlyArray<Tool<any>>,
   options: Options = {}
-): Effect.Effect<Server, ApiError | InvalidOptions, HttpClient.HttpClient | Scope.Scope> =>
+): Effect.Effect<Server, SdkError, HttpClient.HttpClient | Scope.Scope> =>
   Effect.gen(function*() {
     const target = yield* Http.target(agent.baseUrl, agent.token)
     const names = new Set<string>()
@@ -272,6 +278,10 @@ export const make = (
       connection: undefined as string | undefined,
       stopped: false,
       runtimeToolsHash: undefined as string | null | undefined,
+      /** Whether the runtime lists the current connection's tools: its first ready frame named other ones. */
+      listing: true,
+      /** The runtime's initialize and tools/list requests not answered yet, by JSON-RPC id. */
+      handshake: new Map<string | number, string>(),
       /** Completed to drop the current connection and make it again. */
       kick: Deferred.unsafeMake<void>(FiberId.none)
     }
@@ -298,7 +308,7 @@ export const make = (
         retry: true
       }).pipe(
         Effect.provide(context),
-        Effect.asVoid,
+        Effect.zipRight(Effect.suspend(() => accepted(message, connection))),
         Effect.catchAll((error) =>
           Effect.sync(() => {
             if (error._tag === "ApiError" && error.status === 404) {
@@ -320,7 +330,21 @@ export const make = (
       )
 
     const dispatcher = yield* Dispatch.make({ tools, post, serverInfo: options.serverInfo })
-    const ready = yield* Deferred.make<void, ApiError | InvalidOptions>()
+    /** Completed once the runtime holds the tools (see `accepted`); failed when serving stops before. */
+    const ready = yield* Deferred.make<void, SdkError>()
+
+    /**
+     * An answer the runtime acknowledged. It acknowledges the tools/list answer once the tools are recorded and
+     * the connection serves, the initialize answer once it asked for the tools or (kept by hash) serves.
+     */
+    const accepted = (message: Readonly<Record<string, unknown>>, connection: string): Effect.Effect<void> => {
+      const id = message.id
+      const method = typeof id === "string" || typeof id === "number" ? state.handshake.get(id) : undefined
+      if (method === undefined || !("result" in message)) return Effect.void
+      state.handshake.delete(id as string | number)
+      const holds = method === "tools/list" || (method === "initialize" && !state.listing)
+      return holds && connection === state.connection ? Effect.asVoid(Deferred.succeed(ready, undefined)) : Effect.void
+    }
 
     const frames = EventStream.make({
       baseUrl: target.baseUrl,
@@ -339,24 +363,41 @@ export const make = (
       switch (frame.event) {
         case "ready": {
           const data = frame.data as { readonly connection?: unknown; readonly toolsHash?: unknown } | undefined
-          if (typeof data?.connection === "string") state.connection = data.connection
           state.runtimeToolsHash = typeof data?.toolsHash === "string" ? data.toolsHash : null
-          return Deferred.succeed(ready, undefined)
+          if (typeof data?.connection === "string" && data.connection !== state.connection) {
+            // A new connection: its handshake lists the tools unless this frame names them.
+            state.connection = data.connection
+            state.listing = state.runtimeToolsHash !== dispatcher.toolsHash
+            state.handshake.clear()
+          }
+          return Effect.void
         }
-        case "mcp":
-          return state.connection === undefined ? Effect.void : dispatcher.handle(frame.data, state.connection)
+        case "mcp": {
+          if (state.connection === undefined) return Effect.void
+          const data = frame.data as { readonly id?: unknown; readonly method?: unknown } | undefined
+          if (
+            (data?.method === "initialize" || data?.method === "tools/list") &&
+            (typeof data.id === "string" || typeof data.id === "number")
+          ) {
+            state.handshake.set(data.id, data.method)
+          }
+          return dispatcher.handle(frame.data, state.connection)
+        }
         case "closed": {
           const error = new ApplicationReplaced({
             message: "this connection was taken over by another; it no longer serves the agent's tools",
             connection: state.connection ?? null
           })
-          return Effect.sync(() => {
-            state.stopped = true
-            dispatcher.abortAll("the connection was replaced")
-            replaced.resolve(error)
-            report(error)
-            end({ reason: "replaced", error })
-          })
+          return Effect.andThen(
+            Effect.sync(() => {
+              state.stopped = true
+              dispatcher.abortAll("the connection was replaced")
+              replaced.resolve(error)
+              report(error)
+              end({ reason: "replaced", error })
+            }),
+            Deferred.fail(ready, error)
+          )
         }
         default:
           return Effect.void
@@ -367,7 +408,10 @@ export const make = (
       Stream.runForEach(onFrame),
       Effect.onExit((exit) =>
         Effect.gen(function*() {
-          if (Exit.isSuccess(exit)) return end({ reason: "closed" })
+          if (Exit.isSuccess(exit)) {
+            yield* Deferred.fail(ready, new TransportError({ message: "the event stream ended before serving" }))
+            return end({ reason: "closed" })
+          }
           if (yield* Deferred.failCause(ready, exit.cause)) return
           if (Cause.isInterruptedOnly(exit.cause)) return
           const error = Cause.squash(exit.cause)
@@ -433,9 +477,10 @@ export const make = (
   })
 
 /**
- * Serves `tools` for the agent on fetch: resolves once connected (the first
- * `ready` frame), rejects with the SDK error that refused the first
- * connection (ApiError 409 APPLICATION_CONNECTED without `takeover`).
+ * Serves `tools` for the agent on fetch: resolves once the runtime holds the
+ * tools (see `make`), so a prompt sent next gets them; rejects with the SDK
+ * error that refused the first connection (ApiError 409
+ * APPLICATION_CONNECTED without `takeover`), or ApplicationReplaced.
  * Network failures before it are retried as the event stream does, until
  * `options.signal` is aborted.
  */

@@ -27,6 +27,8 @@ export interface Options {
   readonly answer?: (message: any) => unknown
   /** Calls left unanswered (kept in `calls`), for the test to answer itself with `post`. */
   readonly hold?: (message: any) => boolean
+  /** How long to wait before answering a request of the runtime (initialize, tools/list...); Infinity: never. */
+  readonly delayMs?: (message: any) => number
 }
 
 const now = () => performance.timeOrigin + performance.now()
@@ -94,14 +96,15 @@ export const connect = (options: Options) =>
         : undefined
       if (call !== undefined) calls.push(call)
       if (call !== undefined && options.hold?.(message) === true) return
+      const delayMs = options.delayMs?.(message) ?? 0
+      if (delayMs === Infinity) return
       const result = reply(message)
       if (call !== undefined) call.answeredAt = now()
       const error = (result as Record<string, unknown> | null)?.[rpcErrorMark]
-      Runtime.runFork(runtime)(
-        post(
-          error === undefined ? { jsonrpc: "2.0", id: message.id, result } : { jsonrpc: "2.0", id: message.id, error }
-        )
+      const answer = post(
+        error === undefined ? { jsonrpc: "2.0", id: message.id, result } : { jsonrpc: "2.0", id: message.id, error }
       )
+      Runtime.runFork(runtime)(delayMs > 0 ? Effect.delay(answer, delayMs) : answer)
     }
     void Http.readFrames(response, onFrame)
     yield* Deferred.await(ready)
