@@ -12,7 +12,8 @@ import {
   McpTestServer,
   TestCluster,
   TestDatabase,
-  TestWorld
+  TestWorld,
+  WebhookReceiver
 } from "@agent-runtime/testing"
 import { expect, it, layer } from "@effect/vitest"
 import { McpError } from "@modelcontextprotocol/sdk/types.js"
@@ -345,6 +346,67 @@ layer(TestWorld.layer(), { excludeTestServices: true })("human input", (it) => {
       })
       expect(late.status, late.text).toBe(409)
       expect((yield* api.get(`/v1/agents/${id}/requests/resume_${stopped.id}`, { token })).status).toBe(404)
+    }))
+
+  it.scoped("abort while a question waits: its inputs are cancelled, told and sent as webhooks; no answer resumes it", () =>
+    Effect.gen(function*() {
+      const { agent, api, token, world } = yield* setup("inputs-abort")
+      const receiver = yield* WebhookReceiver.start
+      const hook = yield* api.post("/v1/webhooks", {
+        token,
+        json: { url: `${receiver.url}/inputs`, events: ["input.requested", "input.resolved"] }
+      })
+      expect(hook.status, hook.text).toBe(201)
+      const { id } = yield* agent({ builtins: ["ask_user"] })
+      world.upstream.script({
+        toolCalls: [askUser("call_a", [{ question: "Which one?" }]), askUser("call_b", [{ question: "Why?" }])]
+      })
+      const stopped = yield* prompt(api, token, id, { text: "ask me twice", from: { id: "u1" } })
+      const asked = stopped.outcome.result.inputs as Array<{ id: string }>
+      expect(asked).toHaveLength(2)
+
+      const abort = yield* api.post(`/v1/agents/${id}/abort`, { token, json: {} })
+      expect(abort.status, abort.text).toBe(200)
+      expect(abort.body.outcome.result).toEqual({
+        cancelled: [],
+        aborted: null,
+        inputs: asked.map((input) => input.id).sort()
+      })
+      const listed = (yield* api.get(`/v1/agents/${id}/inputs`, { token })).body.data as Array<any>
+      expect(listed.map((input) => input.state)).toEqual(["cancelled", "cancelled"])
+      const resolved = (yield* events(api, token, id)).filter((event) => event.type === "input_resolved")
+      expect(resolved.map((event) => [event.inputId, event.state]).sort()).toEqual(
+        asked.map((input) => [input.id, "cancelled"]).sort()
+      )
+
+      // An answer after the abort resumes nothing.
+      const late = yield* answer(api, token, id, asked[0]!.id, {
+        action: "accept",
+        content: { answers: { "Which one?": "first" } },
+        from: { id: "u1" }
+      })
+      expect(late.status, late.text).toBe(409)
+      expect(late.body.error).toContain("already cancelled")
+      expect((yield* api.get(`/v1/agents/${id}/requests/resume_${stopped.id}`, { token })).status).toBe(404)
+
+      // The webhooks say so, once per input.
+      const deliveries = yield* receiver.waitFor(
+        "/inputs",
+        (received) => received.filter((delivery) => delivery.event.type === "input.resolved").length >= 2
+      )
+      expect(
+        deliveries.filter((delivery) => delivery.event.type === "input.resolved").map((delivery) => delivery.event.data)
+          .sort((a: any, b: any) => a.inputId.localeCompare(b.inputId))
+      ).toEqual(
+        asked.map((input) => ({ agentId: id, requestId: stopped.id, inputId: input.id, state: "cancelled" }))
+          .sort((a, b) => a.inputId.localeCompare(b.inputId))
+      )
+
+      // The next prompt's model reads that the calls were cancelled, and the agent goes on.
+      world.upstream.script({ text: "Understood." })
+      const next = yield* prompt(api, token, id, { text: "forget it", from: { id: "u1" } })
+      expect(next.outcome.result.reply).toBe("Understood.")
+      expect(lastToolResults(world.upstream).map((message) => message.content).join(" ")).toContain("cancelled")
     }))
 
   it.scoped("form and url from an application tool: the answer goes back to the tool, which is called again once", () =>

@@ -58,8 +58,7 @@ const journalWarningInterval = 60_000
  * Whether the journal refused a statement for good: PostgreSQL refused its data, or a row read back did not
  * decode. Trying it again would fail the same way.
  */
-const refused = (error: PersistenceError) =>
-  DatabaseHealth.isPermanent(error) || ParseResult.isParseError(error.cause)
+const refused = (error: PersistenceError) => DatabaseHealth.isPermanent(error) || ParseResult.isParseError(error.cause)
 
 /** How many settled request ids the entity remembers, so a late message cannot queue one again. */
 const rememberedSettled = 1024
@@ -758,7 +757,14 @@ export const layer = Layer.unwrapEffect(Effect.map(Agent.client, (makeClient) =>
                 aborting = true
                 yield* Fiber.interrupt(activeTurn)
               }
-              return { cancelled: cancelled.map((row) => row.id), aborted: stopped }
+              // A turn waiting on a person ends too: its inputs are cancelled, and no answer resumes it.
+              const inputs = yield* journal(inputStore.cancel(agentId))
+              yield* afterSettled(inputs)
+              return {
+                cancelled: cancelled.map((row) => row.id),
+                aborted: stopped,
+                inputs: inputs.changed.map((row) => row.id)
+              }
             })
           )),
         Configure: ({ payload }) =>

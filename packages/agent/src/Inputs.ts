@@ -224,6 +224,11 @@ export class InputStore extends Context.Tag("@agent-runtime/agent/InputStore")<I
     agentId: string,
     toolCallIds: ReadonlyArray<string>
   ) => Effect.Effect<Settled, PersistenceError>
+  /**
+   * An abort came: every pending input of the agent is cancelled, and no resume follows (an answer after it
+   * is refused as a conflict). A person's own `cancel` answer is another thing: that one resumes the turn.
+   */
+  readonly cancel: (agentId: string) => Effect.Effect<Settled, PersistenceError>
   /** Agents with pending inputs past their time. */
   readonly expiring: Effect.Effect<ReadonlyArray<string>, PersistenceError>
 }>() {}
@@ -250,7 +255,9 @@ export const make = Effect.gen(function*() {
       sql`INSERT INTO agent_inputs (id, agent_id, tenant_id, request_id, tool_call_id, kind, message, detail, audience,
         approvers, expires_at)
       SELECT a.id, ${agentId}, ${tenantId}, ${requestId}, a.tool_call_id, a.kind, a.message, a.detail,
-        ${Storable.stringify(responders.audience)}::jsonb, ${Storable.stringify(responders.approvers)}::jsonb, ${expiresAt}
+        ${Storable.stringify(responders.audience)}::jsonb, ${
+        Storable.stringify(responders.approvers)
+      }::jsonb, ${expiresAt}
       FROM jsonb_to_recordset(${
         Storable.stringify(asks.map((asked) => ({
           id: inputId(agentId, requestId, asked.toolCallId),
@@ -338,12 +345,12 @@ export const make = Effect.gen(function*() {
       for (const requestId of [...new Set(requestIds)].sort()) {
         const [suspended] = yield* sql<{ input: Record<string, unknown> }>`
           SELECT input FROM agent_requests WHERE agent_id = ${agentId} AND id = ${requestId} FOR UPDATE`
-        const [open] = yield* sql<{ pending: number; superseded: number }>`
+        const [open] = yield* sql<{ pending: number; ended: number }>`
           SELECT count(*) FILTER (WHERE state = 'pending')::int AS pending,
-            count(*) FILTER (WHERE state = 'superseded')::int AS superseded
+            count(*) FILTER (WHERE state IN ('superseded', 'cancelled') AND answer IS NULL)::int AS ended
           FROM agent_inputs WHERE agent_id = ${agentId} AND request_id = ${requestId}`
-        // A superseded suspension is continued by the prompt that superseded it.
-        if (suspended === undefined || open === undefined || open.pending > 0 || open.superseded > 0) continue
+        // A superseded suspension is continued by the prompt that superseded it; an aborted one by none.
+        if (suspended === undefined || open === undefined || open.pending > 0 || open.ended > 0) continue
         const { actor, from, metadata } = suspended.input as Record<string, unknown>
         resumes.push(
           yield* store.insertRequest({
@@ -411,7 +418,8 @@ export const make = Effect.gen(function*() {
       return { inputs: answers.map((item) => current.get(item.id)!), changed, resumes } satisfies Settled
     }).pipe(sql.withTransaction)
 
-  const settleAll = (agentId: string, ids: ReadonlyArray<string>, state: "expired" | "superseded") =>
+  /** Settles these inputs, those still pending, as the runtime's own doing (no one's answer). */
+  const settleAll = (agentId: string, ids: ReadonlyArray<string>, state: "expired" | "superseded" | "cancelled") =>
     Effect.gen(function*() {
       const rows = yield* lock(agentId, ids)
       const changed = yield* write(
@@ -436,6 +444,11 @@ export const make = Effect.gen(function*() {
         Effect.flatMap((rows) => settleAll(agentId, rows.map((row) => row.id).sort(), "superseded"))
       )
 
+  const cancel = (agentId: string) =>
+    sql<{ id: string }>`SELECT id FROM agent_inputs WHERE agent_id = ${agentId} AND state = 'pending'`.pipe(
+      Effect.flatMap((rows) => settleAll(agentId, rows.map((row) => row.id).sort(), "cancelled"))
+    )
+
   const expiring = sql<{ agentId: string }>`SELECT DISTINCT agent_id FROM agent_inputs
     WHERE state = 'pending' AND expires_at <= now() LIMIT 1000`.pipe(
     Effect.map((rows) => rows.map((row) => row.agentId))
@@ -452,6 +465,7 @@ export const make = Effect.gen(function*() {
       ),
     expire: flow(expire, PersistenceError.refail),
     supersede: flow(supersede, PersistenceError.refail),
+    cancel: flow(cancel, PersistenceError.refail),
     expiring: PersistenceError.refail(expiring)
   })
 })
