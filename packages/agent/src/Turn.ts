@@ -602,7 +602,8 @@ export const run = (input: TurnInput, hooks: TurnHooks) =>
         } else {
           const tool = toolSet.direct.get(call.name)
           if (tool === undefined) {
-            result = Tools.text(`tool ${JSON.stringify(call.name.slice(0, 64))} is not available`, true, "unavailable")
+            const name = call.name.length > 64 ? `${call.name.slice(0, 64)}…` : call.name
+            result = Tools.text(`tool ${name} is not available`, true, "unavailable")
           } else if (settled === undefined && needsApproval(tool)) {
             result = {
               ...Tools.text("waiting for a person's approval"),

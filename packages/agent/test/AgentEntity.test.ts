@@ -346,7 +346,7 @@ layer(EntityLive, { timeout: 60_000, excludeTestServices: true })("Agent entity"
 
       const aborted = yield* client.Abort({ requestId: "abort_1", fingerprint: "fp_abort" })
       expect(aborted).toMatchObject({ id: "abort_1", method: "abort", state: "completed" })
-      expect(aborted.outcome?.result).toEqual({ cancelled: ["req_q1", "req_q2"], aborted: "req_run" })
+      expect(aborted.outcome?.result).toEqual({ cancelled: ["req_q1", "req_q2"], aborted: "req_run", inputs: [] })
 
       const events = yield* eventsUntilResponse(client, cursor, "req_run")
       expect(typesOf(events, "req_run").slice(-3)).toEqual(["message_end", "turn_end", "agent_end"])
