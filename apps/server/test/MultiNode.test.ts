@@ -2,7 +2,7 @@
  * Nodes started together against one DATABASE_URL share tenants and keys,
  * and never print a secret.
  */
-import { FakeUpstream, Http, TestDatabase, TestNode } from "@agent-runtime/testing"
+import { FakeUpstream, Http, TestDatabase, TestNode, ToolServer } from "@agent-runtime/testing"
 import { expect, it } from "@effect/vitest"
 import { Duration, Effect, Fiber } from "effect"
 
@@ -127,24 +127,134 @@ it.scopedLive(
   "a stream that said ready sees a prompt sent the moment after, on the owner's node and on the other",
   () =>
     Effect.gen(function*() {
-      const { agents, api1, one, token, two } = yield* twoNodesWithAgents(8)
-      for (const id of agents) {
-        // On whichever node does not own it, the stream follows the owner through the cluster.
-        const watchers = yield* Effect.forEach([one.rest, two.rest], (base) =>
-          Http.sse(base, `/v1/agents/${id}/events`, { token }))
-        for (const watcher of watchers) {
-          yield* watcher.take((frame) =>
-            frame.event === "ready"
+      const { api1, databaseUrl, one, token, two, upstream } = yield* twoNodesWithAgents(0)
+      const env = { ALLOW_PRIVATE_URLS: "true" }
+      // Shards move while the rounds run, as on a cluster whose runners come and go: the two runners share them
+      // out as the test begins, and a third joins, leaves (drained), joins and leaves again. Each move may take
+      // an agent off the node one of its streams reads it on; the stream follows it.
+      const third = () => TestNode.start({ databaseUrl, operatorToken: one.operatorToken, env })
+      let member = yield* Effect.fork(third())
+      const leave = Effect.suspend(() =>
+        Effect.fork(Effect.flatMap(Fiber.join(member), (node) => node.stop("SIGTERM")))
+      )
+      // Fifty rounds, each on an agent not started yet (its streams are opened before it runs anywhere), with a
+      // reply that streams for about a second.
+      for (let round = 0; round < 50; round++) {
+        if (round === 15 || round === 40) yield* leave
+        if (round === 25) member = yield* Effect.fork(third())
+        const id = (yield* api1.post("/v1/agents", { token, json: { model: "fake/m1" } })).body.id as string
+        upstream.script({ text: "one two three four five six seven eight nine ten", tokenDelayMs: 100 })
+        yield* Effect.scoped(Effect.gen(function*() {
+          // On whichever node does not own it, the stream follows the owner through the cluster.
+          const watchers = yield* Effect.forEach(
+            [one.rest, two.rest],
+            (base) => Http.sse(base, `/v1/agents/${id}/events`, { token })
           )
-        }
-        const accepted = (yield* api1.post(`/v1/agents/${id}/prompt`, { token, json: { text: "now" } })).body
-        for (const [node, watcher] of watchers.entries()) {
-          const frames = yield* watcher.take((frame) => frame.data?.includes(`"id":"${accepted.id}"`) ?? false, 10_000)
-          expect(frames.some((frame) => frame.data?.includes('"type":"response"')), `${id} on node ${node}`).toBe(true)
-        }
+          for (const watcher of watchers) yield* watcher.take((frame) => frame.event === "ready")
+          const accepted = (yield* api1.post(`/v1/agents/${id}/prompt`, { token, json: { text: "now" } })).body
+          for (const [node, watcher] of watchers.entries()) {
+            const frames = yield* watcher.take(
+              (frame) => frame.data?.includes(`"id":"${accepted.id}"`) ?? false,
+              15_000
+            )
+            const seen = frames.map((frame) => frame.event ?? JSON.parse(frame.data ?? "{}").type ?? frame.comment)
+            expect(
+              frames.some((frame) => frame.data?.includes('"type":"response"')),
+              `round ${round}: ${id} on node ${node + 1} saw ${seen.join(" ")}`
+            ).toBe(true)
+          }
+        }))
       }
     }),
-  { timeout: 120_000 }
+  { timeout: 400_000 }
+)
+
+it.scopedLive(
+  "a stream on the node an agent moves off follows it: a runner joins while turns are in a tool call",
+  () =>
+    Effect.gen(function*() {
+      const { api1, api2, databaseUrl, one, token, two, upstream } = yield* twoNodesWithAgents(0)
+      const pages = yield* ToolServer.start
+      yield* bothHoldShards(api2, one.operatorToken)
+      // Twelve agents, each started on its owner (one or two), each watched on both nodes: on its owner's node
+      // the stream reads the agent's own log.
+      const agents = yield* Effect.forEach(Array.from({ length: 12 }, (_, i) => i), () =>
+        Effect.gen(function*() {
+          const id = (yield* api1.post("/v1/agents", { token, json: { model: "fake/m1", builtins: ["web_fetch"] } }))
+            .body.id as string
+          yield* api1.get(`/v1/agents/${id}/state`, { token })
+          return id
+        }))
+      const watchers = yield* Effect.forEach(agents, (id) =>
+        Effect.forEach([one.rest, two.rest], (base) => Http.sse(base, `/v1/agents/${id}/events`, { token })))
+      for (const watcher of watchers.flat()) {
+        yield* watcher.take((frame) =>
+          frame.event === "ready"
+        )
+      }
+      // Each turn calls web_fetch on a page held until the third runner has joined, then answers.
+      for (const i of agents.keys()) {
+        upstream.script({
+          toolCalls: [{ id: `call_${i}`, name: "web_fetch", arguments: { url: `${pages.url}/held/${i}?hold=join` } }]
+        })
+      }
+      for (const _ of agents) upstream.script({ text: "finished" })
+      const accepted = yield* Effect.forEach(agents, (id) =>
+        Effect.map(api1.post(`/v1/agents/${id}/prompt`, { token, json: { text: "go" } }), (answer) =>
+          answer.body.id as string))
+      yield* Http.waitFor(() =>
+        Effect.succeed(pages.calls.length === agents.length), "every turn in its tool call")
+      // A third runner joins: the shards it takes move once their turns' step (the tool call) ends.
+      const three = yield* TestNode.start({
+        databaseUrl,
+        operatorToken: one.operatorToken,
+        env: { ALLOW_PRIVATE_URLS: "true" }
+      })
+      // It takes its shards but those whose turns are in their step: their runners hand them on after it. The
+      // gate opens once its count stops growing.
+      const held = api2.get("/v1/admin/runners", { token: one.operatorToken }).pipe(
+        Effect.map((listed) =>
+          (listed.body.data as Array<{ address: string; shards: number }>)
+            .find((runner) =>
+              runner.address === three.runnerAddress
+            )?.shards ?? 0
+        )
+      )
+      let counts: Array<number> = []
+      for (let i = 0; i < 120 && !(counts.length >= 4 && counts.at(-1)! > 0 && counts.at(-4) === counts.at(-1)); i++) {
+        yield* Effect.sleep("500 millis")
+        counts = [...counts, yield* held]
+      }
+      pages.release("join")
+      const moved: Array<string> = []
+      for (const [i, id] of agents.entries()) {
+        const done = (yield* Http.client(three.rest).get(`/v1/agents/${id}/requests/${accepted[i]}?wait=25`, { token }))
+          .body
+        expect(done.state, id).toBe("completed")
+        if (done.outcome.result.resumed === true) moved.push(id)
+      }
+      expect(moved.length).toBeGreaterThan(0)
+      // Every stream that said ready saw its turn to the end, in order, once each, the moved ones across the move.
+      for (const [i, id] of agents.entries()) {
+        for (const [node, watcher] of watchers[i]!.entries()) {
+          const frames = yield* watcher.take((frame) => frame.data?.includes(`"id":"${accepted[i]}"`) ?? false, 10_000)
+          const events = frames.filter((frame) => frame.event === undefined && frame.data !== undefined)
+          const types = events.map((frame) => {
+            const data = JSON.parse(frame.data!)
+            return data.event?.type ?? data.type
+          })
+          const label = `${id}${moved.includes(id) ? " (moved)" : ""} on node ${node + 1} saw ${
+            frames.map((frame) => frame.event ?? frame.comment ?? "").join(" ")
+          } ${types.join(" ")}`
+          expect(types.at(-1), label).toBe("response")
+          const ids = events.map((frame) => Number(frame.id))
+          expect(ids.every((eventId, k) => k === 0 || eventId > ids[k - 1]!), label).toBe(true)
+          if (moved.includes(id)) expect(types, label).toContain("turn_resumed")
+        }
+      }
+      console.log(`a runner joined mid-turn: ${moved.length} of ${agents.length} agents moved to it`)
+    }),
+  { timeout: 240_000 }
 )
 
 it.scopedLive(

@@ -1,9 +1,11 @@
 /**
  * An agent's events wherever its watcher is: read straight from the log
  * when this node owns the agent, else followed through the cluster from its
- * owner, across moves (drain, rebalance, crash). Every read of an owner is
- * bounded, and streams served here end (with `event: reconnect`) when the
- * node drains or loses its database, so watchers go where they can be served.
+ * owner, across moves (drain, rebalance, crash); a stream read from the log
+ * here follows the agent the same way once it moves off. Every read of an
+ * owner is bounded, and streams served here end (with `event: reconnect`)
+ * when the node drains or loses its database, so watchers go where they can
+ * be served.
  */
 import { ApiError } from "@agent-runtime/domain"
 import { DatabaseHealth } from "@agent-runtime/store"
@@ -336,9 +338,15 @@ export const make = Effect.gen(function*() {
       const { view } = options
       const local = localLogs.get(agentId)
       if (Option.isSome(local)) {
-        const written = yield* Effect.either(
-          Sse.toNodeStream({ ready: options.ready, log: local.value, cursor, endWhen: onStreamsEnd, view })
-        )
+        const written = yield* Effect.either(Sse.toNodeStream({
+          ready: options.ready,
+          log: local.value,
+          cursor,
+          endWhen: onStreamsEnd,
+          view,
+          // The agent moved off this node (a rebalance; a drain ends the streams first): the stream follows it.
+          follow: (after) => Stream.interruptWhen(followRemote(agentId, Option.some(after)), streamsEnd)
+        }))
         if (written._tag === "Right") return { _tag: "Node", body: written.right } as const
       }
       const watched = yield* follow(agentId, cursor, options.snapshot)

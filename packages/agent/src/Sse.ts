@@ -3,7 +3,7 @@
  * `data:` frames, a heartbeat comment every few seconds, and a reconnect
  * frame when the runtime ends the stream on purpose.
  */
-import { Duration, Effect, Option, Schedule, Stream } from "effect"
+import { Duration, Effect, Fiber, Option, Runtime, Schedule, Stream } from "effect"
 import { PassThrough } from "node:stream"
 import type * as EventLog from "./EventLog.ts"
 
@@ -113,6 +113,12 @@ export interface WriterOptions {
   readonly maxPendingBytes?: number
   /** Registers a callback that ends the stream with a reconnect frame (a node draining); returns its removal. */
   readonly endWhen?: (end: () => void) => () => void
+  /**
+   * Where the events go on when the log closes under an open stream (the agent moved to another node): the
+   * events after the given id, from wherever the agent is now. The stream ends with a reconnect frame when
+   * they end; at once when the log closes, if this is absent.
+   */
+  readonly follow?: ((after: number) => Stream.Stream<EventLog.Entry, unknown>) | undefined
 }
 
 /**
@@ -121,19 +127,25 @@ export interface WriterOptions {
  * many watchers. Each frame is encoded once and shared by every watcher. A
  * watcher that leaves `maxPendingBytes` unread is cut off with
  * `event: reconnect` (it reconnects from its cursor) instead of holding memory.
+ * When the log closes because the agent moved, the stream goes on with
+ * `follow` from the last entry it had.
  */
 export const toNodeStream = (options: WriterOptions) =>
   Effect.gen(function*() {
+    const runtime = yield* Effect.runtime<never>()
     const body = new PassThrough()
     const maxPending = options.maxPendingBytes ?? 1024 * 1024
     let ended = false
     let stop = () => {}
+    /** Where the events go on from elsewhere, once the log closed. */
+    let following: Fiber.RuntimeFiber<void, unknown> | undefined
     const finish = (last: Uint8Array) => {
       if (ended) return
       ended = true
       stop()
       unregister()
       clearInterval(timer)
+      if (following !== undefined) Runtime.runFork(runtime)(Fiber.interrupt(following))
       body.end(last)
     }
     const write = (bytes: Uint8Array) => {
@@ -148,21 +160,45 @@ export const toNodeStream = (options: WriterOptions) =>
       stop()
       unregister()
       clearInterval(timer)
+      if (following !== undefined) Runtime.runFork(runtime)(Fiber.interrupt(following))
     })
     const { view } = options
-    const send = view === undefined ? (entry: EventLog.Entry) => write(encode(entry)) : (entry: EventLog.Entry) => {
-      const seen = view(entry)
-      if (seen !== undefined) write(encode(seen))
-    }
     // "From now" is the log's cursor now; whatever is published after it comes in the replay.
     const cursor = Option.isSome(options.cursor) ? options.cursor.value : yield* options.log.cursor
+    /** The last entry this stream had, shown or not: where it goes on from after a move. */
+    let last = cursor
+    const send = (entry: EventLog.Entry) => {
+      last = entry.id
+      const seen = view === undefined ? entry : view(entry)
+      if (seen !== undefined) write(encode(seen))
+    }
+    let opened = false
+    let logClosed = false
+    const goOn = () => {
+      if (ended || following !== undefined) return
+      if (options.follow === undefined) return finish(reconnect)
+      following = Runtime.runFork(runtime)(
+        Stream.runForEach(options.follow(last), (entry) => Effect.sync(() => send(entry))).pipe(
+          Effect.ensuring(Effect.sync(() => {
+            following = undefined
+            finish(reconnect)
+          }))
+        )
+      )
+    }
     const listening = yield* options.log.listen(Option.some(cursor), {
       entry: send,
-      close: () => finish(reconnect)
+      // Not before the ready frame and the replay are written: they come first.
+      close: () => {
+        logClosed = true
+        if (opened) goOn()
+      }
     }).pipe(Effect.tapError(() => Effect.sync(() => finish(new Uint8Array()))))
     stop = listening.stop
     body.write(ready(options.ready, cursor))
     for (const entry of listening.replay) send(entry)
+    opened = true
     unregister = options.endWhen?.(() => finish(reconnect)) ?? unregister
+    if (logClosed) goOn()
     return body
   })

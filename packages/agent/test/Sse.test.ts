@@ -128,6 +128,88 @@ describe("toNodeStream", () => {
       expect(yield* log.subscribers).toBe(0)
     }))
 
+  it.scoped("goes on from its last entry wherever the agent moved when the log closes, then reconnect", () =>
+    Effect.gen(function*() {
+      const scope = yield* Scope.make()
+      const log = yield* EventLog.make({ agentId: "a", startCursor: 0 }).pipe(Scope.extend(scope))
+      const asked: Array<number> = []
+      const body = yield* Sse.toNodeStream({
+        ready: {},
+        log,
+        cursor: Option.none(),
+        heartbeat: "1 hour",
+        // The next owner's events: what it holds after the id asked for.
+        follow: (after) => {
+          asked.push(after)
+          return Stream.fromIterable([entry(2, { n: 2 }), entry(3, { n: 3 }), entry(4, { n: 4 })]).pipe(
+            Stream.filter((next) => next.id > after)
+          )
+        }
+      })
+      const text = Effect.promise(() => read(body))
+      yield* log.publish({ n: 1 })
+      yield* log.publish({ n: 2 })
+      // The agent moves: its log here closes right after the second event, the third is told by its next owner.
+      yield* Scope.close(scope, Exit.void)
+      expect(yield* text).toBe(
+        "id: 0\nevent: ready\ndata: {}\n\n" +
+          'id: 1\ndata: {"n":1}\n\n' +
+          'id: 2\ndata: {"n":2}\n\n' +
+          'id: 3\ndata: {"n":3}\n\n' +
+          'id: 4\ndata: {"n":4}\n\n' +
+          "event: reconnect\ndata: {}\n\n"
+      )
+      expect(asked).toEqual([2])
+    }))
+
+  it.scoped("a log closed before the stream opened: ready, then what follows from the cursor", () =>
+    Effect.gen(function*() {
+      const scope = yield* Scope.make()
+      const log = yield* EventLog.make({ agentId: "a", startCursor: 10 }).pipe(Scope.extend(scope))
+      yield* Scope.close(scope, Exit.void)
+      const body = yield* Sse.toNodeStream({
+        ready: {},
+        log,
+        cursor: Option.none(),
+        heartbeat: "1 hour",
+        follow: (after) => Stream.make(entry(after + 1, { moved: true }))
+      })
+      expect(yield* Effect.promise(() => read(body))).toBe(
+        'id: 10\nevent: ready\ndata: {}\n\nid: 11\ndata: {"moved":true}\n\nevent: reconnect\ndata: {}\n\n'
+      )
+    }))
+
+  it.scopedLive("ends a follow when the node ends its streams", () =>
+    Effect.gen(function*() {
+      const scope = yield* Scope.make()
+      const log = yield* EventLog.make({ agentId: "a", startCursor: 0 }).pipe(Scope.extend(scope))
+      let end = () => {}
+      let interrupted = false
+      const body = yield* Sse.toNodeStream({
+        ready: {},
+        log,
+        cursor: Option.none(),
+        heartbeat: "1 hour",
+        endWhen: (ending) => {
+          end = ending
+          return () => {}
+        },
+        follow: () =>
+          Stream.concat(Stream.make(entry(1, { n: 1 })), Stream.never).pipe(
+            Stream.ensuring(Effect.sync(() => interrupted = true))
+          )
+      })
+      const text = Effect.promise(() => read(body))
+      yield* Scope.close(scope, Exit.void)
+      yield* Effect.sleep("50 millis")
+      end()
+      expect(yield* text).toBe(
+        'id: 0\nevent: ready\ndata: {}\n\nid: 1\ndata: {"n":1}\n\nevent: reconnect\ndata: {}\n\n'
+      )
+      yield* Effect.sleep("50 millis")
+      expect(interrupted).toBe(true)
+    }))
+
   it.scoped("refuses a cursor behind the buffer", () =>
     Effect.gen(function*() {
       const log = yield* EventLog.make({ agentId: "a", startCursor: 100 })

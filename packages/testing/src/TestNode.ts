@@ -70,6 +70,9 @@ const providedScript = Effect.tryPromise({
 
 const readyLine = /agent-runtime ready rest=(\S+) gateway=(\S+)/
 
+/** How long a node may take to print its ready line: 30 s, or `TEST_NODE_START_SECONDS` on a crowded machine. */
+const startSeconds = Number(process.env.TEST_NODE_START_SECONDS ?? 30) || 30
+
 /**
  * Where the kernel takes the local ports of outgoing connections from; 32768 and up when it does not say.
  */
@@ -160,7 +163,10 @@ export const start = (options: Options): Effect.Effect<TestNode, Error, Scope.Sc
       )
     )
     const match = yield* Deferred.await(ready).pipe(
-      Effect.timeoutFail({ duration: "30 seconds", onTimeout: () => new Error(`node did not start:\n${output}`) }),
+      Effect.timeoutFail({
+        duration: `${startSeconds} seconds`,
+        onTimeout: () => new Error(`node did not start within ${startSeconds} s:\n${output}`)
+      }),
       Effect.flatMap(Option.match({
         onNone: () => Effect.fail(new Error(`node exited before ready:\n${output}`)),
         onSome: Effect.succeed
