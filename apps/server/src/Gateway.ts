@@ -2,8 +2,10 @@
  * The model gateway's listener on GATEWAY_PORT: a plain node:http server
  * whose one request listener is the gateway package's handler, built once
  * in the node's runtime (no per-request router or middleware on the hot
- * path). Closing the scope stops accepting and lets open calls finish.
+ * path). Closing the scope stops accepting and lets open calls finish;
+ * keep-alive connections end from the drain's close on (`Sockets.closingIdle`).
  */
+import { Drain } from "@agent-runtime/agent"
 import {
   Authenticator,
   Gateway,
@@ -18,14 +20,17 @@ import * as Http from "node:http"
 import type { AddressInfo } from "node:net"
 import * as Errors from "./http/Errors.ts"
 import * as ServerConfig from "./ServerConfig.ts"
+import * as Sockets from "./Sockets.ts"
 
 /** Serves the gateway until the scope closes; its base URL. */
 export const serve = Effect.gen(function*() {
   const config = yield* ServerConfig.ServerConfig
   const { handle } = yield* Gateway.Gateway
-  const server = Errors.answerClientErrors(
-    Http.createServer({ keepAliveTimeout: 65_000 }, handle),
-    Gateway.clientErrorBody
+  const drain = yield* Drain.Drain
+  // Its keep-alive connections end once the node drains: one going idle after the close began held it 66 s.
+  const server = Sockets.closingIdle(
+    Errors.answerClientErrors(Http.createServer({ keepAliveTimeout: 65_000 }, handle), Gateway.clientErrorBody),
+    drain.onClose
   )
   yield* Effect.acquireRelease(
     Effect.async<void, Error>((resume) => {

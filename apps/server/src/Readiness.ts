@@ -5,6 +5,7 @@
 import { Drain } from "@agent-runtime/agent"
 import { Duration, Effect, Layer, Ref, Runtime } from "effect"
 import { ServerConfig } from "./ServerConfig.ts"
+import * as Sockets from "./Sockets.ts"
 
 export type State = "starting" | "ready" | "draining"
 
@@ -57,7 +58,8 @@ export const layerServing = Layer.scopedDiscard(
             Effect.logWarning("the node did not stop within its stop timeout; exiting").pipe(
               Effect.annotateLogs({
                 stopTimeoutSeconds,
-                waitingOn: process.getActiveResourcesInfo().filter((kind) => kind !== "Timeout")
+                waitingOn: process.getActiveResourcesInfo().filter((kind) => kind !== "Timeout"),
+                sockets: Sockets.open()
               })
             )
           )

@@ -41,9 +41,18 @@ import {
 import { Database, DatabaseHealth, SealedSecret } from "@agent-runtime/store"
 import { ToolSources } from "@agent-runtime/toolsources"
 import { WebhookDelivery, WebhookEndpoints } from "@agent-runtime/webhooks"
-import { RunnerAddress, ShardingConfig, SqlMessageStorage, SqlRunnerStorage } from "@effect/cluster"
+import {
+  HttpRunner,
+  RunnerAddress,
+  RunnerHealth,
+  Runners as ClusterRunners,
+  ShardingConfig,
+  SqlMessageStorage,
+  SqlRunnerStorage
+} from "@effect/cluster"
 import { HttpApiBuilder, HttpApiScalar, HttpMiddleware, HttpRouter, HttpServer } from "@effect/platform"
-import { NodeClusterHttp, NodeHttpServer } from "@effect/platform-node"
+import { NodeHttpServer, NodeSocket } from "@effect/platform-node"
+import { RpcSerialization } from "@effect/rpc"
 import { Context, Deferred, Duration, Effect, Layer, Option } from "effect"
 import * as Http from "node:http"
 import * as Gateway from "./Gateway.ts"
@@ -69,6 +78,7 @@ import { migrations } from "./Migrations.ts"
 import * as Readiness from "./Readiness.ts"
 import * as Runners from "./Runners.ts"
 import * as ServerConfig from "./ServerConfig.ts"
+import * as Sockets from "./Sockets.ts"
 
 /** Where the REST API listens, as a base URL. */
 export class RestAddress extends Context.Tag("@agent-runtime/server/RestAddress")<RestAddress, string>() {}
@@ -88,12 +98,16 @@ const baseUrl = Effect.map(HttpServer.HttpServer, (server) =>
 /** The REST listener: the hot routes first (see HotRoutes), then the API. */
 const listenRest = Layer.unwrapEffect(
   Effect.map(
-    Effect.all([ServerConfig.ServerConfig, HotRoutes.HotRoutes]),
-    ([config, hot]) =>
-      NodeHttpServer.layer(() => Errors.answerClientErrors(HotRoutes.server(hot), Errors.restClientError), {
-        port: config.port,
-        host: config.host
-      })
+    Effect.all([ServerConfig.ServerConfig, HotRoutes.HotRoutes, Drain.Drain]),
+    ([config, hot, drain]) =>
+      NodeHttpServer.layer(
+        () =>
+          Sockets.closingIdle(
+            Errors.answerClientErrors(HotRoutes.server(hot), Errors.restClientError),
+            drain.onClose
+          ),
+        { port: config.port, host: config.host }
+      )
   )
 ).pipe(Layer.provide(HotRoutes.layer))
 
@@ -191,14 +205,31 @@ const layerShardingConfig = Layer.unwrapEffect(
 /**
  * The cluster runner: cluster storage on the node's PostgreSQL, the runner's own listener at RUNNER_ADDRESS.
  * Runners keep a WebSocket to each other rather than making an HTTP request per message (a third less CPU
- * per turn sent through another runner).
+ * per turn sent through another runner). What `NodeClusterHttp.layer({ transport: "websocket", storage: "sql" })`
+ * makes, but for the listener: it closes the other runners' WebSockets when it closes (after the runner has let
+ * its shards go and left the cluster), rather than waiting until each of them notices, which held a drained
+ * node's exit for seconds (their health-check client keeps its socket for minutes).
  */
 const layerCluster = Layer.unwrapEffect(
-  Effect.map(
-    ServerConfig.ServerConfig,
-    (config) =>
-      NodeClusterHttp.layer({ transport: "websocket", storage: "sql", shardingConfig: shardingConfigOf(config) })
-  )
+  Effect.map(ServerConfig.ServerConfig, (config) => {
+    const listener = NodeHttpServer.layer(() => Sockets.closingAll(Http.createServer()), {
+      host: config.host,
+      port: config.runnerAddress.port
+    })
+    const health = RunnerHealth.layerPing.pipe(
+      Layer.provide(ClusterRunners.layerRpc),
+      Layer.provide(HttpRunner.layerClientProtocolWebsocketDefault)
+    )
+    return HttpRunner.layerWebsocket.pipe(
+      Layer.provide(listener),
+      Layer.provide(health),
+      Layer.provide(NodeSocket.layerWebSocketConstructor),
+      Layer.provideMerge(Layer.orDie(SqlMessageStorage.layer)),
+      Layer.provide(Layer.orDie(SqlRunnerStorage.layer)),
+      Layer.provide(ShardingConfig.layer(shardingConfigOf(config))),
+      Layer.provide(RpcSerialization.layerMsgPack)
+    )
+  })
 )
 
 /**

@@ -2,9 +2,21 @@
  * Nodes started together against one DATABASE_URL share tenants and keys,
  * and never print a secret.
  */
-import { FakeUpstream, Http, TestDatabase, TestNode, ToolServer } from "@agent-runtime/testing"
+import { Serve } from "@agent-runtime/sdk"
+import {
+  FakeUpstream,
+  Http,
+  TestCluster,
+  TestDatabase,
+  TestNode,
+  TestWorld,
+  ToolServer,
+  Watchers
+} from "@agent-runtime/testing"
 import { expect, it } from "@effect/vitest"
 import { Duration, Effect, Fiber } from "effect"
+import * as Fs from "node:fs"
+import * as NodeHttp from "node:http"
 
 it.scoped("two processes on one database serve the same tenants", () =>
   Effect.gen(function*() {
@@ -439,4 +451,121 @@ it.scopedLive(
       })
     }),
   { timeout: 120_000 }
+)
+
+it.scopedLive(
+  "a drained node under watchers, polls and application connections closes at once: it exits well before its stop timeout",
+  () =>
+    Effect.gen(function*() {
+      const upstream = yield* FakeUpstream.start()
+      const databaseUrl = yield* TestDatabase.make
+      // A stop timeout long enough not to cut the close short: the close is measured as it is.
+      const cluster = yield* TestCluster.start({
+        size: 3,
+        databaseUrl,
+        env: {
+          ALLOW_PRIVATE_URLS: "true",
+          STOP_TIMEOUT_SECONDS: "30",
+          ...(process.env.DRAIN_DEBUG ? { LOG_LEVEL: "Debug" } : {})
+        }
+      })
+      const { token } = yield* TestWorld.tenantWithModel({ node: cluster.members[0]!.node, upstream }, "drain")
+      const drained = cluster.members[0]!.node
+      const api = Http.client(drained.rest)
+      // Two agents, one the drained node owns and one another node owns, each with its agent token.
+      const owned = new Map<number, { readonly id: string; readonly token: string }>()
+      for (let i = 0; i < 40 && owned.size < 2; i++) {
+        const made = (yield* api.post("/v1/agents", { token, json: { model: "fake/m1", ttlSeconds: 3600 } })).body
+        yield* api.get(`/v1/agents/${made.id}/state`, { token })
+        const [row] = yield* TestDatabase.query(databaseUrl, `SELECT owner FROM agents WHERE id = '${made.id}'`)
+        const index = cluster.members.findIndex((member) => member.runnerAddress === row?.owner)
+        if ((index === 0 || index === 1) && !owned.has(index)) owned.set(index, { id: made.id, token: made.token })
+      }
+      expect([...owned.keys()].sort()).toEqual([0, 1])
+      const agents = [owned.get(0)!, owned.get(1)!]
+      // Each agent watched on every node (on the drained one: its own log, and a log followed through the
+      // cluster), and its application connected through the drained node.
+      const watchers = yield* Effect.forEach(agents, ({ id }) =>
+        Effect.forEach(cluster.members, (member, index) =>
+          Watchers.sse(`${id} sse@${index}`, {
+            agentId: id,
+            token,
+            base: () =>
+              member.up ? member.node.rest : cluster.live()[0]
+          })))
+      const echo = Serve.tool({
+        name: "app_echo",
+        description: "Echoes",
+        execute: async (args) =>
+          JSON.stringify(args)
+      })
+      yield* Effect.forEach(agents, (agent) =>
+        Effect.acquireRelease(
+          Effect.promise(() =>
+            Serve.serve({ baseUrl: drained.rest, agentId: agent.id, token: agent.token }, [echo], {
+              fetch: cluster.fetchThroughLive
+            })
+          ),
+          (server) => Effect.promise(() => server.close({ timeoutMs: 0 }))
+        ))
+      const connected = (base: string, id: string) =>
+        Effect.map(Http.client(base).get(`/v1/agents/${id}`, { token }), (answer) => answer.body.connected === true)
+      for (const { id } of agents) yield* Http.waitFor(() => connected(drained.rest, id), `${id}'s application`)
+      // A turn on each, answered through the drained node: its keep-alive sockets have carried requests.
+      for (const { id } of agents) yield* Http.prompted(api, token, id, { text: "hello" })
+      // A poll of each agent's events waiting on the drained node as it drains.
+      const cursors = yield* Effect.forEach(
+        agents,
+        ({ id }) => Effect.map(api.get(`/v1/agents/${id}/state`, { token }), (answer) => answer.body.cursor as number)
+      )
+      const waiting = yield* Effect.fork(Effect.all(
+        agents.map(({ id }, i) =>
+          Http.attempt(drained.rest, "GET", `/v1/agents/${id}/events?poll=1&wait=20`, {
+            token,
+            headers: { "last-event-id": String(cursors[i]) }
+          }, 30_000)
+        ),
+        { concurrency: "unbounded", mode: "either" }
+      ))
+      // And a model call streaming through its gateway, on a keep-alive connection the client never closes: it
+      // ends after the close began, and its connection then held the gateway's close for its 66 s keep-alive.
+      const keepAlive = new NodeHttp.Agent({ keepAlive: true })
+      yield* Effect.addFinalizer(() => Effect.sync(() => keepAlive.destroy()))
+      upstream.script({ text: Array.from({ length: 10 }, (_, i) => `t${i}`).join(" "), tokenDelayMs: 100 })
+      const modelCall = yield* Effect.fork(Effect.async<number>((resume) => {
+        const body = JSON.stringify({ model: "fake/m1", stream: true, messages: [{ role: "user", content: "hi" }] })
+        const request = NodeHttp.request(`${drained.gateway}/v1/chat/completions`, {
+          method: "POST",
+          agent: keepAlive,
+          headers: { authorization: `Bearer ${token}`, "content-type": "application/json" }
+        }, (response) => {
+          response.resume()
+          response.on("end", () => resume(Effect.succeed(response.statusCode ?? 0)))
+        })
+        request.on("error", () => resume(Effect.succeed(0)))
+        request.end(body)
+      }))
+      yield* Effect.sleep("500 millis")
+
+      const stoppedAt = Date.now()
+      yield* cluster.stop(0, "SIGTERM").pipe(Effect.timeoutOption("45 seconds"))
+      const exitedMs = Date.now() - stoppedAt
+      yield* Fiber.join(waiting)
+      expect(yield* Fiber.join(modelCall)).toBe(200)
+      const output = drained.output()
+      // DRAIN_DEBUG=file: the drained node's log (at the debug level) is written there.
+      if (process.env.DRAIN_DEBUG) Fs.writeFileSync(process.env.DRAIN_DEBUG, output)
+      const stopTimedOut = output.split("\n").find((line) => line.includes("did not stop within its stop timeout"))
+      console.log(
+        `a drain under watchers and applications: exited after ${exitedMs} ms${stopTimedOut ? `\n${stopTimedOut}` : ""}`
+      )
+      // Nothing ran, so the drain is at once, and the close of its servers, runner and database follows, waiting on
+      // no socket: within the default stop timeout (10 s), which this node's (30 s) leaves to measure.
+      expect(stopTimedOut).toBeUndefined()
+      expect(exitedMs).toBeLessThan(10_000)
+      // The applications reconnect through another node, and the watchers follow.
+      for (const { id } of agents) yield* Http.waitFor(() => connected(cluster.live()[0]!, id), `${id}'s application`)
+      for (const watcher of watchers.flat()) expect(watcher.stalls, watcher.name).toBe(0)
+    }),
+  { timeout: 180_000 }
 )
