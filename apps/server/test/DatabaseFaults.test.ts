@@ -11,10 +11,15 @@
  * `/readyz` says the node cannot serve. Then, from outside: every accepted
  * request completed, histories are whole and in order, no tool call was sent
  * twice, event ids only grew for every watcher, and recovery times are logged.
+ * Every other turn fetching a page also writes a file on its agent's
+ * workspace and edits it (see FileWrites): no write ran twice, each file agrees with its
+ * calls' results (a write refused for the outage wrote nothing), and a write
+ * whose outcome is unknown is counted as uncertain.
  */
 import { EmbeddedPostgres } from "@agent-runtime/store"
 import {
   FakeUpstream,
+  FileWrites,
   Histories,
   Http,
   type TcpProxy,
@@ -190,15 +195,24 @@ it.scopedLive(
       const unavailableBodies = new Set<string>()
       let sequence = 0
       let inFlight = 0
+      /** The file steps scripted (see FileWrites). */
+      const fileSteps: Array<number> = []
       const sendOne = Effect.gen(function*() {
         const n = sequence++
         const agentId = agents[n % agentCount]!
         const requestId = `req_db_${n}`
         const text = `prompt ${n}`
         if (n % 3 === 0) {
+          // Every other time with the page, whichever agent takes this script writes a file on its workspace and
+          // edits it (one tenant's file writes commit one at a time: more would slow the whole workload).
+          const writes = n % 6 === 0
           upstream.script({
-            toolCalls: [{ id: `call_${n}`, name: "web_fetch", arguments: { url: `${pages.url}/t/${n}?delay=600` } }]
+            toolCalls: [
+              { id: `call_${n}`, name: "web_fetch", arguments: { url: `${pages.url}/t/${n}?delay=600` } },
+              ...(writes ? FileWrites.calls(n) : [])
+            ]
           }, { model: "m1" })
+          if (writes) fileSteps.push(n)
         }
         upstream.script({ text: "one two three four five six seven eight", tokenDelayMs: 60 }, { model: "m1" })
         const entry: Sent = { agentId, text, accepted: false }
@@ -522,6 +536,7 @@ it.scopedLive(
       yield* phase("requests settled; checking histories")
       // --- Histories are whole and in order: every prompt once, every tool call answered once, right after its call.
       let toolCallsInHistory = 0
+      const histories = new Map<string, ReadonlyArray<FileWrites.Entry>>()
       for (const agentId of [...agents, probeAgent.id]) {
         let entries: Array<{ index: number; message: any }> = []
         let before: number | null = null
@@ -533,6 +548,7 @@ it.scopedLive(
           before = page.next
         } while (before !== null)
         expect(entries.map((entry) => entry.index)).toEqual(entries.map((_, i) => i))
+        histories.set(agentId, entries)
         const prompts = entries.filter((entry) => entry.message.role === "user").map((entry) => entry.message.content)
         expect(new Set(prompts.map((prompt) => JSON.stringify(prompt))).size, agentId).toBe(prompts.length)
         for (const [requestId, record] of outcomes) {
@@ -551,6 +567,11 @@ it.scopedLive(
       // --- No tool call was sent twice.
       const duplicated = pages.requestedTwice()
       expect(duplicated).toEqual([])
+
+      // --- File writes: none ran twice, each file agrees with its calls' results, the unknown ones are counted.
+      const files = yield* FileWrites.check({ scripted: fileSteps, histories, get: (path) => call("GET", path) })
+      expect(files.problems).toEqual([])
+      expect(files.confirmed).toBeGreaterThan(0)
 
       // --- Event ids only grew for every watcher, none skipped an event untold, every moved turn said so.
       yield* Effect.sleep("5 seconds")
@@ -595,7 +616,7 @@ it.scopedLive(
           `lost ${lost.length}, duplicated tool calls ${duplicated.length}; watchers ${all.length}: reconnects ` +
           `${sum((w) => w.reconnects)}, cut off ${sum((w) => w.cutOff)}, stalls ${sum((w) => w.stalls)}, gaps ${
             sum((w) => w.marks.filter((mark) => mark._tag === "gap").length)
-          }, unreachable ${sum((w) => w.unreachable)}\n${figures.join("\n")}`
+          }, unreachable ${sum((w) => w.unreachable)}; ${FileWrites.summary(files)}\n${figures.join("\n")}`
       )
       expect(violations).toEqual({ wentBack: [], skipped: [], missedResumes: [] })
       expect(moved.length).toBeGreaterThan(0)

@@ -15,11 +15,16 @@
  * call without its answer told the model its outcome is unknown (or that it
  * was not sent). A webhook receiver gets the runs' events: every settled run's
  * run.completed arrives, written once whatever moved or crashed, and every
- * moved turn's run.started says it resumed.
+ * moved turn's run.started says it resumed. Every other turn fetching a page
+ * also writes a file on its agent's workspace and edits it (the file tools,
+ * see FileWrites): no write ran twice, each file agrees with its calls'
+ * results, and a write whose outcome is unknown is counted as uncertain,
+ * never passed as missing.
  */
 import { Serve } from "@agent-runtime/sdk"
 import {
   FakeUpstream,
+  FileWrites,
   Histories,
   Http,
   TestCluster,
@@ -110,14 +115,21 @@ it.scopedLive(
         const live = cluster.live()
         return live.length === 0 ? undefined : live[Math.floor(Math.random() * live.length)]
       }
-      /** A request to any live node, tried again elsewhere while nodes come and go. */
+      /**
+       * A request to any live node, tried again elsewhere while nodes come and go, and after a 503 (an owner that
+       * did not answer in time on a crowded machine: a watcher that took the 503's body for the state once read
+       * from an undefined cursor for the whole run).
+       */
       const call = (method: string, path: string, json?: unknown) =>
         Effect.suspend(() => {
           const base = pick()
           return base === undefined
             ? Effect.fail(new Error("no live node"))
             : Http.attempt(base, method, path, { token, ...(json === undefined ? {} : { json }) }, 30_000)
-        }).pipe(Effect.retry({ times: 200, schedule: Schedule.spaced("200 millis") }))
+        }).pipe(
+          Effect.filterOrFail((response) => response.status !== 503, () => new Error("503")),
+          Effect.retry({ times: 200, schedule: Schedule.spaced("200 millis") })
+        )
 
       // --- Watchers: one long-polling reader per agent, through any node, for the whole run.
       const lastSeen = new Map<string, number>()
@@ -244,6 +256,8 @@ it.scopedLive(
 
       // --- Workload: a prompt every 150 ms, round-robin over the agents, each with its own request id.
       const sent = new Map<string, Sent>()
+      /** The file steps scripted (see FileWrites). */
+      const fileSteps: Array<number> = []
       let sequence = 0
       const sendOne = Effect.gen(function*() {
         const n = sequence++
@@ -251,9 +265,16 @@ it.scopedLive(
         const requestId = `req_fault_${n}`
         const text = `prompt ${n}`
         if (n % 3 === 0) {
+          // Every other time with the page, whichever agent takes this script writes a file on its workspace and
+          // edits it (one tenant's file writes commit one at a time: more would slow the whole workload).
+          const writes = n % 6 === 0
           upstream.script({
-            toolCalls: [{ id: `call_${n}`, name: "web_fetch", arguments: { url: `${pages.url}/t/${n}?delay=600` } }]
+            toolCalls: [
+              { id: `call_${n}`, name: "web_fetch", arguments: { url: `${pages.url}/t/${n}?delay=600` } },
+              ...(writes ? FileWrites.calls(n) : [])
+            ]
           })
+          if (writes) fileSteps.push(n)
         } else if (n % 3 === 1) {
           // Whichever agent takes this script calls app_echo: served by its application, or not its tool.
           upstream.script({ toolCalls: [{ id: `call_${n}`, name: "app_echo", arguments: { n } }] })
@@ -341,6 +362,7 @@ it.scopedLive(
       let appResults = 0
       let appNotSent = 0
       let appUnknown = 0
+      const histories = new Map<string, ReadonlyArray<FileWrites.Entry>>()
       for (const agentId of agents) {
         let entries: Array<{ index: number; message: any }> = []
         let before: number | null = null
@@ -352,6 +374,7 @@ it.scopedLive(
           before = page.next
         } while (before !== null)
         expect(entries.map((entry) => entry.index)).toEqual(entries.map((_, i) => i))
+        histories.set(agentId, entries)
         const prompts = entries.filter((entry) => entry.message.role === "user").map((entry) => entry.message.content)
         expect(new Set(prompts).size, agentId).toBe(prompts.length)
         for (const [requestId, record] of outcomes) {
@@ -387,6 +410,11 @@ it.scopedLive(
       // --- No tool call was sent twice.
       const duplicated = pages.requestedTwice()
       expect(duplicated).toEqual([])
+
+      // --- File writes: none ran twice, each file agrees with its calls' results, the unknown ones are counted.
+      const files = yield* FileWrites.check({ scripted: fileSteps, histories, get: (path) => call("GET", path) })
+      expect(files.problems).toEqual([])
+      expect(files.confirmed).toBeGreaterThan(0)
 
       // --- Cursors only grew, and every moved turn said so.
       yield* Effect.sleep("6 seconds")
@@ -473,7 +501,7 @@ it.scopedLive(
             streams.reduce((sum, watcher) => sum + watcher.stalls, 0)
           } stalls; drained runners ` +
           `exited in ${drainTimes.map((ms) => (ms / 1000).toFixed(1)).join(", ")} s; webhook events ${events.size} ` +
-          `(deliveries ${delivered.length})`
+          `(deliveries ${delivered.length}); ${FileWrites.summary(files)}`
       )
       expect(moved.length).toBeGreaterThan(0)
       expect(appCalls.size).toBeGreaterThan(0)

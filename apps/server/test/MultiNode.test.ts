@@ -5,6 +5,7 @@
 import { Serve } from "@agent-runtime/sdk"
 import {
   FakeUpstream,
+  FileWrites,
   Http,
   TestCluster,
   TestDatabase,
@@ -267,6 +268,61 @@ it.scopedLive(
       console.log(`a runner joined mid-turn: ${moved.length} of ${agents.length} agents moved to it`)
     }),
   { timeout: 240_000 }
+)
+
+it.scopedLive(
+  "after a kill -9, a resumed turn keeps the file writes it journaled and makes those it had not, once each",
+  () =>
+    Effect.gen(function*() {
+      const { api1, api2, databaseUrl, one, token, upstream } = yield* twoNodesWithAgents(0)
+      const pages = yield* ToolServer.start
+      yield* bothHoldShards(api2, one.operatorToken)
+      // Two agents the first node runs.
+      const agents: Array<string> = []
+      for (let i = 0; i < 40 && agents.length < 2; i++) {
+        const id = (yield* api1.post("/v1/agents", { token, json: { model: "fake/m1", builtins: ["web_fetch"] } }))
+          .body.id as string
+        yield* api1.get(`/v1/agents/${id}/state`, { token })
+        const [row] = yield* TestDatabase.query(databaseUrl, `SELECT owner FROM agents WHERE id = '${id}'`)
+        if (row?.owner === one.runnerAddress) agents.push(id)
+      }
+      expect(agents.length).toBe(2)
+      const held = (n: number) => ({
+        id: `call_${n}`,
+        name: "web_fetch",
+        arguments: { url: `${pages.url}/held/${n}?hold=kill` }
+      })
+      // The first writes and edits its file, then waits on a page; the second waits on the page first.
+      upstream.script({ toolCalls: [...FileWrites.calls(1), held(1)] })
+      upstream.script({ toolCalls: [held(2), ...FileWrites.calls(2)] })
+      upstream.script({ text: "done" })
+      upstream.script({ text: "done" })
+      const accepted: Array<string> = []
+      for (const [i, id] of agents.entries()) {
+        accepted.push((yield* api1.post(`/v1/agents/${id}/prompt`, { token, json: { text: "write" } })).body.id)
+        yield* Http.waitFor(
+          () => Effect.succeed(pages.count(`/held/${i + 1}`) === 1),
+          `turn ${i + 1} waits on its page`
+        )
+      }
+      yield* one.stop("SIGKILL")
+      for (const [i, id] of agents.entries()) {
+        const done = yield* Http.settled(api2, token, id, accepted[i]!)
+        expect(done.outcome.result).toMatchObject({ reply: "done", resumed: true })
+        expect(done.outcome.uncertain, id).toBe(true)
+      }
+      pages.release("kill")
+      const histories = new Map<string, ReadonlyArray<FileWrites.Entry>>()
+      for (const id of agents) histories.set(id, (yield* api2.get(`/v1/agents/${id}/history`, { token })).body.entries)
+      const files = yield* FileWrites.check({ scripted: [1, 2], histories, get: (path) => api2.get(path, { token }) })
+      console.log(`after a kill -9: ${FileWrites.summary(files)}`)
+      // Both files at version 2, each written and edited once: the journaled write and edit were not made again,
+      // and those the first runner never began were made by the next.
+      expect(files).toMatchObject({ problems: [], ran: 2, confirmed: 2, uncertain: [] })
+      // No page was fetched twice: the calls cut by the kill were answered as unknown.
+      expect(pages.requestedTwice()).toEqual([])
+    }),
+  { timeout: 180_000 }
 )
 
 it.scopedLive(
