@@ -1,0 +1,53 @@
+/**
+ * Keeps a turn's requests within the model's context window: when the history
+ * and the new message would not leave room for a full response, everything so
+ * far is summarized by the model into one compactionSummary message, which
+ * stands in for all before it (see `modelContext.ts`).
+ */
+import { Effect, Option } from "effect"
+import type { StoredMessage } from "../Turn.ts"
+import { contextTokens, estimateTokens, modelContext } from "./modelContext.ts"
+import { textOf, type TurnRun, usageOf } from "./turnRun.ts"
+
+const compactionPrompt =
+  "Summarize the conversation above for your own later use: the user's goals, decisions made, facts learned, " +
+  "open questions and work in progress. Be complete but brief; the summary replaces the conversation."
+
+/** Summarizes the history first when it and `incoming` would leave no room for a full response. */
+export const compactIfNeeded = Effect.fn("Turn.compaction")(function*(run: TurnRun, incoming: string) {
+  const { hooks, input, systemPrompt } = run
+  const resolved = yield* Effect.either(run.target)
+  if (resolved._tag === "Left") return
+  const limits = resolved.right.model
+  const tokens = contextTokens(hooks.history()) + estimateTokens(systemPrompt) + estimateTokens(incoming) +
+    estimateTokens(run.modelTools)
+  if (hooks.historySize() === 0 || tokens <= limits.contextWindow - limits.maxTokens) return
+  const context = modelContext(hooks.history())
+  yield* run.event("compaction_start", { tokens })
+  yield* hooks.durable
+  const summary = yield* run.models.complete({
+    target: resolved.right,
+    tenantId: input.tenantId,
+    keyScope: Option.fromNullable(input.config.keyScope),
+    model: input.config.model,
+    context: {
+      ...(systemPrompt === "" ? {} : { systemPrompt }),
+      messages: [...context, { role: "user", content: compactionPrompt, timestamp: Date.now() }]
+    },
+    modelHeaders: input.config.modelHeaders,
+    usage: { kind: "compaction", ...usageOf(input) }
+  }).pipe(Effect.either)
+  if (summary._tag === "Left") {
+    yield* run.event("compaction_end", { skipped: summary.left.message })
+    return
+  }
+  const index = hooks.historySize()
+  const message: StoredMessage = {
+    role: "compactionSummary",
+    summary: textOf(summary.right),
+    tokensBefore: tokens,
+    timestamp: Date.now()
+  }
+  yield* hooks.append(index, message)
+  yield* run.event("compaction_end", { index, message })
+})

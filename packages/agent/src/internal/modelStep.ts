@@ -1,0 +1,103 @@
+/**
+ * One model request of a turn: the history the model sees, its response
+ * streamed to watchers as it comes (a retried attempt's part taken back, a
+ * call's arguments told only up to a bound), and, when an abort cuts it short,
+ * what was said so far kept in history.
+ */
+import type { ModelClient } from "@agent-runtime/models"
+import { Effect, Either, Option } from "effect"
+import { modelContext } from "./modelContext.ts"
+import { type TurnRun, usageOf } from "./turnRun.ts"
+
+/**
+ * How much of a tool call's arguments is told to watchers as they stream; the rest comes whole with the
+ * call's end. A provider sends a few characters a delta, so a megabyte of arguments would be hundreds of
+ * thousands of events, each costing the node and every watcher far more than its few characters.
+ */
+const toldArgumentsLimit = 64 * 1024
+
+/** Watchers' view of a response as it streams: message_start, message_update, retries. */
+const streamer = (run: TurnRun, index: number) => {
+  let started = false
+  let partial: ModelClient.AssistantMessage | undefined
+  /** How much of each call's arguments was told as deltas (see `toldArgumentsLimit`). */
+  const argumentsTold = new Map<number, number>()
+  const onEvent = (modelEvent: ModelClient.ResponseEvent): Effect.Effect<void> => {
+    switch (modelEvent.type) {
+      case "start":
+        started = true
+        return run.event("message_start", { index, message: { role: "assistant", content: [] } })
+      case "auto_retry_start":
+        // What the failed attempt streamed is taken back before the retry.
+        return Effect.zipRight(
+          started ? run.event("message_retracted", { index }) : Effect.void,
+          Effect.suspend(() => {
+            started = false
+            argumentsTold.clear()
+            const { type: _type, ...fields } = modelEvent
+            return run.event("auto_retry_start", fields)
+          })
+        )
+      case "auto_retry_end": {
+        const { type: _type, ...fields } = modelEvent
+        return run.event("auto_retry_end", fields)
+      }
+      default: {
+        const { partial: latest, ...delta } = modelEvent
+        partial = latest
+        if (delta.type === "toolcall_delta") {
+          const told = (argumentsTold.get(delta.contentIndex) ?? 0) + delta.delta.length
+          argumentsTold.set(delta.contentIndex, told)
+          if (told > toldArgumentsLimit) return Effect.void
+        }
+        return run.event("message_update", { index, assistantMessageEvent: delta })
+      }
+    }
+  }
+  return { onEvent, started: () => started, partial: () => partial }
+}
+
+/**
+ * Asks the model for the response at history `index`. A failure is the model's error, its streamed part
+ * already taken back from watchers; an abort keeps what was said so far, a node stopping keeps nothing
+ * (the next owner asks again).
+ */
+export const respond = Effect.fn("Turn.modelCall")(function*(run: TurnRun, index: number) {
+  const { hooks, input, systemPrompt } = run
+  yield* Effect.annotateCurrentSpan({ "gen_ai.request.model": input.config.model })
+  const stream = streamer(run, index)
+  const context: ModelClient.Context = {
+    ...(systemPrompt === "" ? {} : { systemPrompt }),
+    messages: modelContext(hooks.history()),
+    ...(run.modelTools.length === 0 ? {} : { tools: [...run.modelTools] })
+  }
+  const response = yield* Effect.flatMap(run.target, (resolved) =>
+    run.models.respond({
+      target: resolved,
+      tenantId: input.tenantId,
+      keyScope: Option.fromNullable(input.config.keyScope),
+      model: input.config.model,
+      context,
+      reasoning: input.config.thinkingLevel === undefined || input.config.thinkingLevel === "off"
+        ? undefined
+        : input.config.thinkingLevel as ModelClient.ThinkingLevel,
+      modelHeaders: input.config.modelHeaders,
+      usage: { kind: "response", ...usageOf(input) }
+    }, stream.onEvent)).pipe(
+      Effect.either,
+      Effect.onInterrupt(() => {
+        const partial = stream.partial()
+        return !hooks.aborting() || partial === undefined || partial.content.length === 0
+          ? Effect.void
+          : Effect.gen(function*() {
+            const kept = { ...partial, stopReason: "aborted" as const }
+            yield* hooks.append(index, kept)
+            yield* run.event("message_end", { index, message: kept })
+            yield* run.event("turn_end", { aborted: true })
+            yield* run.event("agent_end")
+          })
+      })
+    )
+  if (Either.isLeft(response) && stream.started()) yield* run.event("message_retracted", { index })
+  return response
+})
