@@ -1,0 +1,185 @@
+/**
+ * The runner's work on one request: its turn begun (journaled with its first
+ * message) or resumed from what a lost node journaled, run through its hooks,
+ * and settled with its outcome, with the steered prompts it took. A turn the
+ * database went away under is not failed: the runner stops and the agent's
+ * work resumes from the journal; a turn stopped between steps for the next
+ * owner is handed on under the same request id.
+ */
+import { DatabaseHealth } from "@agent-runtime/store"
+import { Cause, Duration, Effect, Exit, Fiber } from "effect"
+import type { RequestRow } from "../AgentStore.ts"
+import * as ApplicationConnection from "../ApplicationConnection.ts"
+import * as RunEvents from "../RunEvents.ts"
+import * as Turn from "../Turn.ts"
+import { frame, type Instance, loadHistory, settle } from "./instance.ts"
+import { hooksFor } from "./turnHooks.ts"
+
+/** What a request's input holds for its turn. */
+type RequestInput =
+  & { readonly text?: string; readonly actor?: string; readonly suspension?: string; readonly code?: string }
+  & { readonly allowDisconnected?: boolean }
+  & Pick<Turn.TurnInput, "metadata" | "from" | "files">
+
+/**
+ * A turn another node began: the journal says so (turn_resumed, or turn_recovered when this runner began it
+ * before a restart), and the prompts whose user message the lost node never wrote are returned.
+ */
+const resumeHere = (instance: Instance, row: RequestRow, began: number) =>
+  Effect.gen(function*() {
+    const { agent, agentId, history, journal, runnerAddress, store } = instance
+    // The turn's prompts (its own, and those steered into it) whose user message the lost node had not
+    // written yet: a turn cut right after it began, or right after it took a steered prompt.
+    const inHistory = new Set(
+      history.slice(began).flatMap((message) =>
+        message.role === "user" && message.requestId !== undefined ? [message.requestId] : []
+      )
+    )
+    const prompts = [
+      ...(row.method === "continue" || row.method === "execute" || row.method === "resume" ? [] : [row]),
+      ...yield* journal.retrying(store.steeredInto(agentId, row.id))
+    ]
+    const unjournaled: Array<Turn.Steered> = prompts.flatMap((prompt) =>
+      inHistory.has(prompt.id) ? [] : [{ requestId: prompt.id, ...(prompt.input as any) }]
+    )
+    yield* journal.write(store.markResumed(agentId, row.id, RunEvents.started(agent.tenantId, row)))
+    const { ownership } = journal.term()
+    const recovered = ownership.previousOwner === runnerAddress
+    yield* Effect.logInfo(recovered ? "turn recovered here" : "turn resumed here").pipe(Effect.annotateLogs({
+      agentId,
+      requestId: row.id,
+      from: ownership.previousOwner ?? "a runner that let it go",
+      why: row.handoff ?? "its runner was lost"
+    }))
+    yield* frame(instance, row.id)({
+      type: recovered ? "turn_recovered" : "turn_resumed",
+      index: history.length,
+      ...(row.handoff === null ? {} : { handoff: row.handoff })
+    })
+    return unjournaled
+  })
+
+/** The turn's input for `row`: its prompt, its application's tools, and where a resumed turn began. */
+const turnInput = (
+  instance: Instance,
+  row: RequestRow,
+  resume: Turn.TurnInput["resume"]
+): Turn.TurnInput => {
+  const { agent, agentId, application } = instance
+  const input = row.input as RequestInput
+  const declared = agent.applicationTools ?? []
+  return {
+    tenantId: agent.tenantId,
+    agentId,
+    config: agent.config,
+    requestId: row.id,
+    // A resume goes on from the answers, without a new user message.
+    continue: row.method === "continue" || row.method === "resume",
+    suspension: input.suspension,
+    resume,
+    text: input.text ?? "",
+    code: input.code,
+    metadata: input.metadata,
+    from: input.from,
+    files: input.files,
+    actor: input.actor,
+    origin: row.method,
+    application: declared.length === 0 ? undefined : {
+      tools: application.tools(declared, {
+        requestId: row.id,
+        actor: input.actor ?? input.from?.id,
+        origin: row.method,
+        waitForConnection: input.allowDisconnected !== true
+      }),
+      connected: application.connected()
+    }
+  }
+}
+
+/** What a request's outcome records for how its turn ended. */
+const outcomeOf = (instance: Instance, resumed: boolean, exit: Exit.Exit<Turn.TurnOutcome>) =>
+  Exit.match(exit, {
+    onSuccess: (outcome): Record<string, unknown> => ({
+      // A resumed turn says whether a tool call's effect is unknown; otherwise nothing was lost.
+      result: resumed ? { ...outcome.result, resumed: true } : outcome.result,
+      ...(resumed || outcome.uncertain === true ? { uncertain: outcome.uncertain === true } : {}),
+      ...(outcome.code === undefined ? {} : { code: outcome.code, error: outcome.result.error })
+    }),
+    onFailure: (cause) =>
+      instance.turn.aborting && Cause.isInterruptedOnly(cause)
+        ? { result: { messages: instance.history.length, error: "aborted" }, error: "aborted", code: "aborted" }
+        : { error: `the runtime could not run the turn: ${Cause.pretty(cause).split("\n")[0]}` }
+  })
+
+/** Runs `row`'s turn to its end (or hands it on) and settles it. */
+export const runRequest = (instance: Instance, row: RequestRow) =>
+  Effect.gen(function*() {
+    const { agentId, history, journal, requests, store } = instance
+    requests.active = row.id
+    const resumed = row.state === "running"
+    const began = row.beganIndex ?? history.length
+    const unjournaled = resumed ? yield* resumeHere(instance, row, began) : []
+    if (!resumed) {
+      // Journaled with the user message, before the model is called (see Journal.holdStart).
+      journal.holdStart(
+        store.markRunning(agentId, row.id, history.length, RunEvents.started(instance.agent.tenantId, row))
+      )
+    }
+    requests.activeBegan = began
+    instance.turn.aborting = false
+    const input = turnInput(instance, row, resumed ? { began, unjournaled } : undefined)
+    const fiber = yield* Effect.fork(Turn.run(input, hooksFor(instance, row, input.actor ?? input.from?.id)))
+    instance.turn.fiber = fiber
+    const exit = yield* Fiber.await(fiber)
+    if (Exit.isFailure(exit) && DatabaseHealth.isUnreachable(exit.cause)) {
+      // The database went away under the turn (a key lookup, a usage record): the turn is not failed for
+      // it. The runner stops, and the agent's work resumes from the journal once the database is back.
+      return yield* Effect.orDie(Effect.failCause(exit.cause))
+    }
+    if (Exit.isSuccess(exit) && exit.value.handoff === true) {
+      // Stopped between steps for the next owner, which continues it under the same request id.
+      yield* journal.write(store.markHandoff(agentId, row.id, "drain"))
+      requests.taken = []
+      yield* Effect.logInfo("turn handed on").pipe(Effect.annotateLogs({ agentId, requestId: row.id }))
+      return
+    }
+    const stored = outcomeOf(instance, resumed, exit)
+    yield* settle(instance, row, stored)
+    if (Exit.isFailure(exit) && !Cause.isInterruptedOnly(exit.cause)) {
+      yield* Effect.logError("the turn failed", exit.cause).pipe(Effect.annotateLogs({ agentId, requestId: row.id }))
+      // The turn failed midway (a write the journal refused, say): history goes on from what was kept.
+      history.splice(0, history.length, ...yield* loadHistory(instance))
+    }
+    // Steered prompts the turn took (here or on a node before) end with it; those it did not reach run as
+    // their own turns. Read back only when there can be any: taken here, or by the node that began a
+    // resumed turn.
+    const steeredHere = resumed || requests.taken.length > 0
+      ? yield* journal.retrying(store.steeredInto(agentId, row.id))
+      : []
+    for (const steered of steeredHere) yield* settle(instance, steered, stored, row.id)
+    requests.endTurn()
+  }).pipe(
+    Effect.ensuring(Effect.sync(() => {
+      instance.requests.active = null
+      instance.turn.fiber = undefined
+    })),
+    Effect.withSpan("AgentRuntime.runRequest", { attributes: { "agent.id": instance.agentId, "request.id": row.id } })
+  )
+
+/**
+ * Before a turn starts: an application connection still in its handshake (initialize, tools/list) is
+ * waited for, up to ApplicationConnection.initializingWait, so the turn gets the tools it lists; after
+ * that the turn runs with the tools listed before, and the log says why.
+ */
+export const awaitApplication = (instance: Instance, row: RequestRow) =>
+  Effect.gen(function*() {
+    if (yield* instance.application.awaitInitialized(ApplicationConnection.initializingWait)) return
+    yield* Effect.logWarning(
+      "the application's connection did not finish its handshake in time; the turn runs with the tools it " +
+        "listed before"
+    ).pipe(Effect.annotateLogs({
+      agentId: instance.agentId,
+      requestId: row.id,
+      waited: Duration.format(ApplicationConnection.initializingWait)
+    }))
+  })

@@ -1,0 +1,50 @@
+/**
+ * What a turn may do to its agent, as `Turn.TurnHooks`, for one request run
+ * by an entity instance: its messages held for the journal's next write, its
+ * tool calls journaled before they are sent, its events told after what they
+ * follow, its inputs recorded, its budget checked.
+ */
+import { Effect } from "effect"
+import type { RequestRow } from "../AgentStore.ts"
+import * as Inputs from "../Inputs.ts"
+import type * as Turn from "../Turn.ts"
+import { afterSettled, askInputs, frame, type Instance, overBudget } from "./instance.ts"
+
+export const hooksFor = (instance: Instance, row: RequestRow, asker: string | undefined): Turn.TurnHooks => {
+  const { agent, agentId, history, inputStore, journal, requests, store } = instance
+  return {
+    takeSteered: Effect.suspend(() => {
+      const now = requests.takeSteered()
+      return now.length === 0
+        ? Effect.succeed([])
+        : Effect.as(
+          journal.write(store.markSteered(agentId, now.map((steered) => steered.id), row.id)),
+          now.map((steered) => ({ requestId: steered.id, ...(steered.input as any) }))
+        )
+    }),
+    toolStarted: (toolCallId, tool) => journal.write(store.startToolCall(agentId, row.id, toolCallId, tool)),
+    toolFinished: (toolCallId, result) => journal.write(store.finishToolCall(agentId, toolCallId, result)),
+    sentToolCalls: journal.retrying(store.toolCalls(agentId, row.id)),
+    aborting: () => instance.turn.aborting,
+    handingOff: () => instance.turn.releasing || instance.drain.isDraining(),
+    overBudget: overBudget(instance, agentId, agent.config, row),
+    emit: frame(instance, row.id),
+    append: (index, message) =>
+      Effect.sync(() => {
+        journal.holdMessage(index, store.appendMessage(agentId, index, row.id, message))
+        history[index] = message
+      }),
+    durable: journal.write(),
+    historySize: () => history.length,
+    history: () => history,
+    askInputs: (asks) => askInputs(instance, row, asker, asks),
+    inputsFor: (toolCallIds, supersede) =>
+      Effect.gen(function*() {
+        if (supersede) {
+          yield* afterSettled(instance, yield* journal.retrying(inputStore.supersede(agentId, toolCallIds)))
+        }
+        const found = yield* journal.retrying(inputStore.forCalls(agentId, toolCallIds))
+        return new Map([...found].map(([toolCallId, row]) => [toolCallId, Inputs.toInput(row)]))
+      })
+  }
+}

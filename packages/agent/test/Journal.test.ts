@@ -1,0 +1,123 @@
+/**
+ * The journal writer on a real PostgreSQL: held writes go with the next one,
+ * events wait for the writes before them, a stale term's writes change
+ * nothing and stop the instance until it claims the agent again, and an
+ * outage is waited out while a refusal for the data is not tried again.
+ */
+import { AccountsMigrations } from "@agent-runtime/accounts"
+import { Database } from "@agent-runtime/store"
+import { TestDatabase } from "@agent-runtime/testing"
+import { ShardingConfig } from "@effect/cluster"
+import { SqlClient, SqlError } from "@effect/sql"
+import { describe, expect, it } from "@effect/vitest"
+import { Cause, Effect, Exit, Layer, Option, Redacted } from "effect"
+import { Fenced, PersistenceError } from "../src/AgentError.ts"
+import * as AgentMigrations from "../src/AgentMigrations.ts"
+import * as AgentStoreModule from "../src/AgentStore.ts"
+import { AgentStore } from "../src/AgentStore.ts"
+import * as EventLog from "../src/EventLog.ts"
+import * as Journal from "../src/Journal.ts"
+
+const agentId = "client_journal"
+
+const withJournal = <A, E>(
+  body: Effect.Effect<A, E, AgentStore | SqlClient.SqlClient | EventLog.LocalLogs | ShardingConfig.ShardingConfig>
+) =>
+  Effect.gen(function*() {
+    const url = yield* TestDatabase.make
+    return yield* body.pipe(
+      Effect.provide(
+        Layer.mergeAll(
+          AgentStoreModule.layer,
+          EventLog.LocalLogs.Default,
+          ShardingConfig.layer({ shardLockExpiration: "200 millis" })
+        ).pipe(
+          Layer.provideMerge(
+            Database.layerClient(Redacted.make(url), {
+              migrations: [AccountsMigrations.migrations, AgentMigrations.migrations]
+            })
+          )
+        )
+      )
+    )
+  })
+
+const seed = Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
+  yield* sql`INSERT INTO tenants (id, name) VALUES ('tn_journal', 'journal')`
+  yield* sql`INSERT INTO agents (id, tenant_id, name, config, input_fingerprint)
+    VALUES (${agentId}, 'tn_journal', ${agentId}, '{"model": "fake/m1"}', 'f')`
+})
+
+/** What the term's log told so far. */
+const told = (journal: Journal.Journal) =>
+  Effect.map(journal.term().log.since(0), (entries) => entries._tag === "Right" ? entries.right.map((e) => e.data) : [])
+
+const sqlError = (code: string) => new PersistenceError({ cause: new SqlError.SqlError({ cause: { code } }) })
+
+describe("Journal", () => {
+  it.live("held messages go with the next write, in one statement; events told meanwhile wait for it", () =>
+    withJournal(Effect.scoped(Effect.gen(function*() {
+      yield* seed
+      const store = yield* AgentStore
+      const journal = yield* Journal.make({ agentId, runnerAddress: "127.0.0.1:1" })
+      journal.holdMessage(0, store.appendMessage(agentId, 0, null, { n: 0 }))
+      journal.holdMessage(1, store.appendMessage(agentId, 1, null, { n: 1 }))
+      yield* journal.publish({ said: "message 1" })
+      expect(yield* store.messageCount(agentId)).toBe(0)
+      expect(yield* told(journal)).toEqual([])
+
+      yield* journal.write()
+      expect(yield* store.messageCount(agentId)).toBe(2)
+      expect(yield* told(journal)).toEqual([{ said: "message 1" }])
+      // With nothing held, an event is told at once.
+      yield* journal.publish({ said: "now" })
+      expect(yield* told(journal)).toEqual([{ said: "message 1" }, { said: "now" }])
+    }))))
+
+  it.live("after another runner's claim, a write changes nothing and stops the instance; reclaim claims a new term", () =>
+    withJournal(Effect.scoped(Effect.gen(function*() {
+      yield* seed
+      const store = yield* AgentStore
+      const journal = yield* Journal.make({ agentId, runnerAddress: "127.0.0.1:1" })
+      const first = journal.term()
+      const other = yield* store.claim(agentId, "127.0.0.1:2")
+
+      journal.holdMessage(0, store.appendMessage(agentId, 0, null, { n: 0 }))
+      yield* journal.publish({ said: "never" })
+      const exit = yield* Effect.exit(journal.write())
+      expect(Exit.isFailure(exit) && Cause.dieOption(exit.cause).pipe(Option.exists((d) => d instanceof Fenced)))
+        .toBe(true)
+      expect(journal.superseded()).toBe(true)
+      expect(yield* store.messageCount(agentId)).toBe(0)
+
+      const started = Date.now()
+      yield* journal.reclaim
+      // A fenced instance waits a shard lease before it claims again.
+      expect(Date.now() - started).toBeGreaterThanOrEqual(150)
+      expect(journal.superseded()).toBe(false)
+      expect(journal.term().epoch).toBeGreaterThan(other.epoch)
+      expect(journal.term().log).not.toBe(first.log)
+      // What was held under the old term was never journaled, and is not now.
+      yield* journal.write()
+      expect(yield* store.messageCount(agentId)).toBe(0)
+      expect(yield* told(journal)).toEqual([])
+    }))))
+
+  it.live("an outage is waited out; a statement refused for its data is not tried again", () =>
+    Effect.gen(function*() {
+      let attempts = 0
+      const flaky = Effect.suspend(() => ++attempts < 3 ? Effect.fail(sqlError("08006")) : Effect.succeed("ok"))
+      expect(yield* Journal.retrying(agentId)(flaky)).toBe("ok")
+      expect(attempts).toBe(3)
+
+      let refusedAttempts = 0
+      const refused = Effect.suspend(() => {
+        refusedAttempts++
+        return Effect.fail(sqlError("22P05"))
+      })
+      const exit = yield* Effect.exit(Journal.retrying(agentId)(refused))
+      expect(Exit.isFailure(exit) && Cause.isDie(exit.cause)).toBe(true)
+      expect(refusedAttempts).toBe(1)
+    }))
+})
