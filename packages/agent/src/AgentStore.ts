@@ -3,13 +3,14 @@
  * their history, and the blocks of event ids they hand out. Whatever node
  * owns an agent rebuilds its state from here.
  */
-import type { Run } from "@agent-runtime/domain"
 import { Agent as AgentSchemas, ApiError } from "@agent-runtime/domain"
 import { Storable } from "@agent-runtime/store"
 import { Outbox } from "@agent-runtime/webhooks"
 import { SqlClient, type Statement } from "@effect/sql"
-import { Context, Effect, Either, flow, Layer, Option, Record, Schema, String } from "effect"
+import { Context, Effect, flow, Layer, Option, Record, Schema, String } from "effect"
 import { Fenced, PersistenceError } from "./AgentError.ts"
+import * as Announcements from "./Announcements.ts"
+import type { Announce } from "./Announcements.ts"
 
 /** An agent's settings as kept: what its turns need. */
 export const AgentConfig = Schema.Struct({
@@ -146,64 +147,9 @@ const toAgent = (row: any): AgentRow => ({
   applicationTools: row.applicationTools === null ? null : decodeTools(row.applicationTools)
 })
 
-/** The PostgreSQL channel on which a released agent with unfinished work is announced (payload: its id). */
-export const releasedChannel = "agent_runtime_released"
-
-/**
- * The PostgreSQL channel on which the statement completing a request announces it (payload:
- * `settledAnnouncement`; see Settlements).
- */
-export const settledChannel = "agent_runtime_settled"
-
-/**
- * How much of a request id a settled announcement carries, in code points: a notification holds under 8000
- * bytes, and a request id may be longer. Ids alike that far only wake each other's waiters, which read again.
- */
-const settledIdLength = 200
-
-/** The payload announcing a settled request: the agent id and the start of the request id, a space between. */
-export const settledAnnouncement = (agentId: string, requestId: string) =>
-  `${agentId} ${requestId.length <= settledIdLength ? requestId : [...requestId].slice(0, settledIdLength).join("")}`
-
-/**
- * The PostgreSQL channel on which the statement recording a request announces it to the agent's owner (see
- * Arrivals). Payload: JSON `{request, whileRunning}`, the row as `to_jsonb` writes it; a row too large for a
- * notification is announced by `{agentId, seq, whileRunning}` and read (`requestAt`).
- */
-export const queuedChannel = "agent_runtime_queued"
-
-/** How a recorded request is announced on `queuedChannel`; a prompt sent to steer says so. */
-export interface Announce {
-  readonly whileRunning?: Run.WhileRunning | undefined
-}
-
-/** A notification's payload must stay under 8000 bytes. */
-const announceLimit = 7_900
-
-/** A request announced on `queuedChannel`: its row, or its seq when the row was too large to carry. */
-export interface Announcement {
-  readonly agentId: string
-  readonly request: Either.Either<RequestRow, number>
-  readonly whileRunning: Run.WhileRunning | undefined
-}
-
 /** A row as `to_jsonb` writes it (snake case), as a RequestRow. */
-const fromJsonRow = (row: Record<string, unknown>) => Record.mapKeys(row, String.snakeToCamel) as unknown as RequestRow
-
-export const announcementOf = (payload: string): Announcement => {
-  const parsed = JSON.parse(payload) as {
-    readonly request?: Record<string, unknown>
-    readonly agentId?: string
-    readonly seq?: number
-    readonly whileRunning: Run.WhileRunning | null
-  }
-  const whileRunning = parsed.whileRunning ?? undefined
-  if (parsed.request === undefined) {
-    return { agentId: parsed.agentId!, request: Either.left(parsed.seq!), whileRunning }
-  }
-  const request = fromJsonRow(parsed.request)
-  return { agentId: request.agentId, request: Either.right(request), whileRunning }
-}
+export const fromJsonRow = (row: Record<string, unknown>) =>
+  Record.mapKeys(row, String.snakeToCamel) as unknown as RequestRow
 
 /** Event ids an owner may hand out before it asks for more. */
 export const eventBlockSize = 100_000
@@ -520,24 +466,6 @@ export const make = Effect.gen(function*() {
       UPDATE agents SET event_block = event_block + ${eventBlockSize} WHERE id = ${agentId}
       RETURNING (event_block - ${eventBlockSize})::float8 AS start`.pipe(Effect.map((rows) => rows[0]?.start ?? 0))
 
-  /**
-   * The CTE `announced`, which announces each row of `inserted` on `queuedChannel`; a statement must read it
-   * (`announcedAll`) for it to run.
-   */
-  const announcing = (announce: Announce | undefined) => {
-    if (announce === undefined) return sql``
-    const whileRunning = announce.whileRunning ?? null
-    // The short form names the row by its seq: a request id may be longer than a notification.
-    return sql`, announced AS (
-        SELECT pg_notify(${queuedChannel}, CASE WHEN octet_length(p) <= ${announceLimit} THEN p ELSE short END)
-        FROM (SELECT json_build_object('request', to_jsonb(i), 'whileRunning', ${whileRunning}::text)::text AS p,
-            json_build_object('agentId', i.agent_id, 'seq', i.seq, 'whileRunning', ${whileRunning}::text)::text
-              AS short
-          FROM inserted i) x)`
-  }
-  const announcedAll = (announce: Announce | undefined) =>
-    announce === undefined ? sql`true` : sql`(SELECT count(*) FROM announced) >= 0`
-
   const insertRequest = (request: NewRequest, announce?: Announce) =>
     // One round trip: the new row, or the one already there. A row another statement is inserting at the same
     // moment is not in this statement's snapshot: it is read once that one has committed.
@@ -547,8 +475,8 @@ export const make = Effect.gen(function*() {
         VALUES (${request.agentId}, ${request.id}, ${request.method}, 'queued', ${request.fingerprint},
           ${Storable.stringify(request.input)}::jsonb)
         ON CONFLICT (agent_id, id) DO NOTHING
-        RETURNING ${requestFields})${announcing(announce)}
-      SELECT * FROM inserted WHERE ${announcedAll(announce)}
+        RETURNING ${requestFields})${Announcements.announcing(sql, announce)}
+      SELECT * FROM inserted WHERE ${Announcements.announcedAll(sql, announce)}
       UNION ALL
       SELECT ${requestFields} FROM agent_requests
       WHERE agent_id = ${request.agentId} AND id = ${request.id} AND NOT EXISTS (SELECT 1 FROM inserted)`.pipe(
@@ -578,8 +506,10 @@ export const make = Effect.gen(function*() {
         SELECT id, ${request.id}, ${request.method}, 'queued', ${request.fingerprint},
           ${Storable.stringify(request.input)}::jsonb FROM accepting
         ON CONFLICT (agent_id, id) DO NOTHING
-        RETURNING ${requestFields})${announcing(options.announce)}
-      SELECT ${agentFields}, EXISTS (SELECT 1 FROM accepting) AND ${announcedAll(options.announce)} AS accepting,
+        RETURNING ${requestFields})${Announcements.announcing(sql, options.announce)}
+      SELECT ${agentFields}, EXISTS (SELECT 1 FROM accepting) AND ${
+      Announcements.announcedAll(sql, options.announce)
+    } AS accepting,
         coalesce((SELECT to_jsonb(i) FROM inserted i), (SELECT to_jsonb(r) FROM (SELECT ${requestFields}
           FROM agent_requests WHERE agent_id = ${request.agentId} AND id = ${request.id}) r)) AS request
       FROM agent`.pipe(
@@ -703,7 +633,7 @@ export const make = Effect.gen(function*() {
    * its next owner at once (the periodic sweep stands behind it).
    */
   const announceReleased = (agentIds: ReadonlyArray<string>) =>
-    agentIds.length === 0 ? Effect.void : sql`SELECT pg_notify(${releasedChannel}, released.id)
+    agentIds.length === 0 ? Effect.void : sql`SELECT pg_notify(${Announcements.releasedChannel}, released.id)
       FROM agents released WHERE released.id IN ${sql.in(agentIds)}
       AND EXISTS (SELECT 1 FROM agent_requests WHERE agent_id = released.id AND state <> 'completed')`.pipe(
       Effect.asVoid
@@ -807,7 +737,7 @@ export const make = Effect.gen(function*() {
     sql`UPDATE agent_requests SET state = 'completed', outcome = ${Storable.stringify(outcome)}::jsonb,
         steered_into = coalesce(${steeredInto ?? null}, steered_into), ended_at = now()
       WHERE agent_id = ${agentId} AND id = ${id} AND state <> 'completed' AND ${guard}
-      RETURNING pg_notify(${settledChannel}, agent_id || ' ' || left(id, ${settledIdLength}))`,
+      RETURNING ${Announcements.settledNotify(sql)}`,
     ...(report === undefined ? [] : [reported(guard, agentId, id, ["queued", "running"], report)])
   ]
 

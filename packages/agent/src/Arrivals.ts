@@ -1,7 +1,7 @@
 /**
  * Requests recorded anywhere in the cluster, queued by their agent's owner:
  * the statement that records a prompt announces its row on a PostgreSQL
- * channel (`AgentStore.queuedChannel`), every node listens, and the node
+ * channel (`Announcements.queuedChannel`), every node listens, and the node
  * holding the agent's shard hands the row to the agent (a local message).
  * The node that accepted the prompt answers once its statement commits, and
  * sends no message: a turn reached through any node costs what it costs
@@ -19,9 +19,32 @@ import { EntityId, ShardId, Sharding, ShardingConfig } from "@effect/cluster"
 import { Deferred, Duration, Effect, Either, Layer, Option, Schedule } from "effect"
 import { Agent } from "./Agent.ts"
 import { ownerAnswerLimit } from "./AgentEvents.ts"
-import { AgentStore, announcementOf, queuedChannel, type RequestRow } from "./AgentStore.ts"
+import { AgentStore, fromJsonRow, type RequestRow } from "./AgentStore.ts"
+import { queuedChannel } from "./Announcements.ts"
 import { Drain } from "./Drain.ts"
 import * as ProbedChannel from "./internal/probedChannel.ts"
+
+/** A request announced on `queuedChannel`: its row, or its seq when the row was too large to carry. */
+export interface Announcement {
+  readonly agentId: string
+  readonly request: Either.Either<RequestRow, number>
+  readonly whileRunning: Run.WhileRunning | undefined
+}
+
+export const announcementOf = (payload: string): Announcement => {
+  const parsed = JSON.parse(payload) as {
+    readonly request?: Record<string, unknown>
+    readonly agentId?: string
+    readonly seq?: number
+    readonly whileRunning: Run.WhileRunning | null
+  }
+  const whileRunning = parsed.whileRunning ?? undefined
+  if (parsed.request === undefined) {
+    return { agentId: parsed.agentId!, request: Either.left(parsed.seq!), whileRunning }
+  }
+  const request = fromJsonRow(parsed.request)
+  return { agentId: request.agentId, request: Either.right(request), whileRunning }
+}
 
 /** How often a node looks for shards it gained, to read what their agents have queued. */
 const gainedShardsEvery = Duration.seconds(1)

@@ -1,7 +1,7 @@
 /**
  * Requests settling anywhere in the cluster, heard on this node: the
  * statement that completes a request announces it on a PostgreSQL channel
- * (`AgentStore.settledChannel`), and every node listens. A long poll of a
+ * (`Announcements.settledChannel`), and every node listens. A long poll of a
  * request whose agent another node owns waits here instead of asking the
  * owner over the cluster, which would cost both nodes a message and its reply.
  *
@@ -11,7 +11,7 @@
  * told to ask the owner instead.
  */
 import { Context, Effect, Layer, Option } from "effect"
-import { settledAnnouncement, settledChannel } from "./AgentStore.ts"
+import { settledAnnouncement, settledChannel } from "./Announcements.ts"
 import * as ProbedChannel from "./internal/probedChannel.ts"
 
 /** What a waiter is told: the request settled, or the node can no longer promise to hear it. */

@@ -12,7 +12,8 @@ import { PgClient } from "@effect/sql-pg"
 import { Duration, Effect, Layer, Schedule, Stream } from "effect"
 import { Agent } from "./Agent.ts"
 import { ownerAnswerLimit } from "./AgentEvents.ts"
-import { AgentStore, releasedChannel } from "./AgentStore.ts"
+import { AgentStore } from "./AgentStore.ts"
+import { releasedChannel } from "./Announcements.ts"
 import { Drain } from "./Drain.ts"
 
 export interface Options {

@@ -14,6 +14,8 @@ import { Fenced } from "../src/AgentError.ts"
 import * as AgentMigrations from "../src/AgentMigrations.ts"
 import * as AgentStoreModule from "../src/AgentStore.ts"
 import { AgentStore } from "../src/AgentStore.ts"
+import * as Announcements from "../src/Announcements.ts"
+import * as Arrivals from "../src/Arrivals.ts"
 
 const withStore = <A, E>(body: Effect.Effect<A, E, AgentStore | SqlClient.SqlClient | PgClient.PgClient>) =>
   Effect.gen(function*() {
@@ -212,17 +214,17 @@ describe("AgentStore", () => {
         const pg = yield* PgClient.PgClient
         yield* seed("client_announce")
         const heard: Array<string> = []
-        yield* pg.listen(AgentStoreModule.queuedChannel).pipe(
+        yield* pg.listen(Announcements.queuedChannel).pipe(
           Stream.runForEach((payload) => Effect.sync(() => heard.push(payload))),
           Effect.forkScoped
         )
         // Listening once a notification sent after it comes back.
-        yield* sql`SELECT pg_notify(${AgentStoreModule.queuedChannel}, 'probe_test')`.pipe(
+        yield* sql`SELECT pg_notify(${Announcements.queuedChannel}, 'probe_test')`.pipe(
           Effect.zipRight(Effect.sleep("50 millis")),
           Effect.repeat({ until: () => heard.includes("probe_test") }),
           Effect.timeout("5 seconds")
         )
-        const announced = () => heard.filter((payload) => payload !== "probe_test").map(AgentStoreModule.announcementOf)
+        const announced = () => heard.filter((payload) => payload !== "probe_test").map(Arrivals.announcementOf)
         const request = (id: string, text: string) => ({
           agentId: "client_announce",
           id,
