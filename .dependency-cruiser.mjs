@@ -15,7 +15,10 @@
  * package imports an app, and no app another app. Nothing imports another
  * package's `src/internal/`, or another package's files by relative path. No
  * import cycles between modules (as with Effect's `.madgerc`, imports of types
- * only do not count: they are erased). A package's src imports only what its
+ * only do not count: they are erased), and none between a package's public
+ * modules even through imports of types, so each module's imports point one
+ * way (an `internal/` module may import the types of the modules it serves).
+ * A package's src imports only what its
  * package.json declares; its tests may add its devDependencies.
  *
  * (A path into an app named as a string, such as a script to spawn, is no
@@ -96,6 +99,14 @@ export default {
       severity: "error",
       from: { path: "^(packages|apps)/" },
       to: { circular: true, viaOnly: { dependencyTypesNot: ["type-only"] } }
+    },
+    {
+      name: "no-circular-modules",
+      comment: "a cycle between a package's modules, imports of types included: a module's imports point one " +
+        "way; only an internal/ module may import types back from the modules it serves",
+      severity: "error",
+      from: { path: "^(packages|apps)/[^/]+/src/(?!internal/)" },
+      to: { circular: true, viaOnly: { path: "^(packages|apps)/[^/]+/src/(?!internal/)" } }
     },
     {
       name: "not-to-app",

@@ -22,7 +22,6 @@ import {
   ReplayGap
 } from "./AgentError.ts"
 import { type AgentConfig, type NewRequest, RequestRow } from "./AgentStore.ts"
-import { Frame } from "./ApplicationConnection.ts"
 
 /** A file attached to a prompt, as the agent sees it: inline files are already saved in its workspace. */
 export const AttachedFile = Schema.Struct({
@@ -215,6 +214,20 @@ export const applyChanges = (config: AgentConfig, changes: Readonly<Record<strin
   else delete next.own
   return next as AgentConfig
 }
+
+/**
+ * What the owner sends down an application connection's stream (Connect), to whichever node serves it
+ * (see ApplicationConnection).
+ */
+export const Frame = Schema.Union(
+  Schema.TaggedStruct("Ready", { connection: Schema.String, toolsHash: Schema.NullOr(Schema.String) }),
+  Schema.TaggedStruct("Mcp", { message: Schema.Unknown }),
+  /** The connection was taken over and its calls are done: the stream ends, with no reconnect. */
+  Schema.TaggedStruct("Closed", { reason: Schema.Literal("replaced") }),
+  /** Sent while nothing else is, so the serving node can tell a quiet owner from a lost one. */
+  Schema.TaggedStruct("KeepAlive", {})
+)
+export type Frame = typeof Frame.Type
 
 /** Where a watcher that missed events resumes: the running turn so far, at a cursor. */
 export const Snapshot = Schema.Struct({

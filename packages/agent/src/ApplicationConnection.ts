@@ -12,23 +12,13 @@
 import { Application } from "@agent-runtime/domain"
 import { Elicitation } from "@agent-runtime/toolsources"
 import type { Scope } from "effect"
-import { Deferred, Duration, Effect, Either, Option, Queue, Schedule, Schema, Stream } from "effect"
+import { Deferred, Duration, Effect, Either, Option, Queue, Schedule, Stream } from "effect"
 import * as Crypto from "node:crypto"
+import type { Frame } from "./Agent.ts"
 import { ApplicationConnected, CallEnded, ConnectionReplaced, ConnectionUnknown } from "./AgentError.ts"
 import type { ApplicationTool } from "./AgentStore.ts"
 import { text } from "./ToolResult.ts"
 import type * as Tools from "./Tools.ts"
-
-/** What the owner sends down a connection's stream. */
-export const Frame = Schema.Union(
-  Schema.TaggedStruct("Ready", { connection: Schema.String, toolsHash: Schema.NullOr(Schema.String) }),
-  Schema.TaggedStruct("Mcp", { message: Schema.Unknown }),
-  /** The connection was taken over and its calls are done: the stream ends, with no reconnect. */
-  Schema.TaggedStruct("Closed", { reason: Schema.Literal("replaced") }),
-  /** Sent while nothing else is, so the serving node can tell a quiet owner from a lost one. */
-  Schema.TaggedStruct("KeepAlive", {})
-)
-export type Frame = typeof Frame.Type
 
 export const protocolVersion = "2025-06-18"
 
