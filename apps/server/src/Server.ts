@@ -262,7 +262,7 @@ const layerAgentsOn = <ROut, E, RIn>(cluster: Layer.Layer<ROut, E, RIn>) =>
     Layer.provideMerge(Layer.mergeAll(Agents.layer, BrowserTokens.layer, Runners.layer)),
     Layer.provideMerge(Layer.mergeAll(AgentEvents.layer, AgentTokens.layer)),
     Layer.provideMerge(AgentRuntime.layer),
-    Layer.provideMerge(Layer.mergeAll(EventLog.LocalLogs.Default, Tools.Tools.Default, Settlements.layer)),
+    Layer.provideMerge(Layer.mergeAll(EventLog.LocalLogs.Default, Tools.layer, Settlements.layer)),
     Layer.provideMerge(Layer.mergeAll(ToolSources.layer(), WebSearch.layer, Delegation.layer)),
     Layer.provide(cluster),
     // Below the cluster runner, so it closes after the runner has let its shards go.
@@ -303,8 +303,8 @@ export const layerServicesOn = <ROut, E, RIn>(cluster: Layer.Layer<ROut, E, RIn>
     Layer.provideMerge(Layer.mergeAll(WebhookEndpoints.layer, layerWebhookDelivery, layerFiles)),
     Layer.provideMerge(
       Layer.mergeAll(
-        Tenants.Tenants.Default,
-        Tokens.Tokens.Default,
+        Tenants.layer,
+        Tokens.layer,
         Operator.layerConfig,
         IdentityTokens.layerConfig.pipe(Layer.provide(SealedSecret.layerConfig)),
         layerModels

@@ -2,10 +2,14 @@
  * Every error this part of the API can give, with its exact body, and the
  * spec's limits that apply here.
  */
+import { ApiError } from "@agent-runtime/domain"
+import { type DatabaseHealth, PersistenceError } from "@agent-runtime/store"
 import { Http, TestDatabase, TestNode } from "@agent-runtime/testing"
-import { expect, layer } from "@effect/vitest"
-import { Context, Effect, Layer } from "effect"
+import { SqlError } from "@effect/sql"
+import { expect, it, layer } from "@effect/vitest"
+import { Cause, Context, Effect, Exit, Layer } from "effect"
 import * as Http_ from "node:http"
+import * as Errors from "../src/http/Errors.ts"
 
 class Node extends Context.Tag("Node")<Node, TestNode.TestNode & { readonly databaseUrl: string }>() {}
 
@@ -181,3 +185,36 @@ layer(
       expect(yield* node.stop()).toEqual({ code: null, signal: "SIGTERM" })
     }))
 })
+
+it.effect("a service's PersistenceError is answered as the database fault under it: 503 out of reach, 500 otherwise", () =>
+  Effect.gen(function*() {
+    const observed: Array<unknown> = []
+    const health: DatabaseHealth.DatabaseHealth["Type"] = {
+      current: () => ({ reachable: true, since: 0 }),
+      observe: (failure) => observed.push(failure),
+      onLost: () => () => {},
+      lost: Effect.never
+    }
+    /** What the API answers a handler that failed with a PersistenceError around `cause`. */
+    const answer = (cause: SqlError.SqlError) =>
+      Effect.flatMap(
+        Effect.exit(Errors.persistenceAsDefect(new PersistenceError.PersistenceError({ cause }))),
+        (exit) =>
+          Exit.isSuccess(exit)
+            ? Effect.dieMessage("a failure succeeded")
+            // As the services used to die: with the SqlError itself.
+            : Effect.as(Effect.sync(() => expect(exit.cause).toEqual(Cause.die(cause))), exit.cause)
+      ).pipe(Effect.flatMap((cause) => Errors.failureOf(health, "GET", cause)))
+    const refused = Object.assign(new Error("connect ECONNREFUSED 127.0.0.1:5432"), { code: "ECONNREFUSED" })
+    const unreachable = yield* answer(
+      new SqlError.SqlError({ cause: refused, message: "Failed to acquire connection" })
+    )
+    expect(unreachable).toBeInstanceOf(ApiError.Unavailable)
+    expect(Errors.answerOf(unreachable).status).toBe(503)
+    expect(observed).toHaveLength(1)
+    const internal = yield* answer(new SqlError.SqlError({ cause: { code: "42P01" }, message: "Failed to prepare" }))
+    expect(Errors.answerOf(internal)).toMatchObject({
+      status: 500,
+      body: { error: "internal error", code: "INTERNAL" }
+    })
+  }))

@@ -9,7 +9,7 @@ import { Operator, Tenants } from "@agent-runtime/accounts"
 import { Validation } from "@agent-runtime/domain"
 import { Egress } from "@agent-runtime/egress"
 import { type Credentials, Listing } from "@agent-runtime/models"
-import { DatabaseHealth } from "@agent-runtime/store"
+import { DatabaseHealth, PersistenceError } from "@agent-runtime/store"
 import { Cause, Effect, Exit, Option, Runtime } from "effect"
 import type * as Http from "node:http"
 import { Authenticator, type Principal } from "./Authenticator.ts"
@@ -150,8 +150,15 @@ export class Gateway extends Effect.Service<Gateway>()("@agent-runtime/gateway/G
     const tenants = yield* Tenants.Tenants
     const health = yield* DatabaseHealth.DatabaseHealth
 
-    /** Runs an Effect from a callback; a failure is thrown as the `GatewayError` it maps to. */
-    const run = <A, E>(effect: Effect.Effect<A, E>, toError: (error: E) => GatewayError.GatewayError) =>
+    /**
+     * Runs an Effect from a callback; a failure is thrown as the `GatewayError` it maps to. A database fault
+     * (`PersistenceError`) is thrown as its cause, a defect like any other: 503 when the database cannot be
+     * reached, else logged and 500 (see `handle`). The one place the gateway maps it.
+     */
+    const run = <A, E>(
+      effect: Effect.Effect<A, E | PersistenceError.PersistenceError>,
+      toError: (error: E) => GatewayError.GatewayError
+    ) =>
       runPromiseExit(effect).then((exit) => {
         if (Exit.isSuccess(exit)) return exit.value
         if (DatabaseHealth.isUnreachable(exit.cause)) {
@@ -159,8 +166,9 @@ export class Gateway extends Effect.Service<Gateway>()("@agent-runtime/gateway/G
           throw GatewayError.databaseUnreachable()
         }
         const failure = Cause.failureOption(exit.cause)
-        if (Option.isSome(failure)) throw toError(failure.value)
-        throw exit.cause
+        if (Option.isNone(failure)) throw exit.cause
+        if (failure.value instanceof PersistenceError.PersistenceError) throw Cause.die(failure.value.cause)
+        throw toError(failure.value as E)
       })
 
     const authenticate = async (req: Http.IncomingMessage, codec: Codec): Promise<Principal> => {

@@ -6,6 +6,7 @@ import { Keys } from "@agent-runtime/models"
 import { WebhookDelivery } from "@agent-runtime/webhooks"
 import { HttpApiBuilder } from "@effect/platform"
 import { Effect } from "effect"
+import * as Errors from "./Errors.ts"
 
 export const layer = HttpApiBuilder.group(Api.Api, "admin", (handlers) =>
   Effect.gen(function*() {
@@ -14,7 +15,7 @@ export const layer = HttpApiBuilder.group(Api.Api, "admin", (handlers) =>
     const runners = yield* RunnerReports.RunnerReports
     const identity = yield* IdentityTokens.IdentityTokens
     const delivery = yield* WebhookDelivery.WebhookDelivery
-    return handlers
+    return Errors.handlers(handlers)
       .handle("createTenant", ({ payload }) => tenants.create(payload))
       .handle("listTenants", ({ urlParams }) => tenants.list(urlParams))
       .handle("getTenant", ({ path }) => tenants.get(path.id))

@@ -1,12 +1,15 @@
 /**
  * The security middlewares: API keys, the operator token, browser tokens
- * (on their agent's read routes only) and agent tokens.
+ * (on their agent's read routes only) and agent tokens. A database fault
+ * while checking a key or a tenant is answered as the API answers any
+ * (`Errors.persistenceAsDefect`).
  */
 import { Operator, Tenants, Tokens } from "@agent-runtime/accounts"
 import { Agents, BrowserTokens } from "@agent-runtime/agent"
 import { ApiError, Auth, type Session } from "@agent-runtime/domain"
 import { HttpServerRequest } from "@effect/platform"
 import { Effect, Layer, Option, Redacted } from "effect"
+import * as Errors from "./Errors.ts"
 
 const missing = new ApiError.Unauthorized({ error: "missing bearer token" })
 const invalid = new ApiError.Unauthorized({ error: "invalid or revoked token" })
@@ -32,7 +35,7 @@ export const browserRoute = (
 }
 
 /** The principal of an API key: its tenant, or 401 for a key that is not live. */
-export const apiKey = (tokens: Tokens.Tokens, secret: string) =>
+export const apiKey = (tokens: Tokens.Tokens["Type"], secret: string) =>
   Effect.flatMap(tokens.authenticate(secret), (key) =>
     Option.isNone(key)
       ? Effect.fail(invalid)
@@ -41,7 +44,7 @@ export const apiKey = (tokens: Tokens.Tokens, secret: string) =>
       ))
 
 /** An API key checked by the statement that reads what it asks for: one round trip instead of two. */
-export const apiKeyCaller = (tokens: Tokens.Tokens, secret: string): Agents.Caller => ({
+export const apiKeyCaller = (tokens: Tokens.Tokens["Type"], secret: string): Agents.Caller => ({
   tenant: tokens.tenantQuery(secret),
   refused: invalid
 })
@@ -102,7 +105,7 @@ export const layer = Layer.effect(
           if (BrowserTokens.isToken(secret)) return yield* asBrowser(secret)
           if (operator.verify(secret)) return yield* asOperator
           return yield* apiKey(tokens, secret)
-        })
+        }).pipe(Errors.persistenceAsDefect)
     })
   })
 )
@@ -151,7 +154,7 @@ export const layerOperator = Layer.effect(
           return yield* Option.isSome(key)
             ? new ApiError.Forbidden({ error: "operator routes need the operator token" })
             : invalid
-        })
+        }).pipe(Errors.persistenceAsDefect)
     })
   })
 )

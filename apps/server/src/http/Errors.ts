@@ -6,9 +6,10 @@
  */
 import { Api, ApiError, Validation, Volume } from "@agent-runtime/domain"
 import { Volumes } from "@agent-runtime/files"
-import { DatabaseHealth } from "@agent-runtime/store"
+import { DatabaseHealth, PersistenceError } from "@agent-runtime/store"
 import {
   HttpApiBuilder,
+  type HttpApiEndpoint,
   HttpApiError,
   HttpApiSchema,
   type HttpApp,
@@ -142,6 +143,46 @@ export const failureOf = (
     onNone: () =>
       Effect.as(Effect.logError("request failed", cause), new ApiError.Internal({ error: "internal error" }))
   })
+}
+
+/**
+ * A database fault of a service the API calls, answered as the API has always answered one: the services
+ * say `PersistenceError` in their types, the endpoints do not, so here it becomes the defect of its cause
+ * (what those services used to die with), which `failureOf` answers 503 when the database cannot be reached
+ * and 500 otherwise.
+ */
+export const persistenceAsDefect = <A, E, R>(
+  effect: Effect.Effect<A, E, R>
+): Effect.Effect<A, Exclude<E, PersistenceError.PersistenceError>, R> =>
+  Effect.catchIf(
+    effect,
+    (error): error is Extract<E, PersistenceError.PersistenceError> =>
+      error instanceof PersistenceError.PersistenceError,
+    (error) => Effect.die(error.cause)
+    // The same type, which TypeScript does not see for a generic E.
+  ) as Effect.Effect<A, Exclude<E, PersistenceError.PersistenceError>, R>
+
+/**
+ * A group's handlers, taking handlers that may also fail with `PersistenceError`: each handler added is run
+ * through `persistenceAsDefect`. Groups whose services touch the database build on these, so a database
+ * fault is mapped in this one place rather than in each handler.
+ */
+export const handlers = <E, Provides, R, Endpoints extends HttpApiEndpoint.HttpApiEndpoint.Any>(
+  group: HttpApiBuilder.Handlers<E, Provides, R, Endpoints>
+): HttpApiBuilder.Handlers<E | PersistenceError.PersistenceError, Provides, R, Endpoints> => {
+  // The platform's own `handle` and `handleRaw`, given a handler that dies instead; what they answer is
+  // wrapped again, so every handler of the group is.
+  const adding = (method: "handle" | "handleRaw") => {
+    const add = group[method] as (this: typeof group, ...args: ReadonlyArray<unknown>) => typeof group
+    return {
+      value: (
+        name: string,
+        handler: (request: unknown) => Effect.Effect<unknown, unknown, unknown>,
+        options?: unknown
+      ) => handlers(add.call(group, name, (request: unknown) => persistenceAsDefect(handler(request)), options))
+    }
+  }
+  return Object.create(group, { handle: adding("handle"), handleRaw: adding("handleRaw") })
 }
 
 /** A payload, path or query the endpoint's schema refused, as the API refuses it (each field and why). */

@@ -124,6 +124,7 @@ export const layer = Layer.effect(
     ) => {
       const fiber = runFork(
         effect.pipe(
+          Errors.persistenceAsDefect,
           Effect.matchCauseEffect({
             onSuccess: (value) => Effect.sync(() => send(response, status, value)).pipe(Effect.as(status)),
             onFailure: (cause) =>

@@ -2,11 +2,12 @@ import { Tokens } from "@agent-runtime/accounts"
 import { Api, Auth } from "@agent-runtime/domain"
 import { HttpApiBuilder } from "@effect/platform"
 import { Effect } from "effect"
+import * as Errors from "./Errors.ts"
 
 export const layer = HttpApiBuilder.group(Api.Api, "tokens", (handlers) =>
   Effect.gen(function*() {
     const tokens = yield* Tokens.Tokens
-    return handlers
+    return Errors.handlers(handlers)
       .handle("create", ({ payload }) =>
         Effect.flatMap(Auth.CurrentPrincipal, (principal) => tokens.create(principal.tenantId, payload)))
       .handle("list", ({ urlParams }) =>
