@@ -262,13 +262,13 @@ const layerAgentsOn = <ROut, E, RIn>(cluster: Layer.Layer<ROut, E, RIn>) =>
     Layer.provideMerge(Layer.mergeAll(Agents.layer, BrowserTokens.layer, Runners.layer)),
     Layer.provideMerge(Layer.mergeAll(AgentEvents.layer, AgentTokens.layer)),
     Layer.provideMerge(AgentRuntime.layer),
-    Layer.provideMerge(Layer.mergeAll(EventLog.LocalLogs.Default, Tools.layer, Settlements.layer)),
+    Layer.provideMerge(Layer.mergeAll(EventLog.layerLocalLogs, Tools.layer, Settlements.layer)),
     Layer.provideMerge(Layer.mergeAll(ToolSources.layer(), WebSearch.layer, Delegation.layer)),
     Layer.provide(cluster),
     // Below the cluster runner, so it closes after the runner has let its shards go.
     Layer.provideMerge(AgentRuntime.layerReleaseAnnouncements),
     Layer.provideMerge(Inputs.layer),
-    Layer.provideMerge(Layer.mergeAll(AgentStore.layer, Drain.Drain.Default, Definitions.layer, Schedules.layer))
+    Layer.provideMerge(Layer.mergeAll(AgentStore.layer, Drain.layer, Definitions.layer, Schedules.layer))
   )
 
 /** Webhook senders, holding their endpoints' leases under the runner's address. */

@@ -5,7 +5,7 @@
  * holding up the agent: `publish` never waits on a reader.
  */
 import type { Duration, Scope } from "effect"
-import { Chunk, Effect, Either, Option, Queue, Stream } from "effect"
+import { Chunk, Context, Effect, Either, Layer, Option, Queue, Stream } from "effect"
 import { Buffer } from "node:buffer"
 import { ReplayGap, SubscriberLagged } from "./AgentError.ts"
 
@@ -300,17 +300,22 @@ export const make = (options: Options): Effect.Effect<EventLog, never, Scope.Sco
  * them directly (no cluster round trip, JSON serialized once for all); a
  * watcher of an agent owned elsewhere reads through the cluster.
  */
-export class LocalLogs extends Effect.Service<LocalLogs>()("@agent-runtime/agent/EventLog/LocalLogs", {
-  sync: () => {
-    const logs = new Map<string, EventLog>()
-    return {
-      /** Registers the log for as long as the caller's scope (the entity) lives. */
-      register: (agentId: string, log: EventLog) =>
-        Effect.acquireRelease(
-          Effect.sync(() => logs.set(agentId, log)),
-          () => Effect.sync(() => logs.get(agentId) === log && logs.delete(agentId))
-        ),
-      get: (agentId: string) => Option.fromNullable(logs.get(agentId))
-    }
-  }
-}) {}
+export class LocalLogs extends Context.Tag("@agent-runtime/agent/EventLog/LocalLogs")<LocalLogs, {
+  /** Registers the log for as long as the caller's scope (the entity) lives. */
+  readonly register: (agentId: string, log: EventLog) => Effect.Effect<void, never, Scope.Scope>
+  /** The log of an agent this node owns now. */
+  readonly get: (agentId: string) => Option.Option<EventLog>
+}>() {}
+
+/** The node's registry of its agents' logs. */
+export const layerLocalLogs: Layer.Layer<LocalLogs> = Layer.sync(LocalLogs, () => {
+  const logs = new Map<string, EventLog>()
+  return LocalLogs.of({
+    register: (agentId, log) =>
+      Effect.asVoid(Effect.acquireRelease(
+        Effect.sync(() => logs.set(agentId, log)),
+        () => Effect.sync(() => logs.get(agentId) === log && logs.delete(agentId))
+      )),
+    get: (agentId) => Option.fromNullable(logs.get(agentId))
+  })
+})

@@ -1,8 +1,39 @@
 /**
- * What a tool call answers, and the context it runs in: shared by the tool
- * set and the application connection that serves some of its tools.
+ * What a tool is, what a call of it answers, and the context it runs in:
+ * shared by the tool set (Tools), the runtime's own tools (Builtins,
+ * FileTools) and the application connection that serves some of the tools.
  */
+import type { Agent as AgentSchemas } from "@agent-runtime/domain"
 import type { Effect } from "effect"
+import type { AgentConfig } from "./AgentStore.ts"
+
+export interface Tool {
+  readonly name: string
+  readonly description: string
+  readonly parameters: Record<string, unknown>
+  readonly exposure: AgentSchemas.ToolExposure
+  readonly executionMode: AgentSchemas.ToolExecutionMode
+  readonly execute: (args: Record<string, unknown>, context: ToolContext) => Effect.Effect<ToolResult>
+  /**
+   * Running the call again continues the same work (it is keyed by the call's id), so a call a lost node
+   * sent is run again to get its result instead of being answered as unknown.
+   */
+  readonly reattaches?: boolean
+  /** The source offering it, as approvals name it: builtins, application, or a tool source's name. */
+  readonly source?: string
+}
+
+/** Whose tools, and for which run: the agent, its settings, and who acts (for identity tokens). */
+export interface Scope {
+  readonly tenantId: string
+  readonly agentId: string
+  readonly config: AgentConfig
+  /** What started the run: prompt, continue, execute, resume, schedule. */
+  readonly origin: string
+  readonly actor?: string | undefined
+  /** The run's request (a turn's; absent when only listing the tools). */
+  readonly requestId?: string | undefined
+}
 
 export interface ToolResult {
   readonly content: ReadonlyArray<{ readonly type: "text"; readonly text: string }>

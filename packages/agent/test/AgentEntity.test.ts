@@ -29,6 +29,7 @@ import * as AgentMigrations from "../src/AgentMigrations.ts"
 import * as AgentRuntime from "../src/AgentRuntime.ts"
 import * as AgentStore from "../src/AgentStore.ts"
 import * as Arrivals from "../src/Arrivals.ts"
+import * as DrainModule from "../src/Drain.ts"
 import { Drain } from "../src/Drain.ts"
 import * as EventLog from "../src/EventLog.ts"
 import * as Inputs from "../src/Inputs.ts"
@@ -59,9 +60,9 @@ const EntityLive = AgentRuntime.layer.pipe(
   Layer.provideMerge(Layer.mergeAll(
     AgentStore.layer,
     UsageLog.UsageLog.Default,
-    Drain.Default,
-    EventLog.LocalLogs.Default,
-    Tenants.Tenants.Default,
+    DrainModule.layer,
+    EventLog.layerLocalLogs,
+    Tenants.layer,
     AgentFixtures.layer(),
     ShardingConfig.layer()
   )),

@@ -29,7 +29,7 @@ const withJournal = <A, E>(
       Effect.provide(
         Layer.mergeAll(
           AgentStoreModule.layer,
-          EventLog.LocalLogs.Default,
+          EventLog.layerLocalLogs,
           ShardingConfig.layer({ shardLockExpiration: "200 millis" })
         ).pipe(
           Layer.provideMerge(

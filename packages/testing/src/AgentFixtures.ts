@@ -394,7 +394,7 @@ export const layerFiles = Downloads.layer(Effect.succeed("http://127.0.0.1")).pi
   Layer.provideMerge(Volumes.layer().pipe(Layer.provide(ContentStore.layer)))
 )
 
-export const layerTools = Tools.Tools.Default.pipe(
+export const layerTools = Tools.layer.pipe(
   Layer.provide(Delegation.layer),
   Layer.provideMerge(layerFiles),
   Layer.provideMerge(
