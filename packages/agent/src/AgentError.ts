@@ -3,21 +3,15 @@
  * package) are what clients see; these are what the journal, the event log
  * and the entity tell each other.
  */
-import { Effect, Schema } from "effect"
+import { PersistenceError as StorePersistenceError } from "@agent-runtime/store"
+import { Schema } from "effect"
 
 /**
- * The journal could not be read or written (the database failed, or a row
- * did not decode). `cause` keeps the `SqlError`, so `DatabaseHealth` can tell
- * an unreachable database (503) from a fault of ours.
+ * The journal could not be read or written (the database failed, or a row did not decode): the store's one
+ * storage error, shared with every package that reads and writes SQL.
  */
-export class PersistenceError extends Schema.TaggedError<PersistenceError>()("PersistenceError", {
-  cause: Schema.Defect
-}) {
-  /** Wraps an effect's failures in a PersistenceError; defects and interruptions pass as they are. */
-  static refail<A, E, R>(effect: Effect.Effect<A, E, R>): Effect.Effect<A, PersistenceError, R> {
-    return Effect.mapError(effect, (cause) => new PersistenceError({ cause }))
-  }
-}
+export const PersistenceError = StorePersistenceError.PersistenceError
+export type PersistenceError = StorePersistenceError.PersistenceError
 
 /** A journal write by a node that no longer owns the agent: another node claimed it since. */
 export class Fenced extends Schema.TaggedError<Fenced>()("Fenced", {

@@ -59,7 +59,7 @@ const EntityLive = AgentRuntime.layer.pipe(
   Layer.provideMerge(TestRunner.layer),
   Layer.provideMerge(Layer.mergeAll(
     AgentStore.layer,
-    UsageLog.UsageLog.Default,
+    UsageLog.layer,
     DrainModule.layer,
     EventLog.layerLocalLogs,
     Tenants.layer,

@@ -7,7 +7,7 @@
 import { Effect, Option } from "effect"
 import type { StoredMessage } from "../Turn.ts"
 import { contextTokens, estimateTokens, modelContext } from "./modelContext.ts"
-import { textOf, type TurnRun, usageOf } from "./turnRun.ts"
+import { stopOnDatabaseFault, textOf, type TurnRun, usageOf } from "./turnRun.ts"
 
 const compactionPrompt =
   "Summarize the conversation above for your own later use: the user's goals, decisions made, facts learned, " +
@@ -16,7 +16,7 @@ const compactionPrompt =
 /** Summarizes the history first when it and `incoming` would leave no room for a full response. */
 export const compactIfNeeded = Effect.fn("Turn.compaction")(function*(run: TurnRun, incoming: string) {
   const { hooks, input, systemPrompt } = run
-  const resolved = yield* Effect.either(run.target)
+  const resolved = yield* Effect.either(stopOnDatabaseFault(run.target))
   if (resolved._tag === "Left") return
   const limits = resolved.right.model
   const tokens = contextTokens(hooks.history()) + estimateTokens(systemPrompt) + estimateTokens(incoming) +
@@ -36,7 +36,7 @@ export const compactIfNeeded = Effect.fn("Turn.compaction")(function*(run: TurnR
     },
     modelHeaders: input.config.modelHeaders,
     usage: { kind: "compaction", ...usageOf(input) }
-  }).pipe(Effect.either)
+  }).pipe(stopOnDatabaseFault, Effect.either)
   if (summary._tag === "Left") {
     yield* run.event("compaction_end", { skipped: summary.left.message })
     return

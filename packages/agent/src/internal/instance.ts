@@ -243,12 +243,12 @@ export const overBudget = (
     const limit = config.spendLimit
     if (limit !== undefined) {
       const subAgents = delegates ? yield* journal.retrying(store.subAgents(id)) : []
-      if ((yield* usage.spent(id, { since: limit.since, subAgents })) >= limit.usd) return true
+      if ((yield* journal.retrying(usage.spent(id, { since: limit.since, subAgents }))) >= limit.usd) return true
     }
     const runLimit = (row.input as { spendLimit?: { usd: number } }).spendLimit
     if (runLimit !== undefined) {
       const subAgents = delegates ? yield* journal.retrying(store.subAgents(id, row.id)) : []
-      if ((yield* usage.spent(id, { requestId: row.id, subAgents })) >= runLimit.usd) return true
+      if ((yield* journal.retrying(usage.spent(id, { requestId: row.id, subAgents }))) >= runLimit.usd) return true
     }
     for (const above of config.delegation?.ancestors ?? []) {
       const [parent, run] = yield* journal.retrying(Effect.all([

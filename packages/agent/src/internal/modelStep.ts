@@ -7,7 +7,7 @@
 import type { ModelClient } from "@agent-runtime/models"
 import { Effect, Either, Option } from "effect"
 import { modelContext } from "./modelContext.ts"
-import { type TurnRun, usageOf } from "./turnRun.ts"
+import { stopOnDatabaseFault, type TurnRun, usageOf } from "./turnRun.ts"
 
 /**
  * How much of a tool call's arguments is told to watchers as they stream; the rest comes whole with the
@@ -84,6 +84,7 @@ export const respond = Effect.fn("Turn.modelCall")(function*(run: TurnRun, index
       modelHeaders: input.config.modelHeaders,
       usage: { kind: "response", ...usageOf(input) }
     }, stream.onEvent)).pipe(
+      stopOnDatabaseFault,
       Effect.either,
       Effect.onInterrupt(() => {
         const partial = stream.partial()

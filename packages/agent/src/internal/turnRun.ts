@@ -12,6 +12,7 @@ import type { ModelError } from "@agent-runtime/models"
 import { ModelClient } from "@agent-runtime/models"
 import { type Context, Effect, Either, Option } from "effect"
 import type { AttachedFile } from "../Agent.ts"
+import { PersistenceError } from "../AgentError.ts"
 import * as Tools from "../Tools.ts"
 import type { Steered, StoredMessage, ToolCallRecord, TurnHooks, TurnInput, Waiting } from "../Turn.ts"
 import * as Workspace from "../Workspace.ts"
@@ -118,6 +119,22 @@ export const make = Effect.fn("Turn.start")(function*(input: TurnInput, hooks: T
   }
   return run
 })
+
+/**
+ * A database fault under the model client (a key lookup, a usage record) is not the model's failure: the turn
+ * stops with it as a defect, its runner stops, and the agent's work resumes from the journal once the
+ * database is back (see runRequest).
+ */
+export const stopOnDatabaseFault = <A, E, R>(effect: Effect.Effect<A, E | PersistenceError, R>) =>
+  Effect.catchIf(
+    effect,
+    (error): error is PersistenceError => error instanceof PersistenceError,
+    Effect.die
+  ) as Effect.Effect<
+    A,
+    Exclude<E, PersistenceError>,
+    R
+  >
 
 /** Counts a finished call: its error, the file it wrote or presented, and the call (the first 100 are listed). */
 export const recordCall = (run: TurnRun, entry: ToolCallRecord, result: Tools.ToolResult) => {
