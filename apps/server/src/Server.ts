@@ -172,13 +172,11 @@ const layerRest = Layer.effect(RestAddress, baseUrl).pipe(
 const layerGateway = Layer.scoped(GatewayAddress, Gateway.serve).pipe(Layer.provide(Gateway.layer))
 
 /** The model layer: catalog, keys, key scopes, custom providers, calls and their usage. */
-const layerModels = ModelClient.ModelClient.Default.pipe(
-  Layer.provideMerge(Listing.Listing.Default),
-  Layer.provideMerge(Credentials.Credentials.Default),
-  Layer.provideMerge(
-    Layer.mergeAll(Keys.Keys.Default, KeyScopes.KeyScopes.Default, CustomProviders.CustomProviders.Default)
-  ),
-  Layer.provideMerge(Layer.mergeAll(Catalog.Catalog.Default, UsageLog.UsageLog.Default)),
+const layerModels = ModelClient.layer.pipe(
+  Layer.provideMerge(Listing.layer),
+  Layer.provideMerge(Credentials.layer),
+  Layer.provideMerge(Layer.mergeAll(Keys.layer, KeyScopes.layer, CustomProviders.layer)),
+  Layer.provideMerge(Layer.mergeAll(Catalog.layer, UsageLog.layer)),
   Layer.provideMerge(Layer.mergeAll(Egress.layerConfig.pipe(Layer.provide(Resolver.layer)), SealedSecret.layerConfig))
 )
 

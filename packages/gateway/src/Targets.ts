@@ -5,6 +5,7 @@
  * within that time, and the hot path reads no database.
  */
 import { Credentials, Listing, type ModelError } from "@agent-runtime/models"
+import type { PersistenceError } from "@agent-runtime/store"
 import { Effect, Option } from "effect"
 import { GatewayConfig } from "./GatewayConfig.ts"
 
@@ -35,7 +36,10 @@ export class Targets extends Effect.Service<Targets>()("@agent-runtime/gateway/T
       tenantId: string,
       keyScope: Option.Option<string>,
       model: string
-    ): Effect.Effect<Credentials.Target, ModelError.UnknownModel | ModelError.ModelKeyMissing> =>
+    ): Effect.Effect<
+      Credentials.Target,
+      ModelError.UnknownModel | ModelError.ModelKeyMissing | PersistenceError.PersistenceError
+    > =>
       Effect.suspend(() => {
         const hit = cached(tenantId, keyScope, model)
         if (hit !== undefined) return Effect.succeed(hit)

@@ -3,7 +3,7 @@
  * overridden by an optional catalog file of ours (prices go stale), plus
  * the tenant's own custom models (see `CustomProviders`).
  */
-import { Config, Effect, Option, Schema } from "effect"
+import { Config, type ConfigError, Context, Effect, Layer, Option, Schema } from "effect"
 import * as Fs from "node:fs/promises"
 import * as Pi from "./internal/pi.ts"
 
@@ -49,7 +49,18 @@ const splitId = (id: string) => {
   return slash <= 0 ? Option.none() : Option.some([id.slice(0, slash), id.slice(slash + 1)] as const)
 }
 
-export const make = (file: typeof CatalogFile.Type | undefined) =>
+export interface Service {
+  /** Every provider, built in or from the catalog file, in id order. */
+  readonly providers: ReadonlyArray<CatalogProvider>
+  readonly provider: (id: string) => Option.Option<CatalogProvider>
+  /** The model a `provider/model-id` names, if the catalog has it. */
+  readonly find: (id: string) => Option.Option<CatalogModel>
+}
+
+export class Catalog extends Context.Tag("@agent-runtime/models/Catalog")<Catalog, Service>() {}
+
+/** The built-in catalog with `file`'s entries over it; CatalogError for an entry it cannot take. */
+export const make = (file: typeof CatalogFile.Type | undefined): Effect.Effect<Service, CatalogError> =>
   Effect.gen(function*() {
     const providers = new Map<string, { id: string; name: string; models: Map<string, CatalogModel> }>()
     for (const provider of Pi.builtins()) {
@@ -88,33 +99,39 @@ export const make = (file: typeof CatalogFile.Type | undefined) =>
     const list: ReadonlyArray<CatalogProvider> = [...providers.values()]
       .map((provider) => ({ id: provider.id, name: provider.name, models: [...provider.models.values()] }))
       .sort((a, b) => a.id.localeCompare(b.id))
-    return {
+    return Catalog.of({
       providers: list,
       provider: (id: string) => Option.fromNullable(list.find((provider) => provider.id === id)),
       find: (id: string) =>
-        Option.flatMap(splitId(id), ([providerId, modelId]) =>
-          Option.fromNullable(providers.get(providerId)?.models.get(modelId)))
-    } as const
-  })
-
-export class Catalog extends Effect.Service<Catalog>()("@agent-runtime/models/Catalog", {
-  effect: Effect.gen(function*() {
-    const path = yield* Config.option(Config.string("MODEL_CATALOG_FILE"))
-    const file = yield* Option.match(path, {
-      onNone: () => Effect.succeed(undefined),
-      onSome: (path) =>
-        Effect.tryPromise({
-          try: () => Fs.readFile(path, "utf8"),
-          catch: () => new CatalogError({ message: `cannot read MODEL_CATALOG_FILE ${path}` })
-        }).pipe(
-          Effect.flatMap(Schema.decode(Schema.parseJson(CatalogFile))),
-          Effect.mapError((error) =>
-            error._tag === "CatalogError"
-              ? error
-              : new CatalogError({ message: `MODEL_CATALOG_FILE: ${error.message}` })
-          )
+        Option.flatMap(
+          splitId(id),
+          ([providerId, modelId]) => Option.fromNullable(providers.get(providerId)?.models.get(modelId))
         )
     })
-    return yield* make(file)
   })
-}) {}
+
+/** The catalog file MODEL_CATALOG_FILE names, if it names one. */
+const configuredFile = Effect.gen(function*() {
+  const path = yield* Config.option(Config.string("MODEL_CATALOG_FILE"))
+  return yield* Option.match(path, {
+    onNone: () => Effect.succeed(undefined),
+    onSome: (path) =>
+      Effect.tryPromise({
+        try: () => Fs.readFile(path, "utf8"),
+        catch: () => new CatalogError({ message: `cannot read MODEL_CATALOG_FILE ${path}` })
+      }).pipe(
+        Effect.flatMap(Schema.decode(Schema.parseJson(CatalogFile))),
+        Effect.mapError((error) =>
+          error._tag === "CatalogError"
+            ? error
+            : new CatalogError({ message: `MODEL_CATALOG_FILE: ${error.message}` })
+        )
+      )
+  })
+})
+
+/** The catalog with MODEL_CATALOG_FILE's entries, when it is set. */
+export const layer: Layer.Layer<Catalog, CatalogError | ConfigError.ConfigError> = Layer.effect(
+  Catalog,
+  Effect.flatMap(configuredFile, make)
+)

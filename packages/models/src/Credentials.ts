@@ -5,7 +5,8 @@
  * platform keys.
  */
 import type { Provider } from "@agent-runtime/domain"
-import { Effect, Option, type Redacted } from "effect"
+import type { PersistenceError } from "@agent-runtime/store"
+import { Context, Effect, Layer, Option, type Redacted } from "effect"
 import { Catalog, type CatalogModel } from "./Catalog.ts"
 import { CustomProviders, maxOutputTokens, type Stored } from "./CustomProviders.ts"
 import { Keys } from "./Keys.ts"
@@ -61,77 +62,92 @@ export const toCatalogModel = (stored: Stored, model: Provider.CustomModel): Cat
   ...(model.compat === undefined ? {} : { compat: { ...model.compat } as NonNullable<CatalogModel["compat"]> })
 })
 
-export class Credentials extends Effect.Service<Credentials>()("@agent-runtime/models/Credentials", {
-  effect: Effect.gen(function*() {
-    const catalog = yield* Catalog
-    const keys = yield* Keys
-    const scopes = yield* KeyScopes
-    const custom = yield* CustomProviders
+export interface Service {
+  /**
+   * The endpoint, model and key a call for `request.model` uses, in the order above. UnknownModel for a model
+   * no provider the tenant can use has; ModelKeyMissing when its provider has no key anywhere.
+   */
+  readonly resolve: (
+    request: Request
+  ) => Effect.Effect<Target, UnknownModel | ModelKeyMissing | PersistenceError.PersistenceError>
+}
 
-    const fromCustom = (request: Request, stored: Stored, modelId: string, source: KeySource) =>
-      Option.match(Option.fromNullable(stored.provider.models.find((model) => model.id === modelId)), {
-        onNone: () => Effect.fail(new UnknownModel({ model: request.model })),
-        onSome: (model) =>
-          Effect.succeed<Target>({
-            id: request.model,
-            provider: stored.name,
-            model: toCatalogModel(stored, model),
-            apiKey: stored.apiKey,
-            bearer: stored.provider.auth === "bearer",
-            headers: stored.headers,
-            source,
-            keyScope: stored.scope === "" ? Option.none() : Option.some(stored.scope)
-          })
-      })
+export class Credentials extends Context.Tag("@agent-runtime/models/Credentials")<Credentials, Service>() {}
 
-    const resolve = (request: Request): Effect.Effect<Target, UnknownModel | ModelKeyMissing> =>
-      Effect.gen(function*() {
-        const { modelId, provider } = yield* Option.match(splitModelId(request.model), {
-          onNone: () => Effect.fail(new UnknownModel({ model: request.model })),
-          onSome: Effect.succeed
-        })
-        if (Option.isSome(request.keyScope)) {
-          const scope = request.keyScope.value
-          const scoped = yield* custom.forCall(request.tenantId, scope, provider)
-          if (Option.isSome(scoped)) return yield* fromCustom(request, scoped.value, modelId, "scope")
-          const entry = yield* scopes.find(request.tenantId, scope, provider)
-          const model = catalog.find(request.model)
-          if (Option.isSome(entry) && Option.isSome(model)) {
-            return {
-              id: request.model,
-              provider,
-              model: Option.match(entry.value.baseUrl, {
-                onNone: () => model.value,
-                onSome: (baseUrl) => ({ ...model.value, baseUrl })
-              }),
-              apiKey: entry.value.apiKey,
-              bearer: false,
-              headers: entry.value.headers,
-              source: "scope",
-              keyScope: request.keyScope
-            } satisfies Target
-          }
-        }
-        const own = yield* custom.forCall(request.tenantId, "", provider)
-        if (Option.isSome(own)) return yield* fromCustom(request, own.value, modelId, "tenant")
-        const model = yield* Option.match(catalog.find(request.model), {
-          onNone: () => Effect.fail(new UnknownModel({ model: request.model })),
-          onSome: Effect.succeed
-        })
-        const key = yield* keys.find(request.tenantId, provider)
-        if (Option.isNone(key)) return yield* new ModelKeyMissing({ provider })
-        return {
+export const make = Effect.gen(function*() {
+  const catalog = yield* Catalog
+  const keys = yield* Keys
+  const scopes = yield* KeyScopes
+  const custom = yield* CustomProviders
+
+  const fromCustom = (request: Request, stored: Stored, modelId: string, source: KeySource) =>
+    Option.match(Option.fromNullable(stored.provider.models.find((model) => model.id === modelId)), {
+      onNone: () => Effect.fail(new UnknownModel({ model: request.model })),
+      onSome: (model) =>
+        Effect.succeed<Target>({
           id: request.model,
-          provider,
-          model,
-          apiKey: Option.some(key.value.apiKey),
-          bearer: false,
-          headers: {},
-          source: key.value.source,
-          keyScope: Option.none()
-        } satisfies Target
-      })
+          provider: stored.name,
+          model: toCatalogModel(stored, model),
+          apiKey: stored.apiKey,
+          bearer: stored.provider.auth === "bearer",
+          headers: stored.headers,
+          source,
+          keyScope: stored.scope === "" ? Option.none() : Option.some(stored.scope)
+        })
+    })
 
-    return { resolve } as const
-  })
-}) {}
+  const resolve = (request: Request) =>
+    Effect.gen(function*() {
+      const { modelId, provider } = yield* Option.match(splitModelId(request.model), {
+        onNone: () => Effect.fail(new UnknownModel({ model: request.model })),
+        onSome: Effect.succeed
+      })
+      if (Option.isSome(request.keyScope)) {
+        const scope = request.keyScope.value
+        const scoped = yield* custom.forCall(request.tenantId, scope, provider)
+        if (Option.isSome(scoped)) return yield* fromCustom(request, scoped.value, modelId, "scope")
+        const entry = yield* scopes.find(request.tenantId, scope, provider)
+        const model = catalog.find(request.model)
+        if (Option.isSome(entry) && Option.isSome(model)) {
+          return {
+            id: request.model,
+            provider,
+            model: Option.match(entry.value.baseUrl, {
+              onNone: () => model.value,
+              onSome: (baseUrl) => ({ ...model.value, baseUrl })
+            }),
+            apiKey: entry.value.apiKey,
+            bearer: false,
+            headers: entry.value.headers,
+            source: "scope",
+            keyScope: request.keyScope
+          } satisfies Target
+        }
+      }
+      const own = yield* custom.forCall(request.tenantId, "", provider)
+      if (Option.isSome(own)) return yield* fromCustom(request, own.value, modelId, "tenant")
+      const model = yield* Option.match(catalog.find(request.model), {
+        onNone: () => Effect.fail(new UnknownModel({ model: request.model })),
+        onSome: Effect.succeed
+      })
+      const key = yield* keys.find(request.tenantId, provider)
+      if (Option.isNone(key)) return yield* new ModelKeyMissing({ provider })
+      return {
+        id: request.model,
+        provider,
+        model,
+        apiKey: Option.some(key.value.apiKey),
+        bearer: false,
+        headers: {},
+        source: key.value.source,
+        keyScope: Option.none()
+      } satisfies Target
+    })
+
+  return Credentials.of({ resolve })
+})
+
+export const layer: Layer.Layer<Credentials, never, Catalog | CustomProviders | Keys | KeyScopes> = Layer.effect(
+  Credentials,
+  make
+)

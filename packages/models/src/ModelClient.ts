@@ -7,8 +7,8 @@
  * finished response has its usage and cost recorded.
  */
 import { Egress, EgressError } from "@agent-runtime/egress"
-import { Storable } from "@agent-runtime/store"
-import { Duration, Effect, Exit, Option, Redacted } from "effect"
+import { PersistenceError, Storable } from "@agent-runtime/store"
+import { Context as EffectContext, Duration, Effect, Exit, Layer, Option, Redacted } from "effect"
 import * as Crypto from "node:crypto"
 import { Credentials, type Target } from "./Credentials.ts"
 import * as Pi from "./internal/pi.ts"
@@ -18,10 +18,12 @@ import {
   ModelEndpointRefused,
   type ModelError,
   ModelKeyInvalid,
+  type ModelKeyMissing,
   ModelNetworkError,
   ModelOverloaded,
   ModelRateLimited,
-  ModelRequestRefused
+  ModelRequestRefused,
+  type UnknownModel
 } from "./ModelError.ts"
 import { UsageLog } from "./UsageLog.ts"
 
@@ -189,180 +191,202 @@ const kept = (message: Pi.AssistantMessage): Pi.AssistantMessage => {
   return Storable.value(changed ? { ...message, content } : message)
 }
 
-export class ModelClient extends Effect.Service<ModelClient>()("@agent-runtime/models/ModelClient", {
-  effect: Effect.gen(function*() {
-    const egress = yield* Egress.Egress
-    const credentials = yield* Credentials
-    const usage = yield* UsageLog
+export interface Service {
+  /** The provider, model (with its limits) and key a call for `model` would use. */
+  readonly resolve: (
+    call: Pick<Call, "tenantId" | "keyScope" | "model">
+  ) => Effect.Effect<Target, UnknownModel | ModelKeyMissing | PersistenceError.PersistenceError>
+  /**
+   * One model response for `call`, retrying transient failures: its events go to `onEvent` as they come
+   * (the final message excepted), and the finished message is the result. PersistenceError when the
+   * credentials could not be read or the response's usage could not be recorded; it is not retried.
+   */
+  readonly respond: (
+    call: Call,
+    onEvent: (event: ResponseEvent) => Effect.Effect<void>,
+    policy?: RetryPolicy
+  ) => Effect.Effect<Pi.AssistantMessage, ModelError | PersistenceError.PersistenceError>
+  /** The finished message of a call. */
+  readonly complete: (
+    call: Call,
+    policy?: RetryPolicy
+  ) => Effect.Effect<Pi.AssistantMessage, ModelError | PersistenceError.PersistenceError>
+}
 
-    const headersFor = (target: Target, modelHeaders: Record<string, string> | undefined) => {
-      const headers: Record<string, string | null> = { ...target.headers, ...modelHeaders }
-      if (Option.isNone(target.apiKey)) {
-        // A gateway at the base URL holds the key: send no auth header at all.
-        headers.authorization = null
-        headers["x-api-key"] = null
-      } else if (target.bearer) {
-        headers.authorization = `Bearer ${Redacted.value(target.apiKey.value)}`
-        headers["x-api-key"] = null
-      }
-      return headers
+export class ModelClient extends EffectContext.Tag("@agent-runtime/models/ModelClient")<ModelClient, Service>() {}
+
+export const make = Effect.gen(function*() {
+  const egress = yield* Egress.Egress
+  const credentials = yield* Credentials
+  const usage = yield* UsageLog
+
+  const headersFor = (target: Target, modelHeaders: Record<string, string> | undefined) => {
+    const headers: Record<string, string | null> = { ...target.headers, ...modelHeaders }
+    if (Option.isNone(target.apiKey)) {
+      // A gateway at the base URL holds the key: send no auth header at all.
+      headers.authorization = null
+      headers["x-api-key"] = null
+    } else if (target.bearer) {
+      headers.authorization = `Bearer ${Redacted.value(target.apiKey.value)}`
+      headers["x-api-key"] = null
     }
+    return headers
+  }
 
-    const apiKeyFor = (target: Target) =>
-      Option.isNone(target.apiKey) ? "unused" : target.bearer ? undefined : Redacted.value(target.apiKey.value)
+  const apiKeyFor = (target: Target) =>
+    Option.isNone(target.apiKey) ? "unused" : target.bearer ? undefined : Redacted.value(target.apiKey.value)
 
-    /**
-     * One request to the provider, its events handed to `onEvent` as they come: the finished message, or its
-     * failure classified, not retried. A plain loop over the provider's events rather than a stream: a turn's
-     * response is its busiest path, and each stream stage costs every event a few hundred runtime steps.
-     */
-    const attempt = (
-      target: Target,
-      call: Call,
-      attemptNumber: number,
-      onEvent: (event: ResponseEvent) => Effect.Effect<void>
-    ): Effect.Effect<Pi.AssistantMessage, ModelError> =>
-      Effect.scoped(Effect.gen(function*() {
-        const controller = new AbortController()
-        // A finished response has nothing left to cut (and an abort builds an error with its stack each time).
-        yield* Effect.addFinalizer((exit) => Exit.isSuccess(exit) ? Effect.void : Effect.sync(() => controller.abort()))
-        let last: LastResponse | undefined
-        let refused: EgressError.EgressError | undefined
-        const fetch: typeof globalThis.fetch = (input, init) =>
-          egress.fetchFunction(input, init).then(
-            (response) => {
-              last = { status: response.status, retryAfter: parseRetryAfter(response.headers.get("retry-after")) }
-              return response
-            },
-            (error) => {
-              if (error instanceof EgressError.EgressError) refused = error
-              throw error
-            }
-          )
-        const apiKey = apiKeyFor(target)
-        const events = Pi.streamSimple(target.model, call.context, {
-          ...call.options,
-          ...(apiKey === undefined ? {} : { apiKey }),
-          headers: headersFor(target, call.modelHeaders),
-          fetch,
-          signal: controller.signal,
-          maxRetries: 0,
-          ...(call.reasoning === undefined ? {} : { reasoning: call.reasoning }),
-          ...(call.maxTokens === undefined ? {} : { maxTokens: call.maxTokens }),
-          ...(call.temperature === undefined ? {} : { temperature: call.temperature })
-        })[Symbol.asyncIterator]()
-        const networkError = (error: unknown) =>
-          new ModelNetworkError({ provider: target.provider, detail: String(error) })
-        while (true) {
-          const next = yield* Effect.tryPromise({ try: () => events.next(), catch: networkError })
-          if (next.done === true) return yield* networkError("the response ended without a final message")
-          const event = next.value
-          if (event.type === "error") return yield* Effect.fail(classify(target, event.error, last, refused))
-          if (event.type === "done") {
-            yield* record(target, call, event.message)
-            if (attemptNumber > 1) yield* onEvent({ type: "auto_retry_end", success: true, attempt: attemptNumber })
-            return kept(event.message)
+  /**
+   * One request to the provider, its events handed to `onEvent` as they come: the finished message, or its
+   * failure classified, not retried. A plain loop over the provider's events rather than a stream: a turn's
+   * response is its busiest path, and each stream stage costs every event a few hundred runtime steps.
+   */
+  const attempt = (
+    target: Target,
+    call: Call,
+    attemptNumber: number,
+    onEvent: (event: ResponseEvent) => Effect.Effect<void>
+  ): Effect.Effect<Pi.AssistantMessage, ModelError | PersistenceError.PersistenceError> =>
+    Effect.scoped(Effect.gen(function*() {
+      const controller = new AbortController()
+      // A finished response has nothing left to cut (and an abort builds an error with its stack each time).
+      yield* Effect.addFinalizer((exit) => Exit.isSuccess(exit) ? Effect.void : Effect.sync(() => controller.abort()))
+      let last: LastResponse | undefined
+      let refused: EgressError.EgressError | undefined
+      const fetch: typeof globalThis.fetch = (input, init) =>
+        egress.fetchFunction(input, init).then(
+          (response) => {
+            last = { status: response.status, retryAfter: parseRetryAfter(response.headers.get("retry-after")) }
+            return response
+          },
+          (error) => {
+            if (error instanceof EgressError.EgressError) refused = error
+            throw error
           }
-          // The finished call, told as it ends, is told as it will be kept.
-          yield* onEvent(
-            event.type === "toolcall_end"
-              ? { ...event, toolCall: kept(event.partial).content[event.contentIndex] as typeof event.toolCall }
-              : event
+        )
+      const apiKey = apiKeyFor(target)
+      const events = Pi.streamSimple(target.model, call.context, {
+        ...call.options,
+        ...(apiKey === undefined ? {} : { apiKey }),
+        headers: headersFor(target, call.modelHeaders),
+        fetch,
+        signal: controller.signal,
+        maxRetries: 0,
+        ...(call.reasoning === undefined ? {} : { reasoning: call.reasoning }),
+        ...(call.maxTokens === undefined ? {} : { maxTokens: call.maxTokens }),
+        ...(call.temperature === undefined ? {} : { temperature: call.temperature })
+      })[Symbol.asyncIterator]()
+      const networkError = (error: unknown) =>
+        new ModelNetworkError({ provider: target.provider, detail: String(error) })
+      while (true) {
+        const next = yield* Effect.tryPromise({ try: () => events.next(), catch: networkError })
+        if (next.done === true) return yield* networkError("the response ended without a final message")
+        const event = next.value
+        if (event.type === "error") return yield* Effect.fail(classify(target, event.error, last, refused))
+        if (event.type === "done") {
+          yield* record(target, call, event.message)
+          if (attemptNumber > 1) yield* onEvent({ type: "auto_retry_end", success: true, attempt: attemptNumber })
+          return kept(event.message)
+        }
+        // The finished call, told as it ends, is told as it will be kept.
+        yield* onEvent(
+          event.type === "toolcall_end"
+            ? { ...event, toolCall: kept(event.partial).content[event.contentIndex] as typeof event.toolCall }
+            : event
+        )
+      }
+    }))
+
+  const record = (target: Target, call: Call, message: Pi.AssistantMessage) =>
+    usage.record({
+      tenantId: call.tenantId,
+      agentId: call.usage.agentId,
+      requestId: call.usage.requestId,
+      subject: call.usage.subject,
+      actor: call.usage.actor,
+      context: call.usage.context,
+      keyScope: Option.getOrUndefined(target.keyScope),
+      keySource: target.source,
+      provider: target.provider,
+      model: target.model.id,
+      kind: call.usage.kind,
+      input: message.usage.input,
+      output: message.usage.output,
+      cacheRead: message.usage.cacheRead,
+      cacheWrite: message.usage.cacheWrite,
+      reasoning: message.usage.reasoning,
+      costUsd: message.usage.cost.total,
+      costSource: "catalog"
+    })
+
+  const delayOf = (
+    policy: RetryPolicy,
+    error: ModelError,
+    attemptNumber: number
+  ): Option.Option<Duration.Duration> => {
+    const backoff = Duration.min(
+      Duration.times(policy.baseDelay, 2 ** (attemptNumber - 1)),
+      policy.maxDelay
+    )
+    const asked = "retryAfter" in error && error.retryAfter !== undefined
+      ? Option.some(Duration.seconds(error.retryAfter))
+      : Option.none()
+    if (Option.isSome(asked) && Duration.greaterThan(asked.value, policy.maxRetryAfter)) return Option.none()
+    return Option.some(Option.getOrElse(asked, () => backoff))
+  }
+
+  const withRetries = (
+    target: Target,
+    call: Call,
+    policy: RetryPolicy,
+    attemptNumber: number,
+    onEvent: (event: ResponseEvent) => Effect.Effect<void>
+  ): Effect.Effect<Pi.AssistantMessage, ModelError | PersistenceError.PersistenceError> =>
+    attempt(target, call, attemptNumber, onEvent).pipe(
+      // A usage record that failed ends the call as it is: the response was had, there is nothing to retry.
+      Effect.catchIf((error): error is ModelError => !(error instanceof PersistenceError.PersistenceError), (error) => {
+        const delay = isTransient(error) && attemptNumber < policy.maxAttempts
+          ? delayOf(policy, error, attemptNumber)
+          : Option.none()
+        if (Option.isNone(delay)) {
+          return Effect.zipRight(
+            attemptNumber > 1
+              ? onEvent({ type: "auto_retry_end", success: false, attempt: attemptNumber })
+              : Effect.void,
+            Effect.fail(error)
           )
         }
-      }))
-
-    const record = (target: Target, call: Call, message: Pi.AssistantMessage) =>
-      usage.record({
-        tenantId: call.tenantId,
-        agentId: call.usage.agentId,
-        requestId: call.usage.requestId,
-        subject: call.usage.subject,
-        actor: call.usage.actor,
-        context: call.usage.context,
-        keyScope: Option.getOrUndefined(target.keyScope),
-        keySource: target.source,
-        provider: target.provider,
-        model: target.model.id,
-        kind: call.usage.kind,
-        input: message.usage.input,
-        output: message.usage.output,
-        cacheRead: message.usage.cacheRead,
-        cacheWrite: message.usage.cacheWrite,
-        reasoning: message.usage.reasoning,
-        costUsd: message.usage.cost.total,
-        costSource: "catalog"
+        return onEvent({
+          type: "auto_retry_start",
+          attempt: attemptNumber,
+          maxAttempts: policy.maxAttempts,
+          delayMs: Duration.toMillis(delay.value),
+          errorMessage: error.message
+        }).pipe(
+          Effect.zipRight(Effect.sleep(delay.value)),
+          Effect.zipRight(withRetries(target, call, policy, attemptNumber + 1, onEvent))
+        )
       })
+    )
 
-    const delayOf = (
-      policy: RetryPolicy,
-      error: ModelError,
-      attemptNumber: number
-    ): Option.Option<Duration.Duration> => {
-      const backoff = Duration.min(
-        Duration.times(policy.baseDelay, 2 ** (attemptNumber - 1)),
-        policy.maxDelay
-      )
-      const asked = "retryAfter" in error && error.retryAfter !== undefined
-        ? Option.some(Duration.seconds(error.retryAfter))
-        : Option.none()
-      if (Option.isSome(asked) && Duration.greaterThan(asked.value, policy.maxRetryAfter)) return Option.none()
-      return Option.some(Option.getOrElse(asked, () => backoff))
-    }
+  const resolve = (call: Pick<Call, "tenantId" | "keyScope" | "model">) =>
+    credentials.resolve({ tenantId: call.tenantId, keyScope: call.keyScope, model: call.model })
 
-    const withRetries = (
-      target: Target,
-      call: Call,
-      policy: RetryPolicy,
-      attemptNumber: number,
-      onEvent: (event: ResponseEvent) => Effect.Effect<void>
-    ): Effect.Effect<Pi.AssistantMessage, ModelError> =>
-      attempt(target, call, attemptNumber, onEvent).pipe(
-        Effect.catchAll((error) => {
-          const delay = isTransient(error) && attemptNumber < policy.maxAttempts
-            ? delayOf(policy, error, attemptNumber)
-            : Option.none()
-          if (Option.isNone(delay)) {
-            return Effect.zipRight(
-              attemptNumber > 1
-                ? onEvent({ type: "auto_retry_end", success: false, attempt: attemptNumber })
-                : Effect.void,
-              Effect.fail(error)
-            )
-          }
-          return onEvent({
-            type: "auto_retry_start",
-            attempt: attemptNumber,
-            maxAttempts: policy.maxAttempts,
-            delayMs: Duration.toMillis(delay.value),
-            errorMessage: error.message
-          }).pipe(
-            Effect.zipRight(Effect.sleep(delay.value)),
-            Effect.zipRight(withRetries(target, call, policy, attemptNumber + 1, onEvent))
-          )
-        })
-      )
+  const respond = (
+    call: Call,
+    onEvent: (event: ResponseEvent) => Effect.Effect<void>,
+    policy: RetryPolicy = defaultRetryPolicy
+  ) =>
+    call.target === undefined
+      ? Effect.flatMap(resolve(call), (target) => withRetries(target, call, policy, 1, onEvent))
+      : withRetries(call.target, call, policy, 1, onEvent)
 
-    /** The provider, model (with its limits) and key a call for `model` would use. */
-    const resolve = (call: Pick<Call, "tenantId" | "keyScope" | "model">) =>
-      credentials.resolve({ tenantId: call.tenantId, keyScope: call.keyScope, model: call.model })
+  const complete = (call: Call, policy?: RetryPolicy) => respond(call, () => Effect.void, policy)
 
-    /**
-     * One model response for `call`, retrying transient failures: its events go to `onEvent` as they come
-     * (the final message excepted), and the finished message is the result.
-     */
-    const respond = (
-      call: Call,
-      onEvent: (event: ResponseEvent) => Effect.Effect<void>,
-      policy: RetryPolicy = defaultRetryPolicy
-    ): Effect.Effect<Pi.AssistantMessage, ModelError> =>
-      call.target === undefined
-        ? Effect.flatMap(resolve(call), (target) => withRetries(target, call, policy, 1, onEvent))
-        : withRetries(call.target, call, policy, 1, onEvent)
+  return ModelClient.of({ resolve, respond, complete })
+})
 
-    /** The finished message of a call. */
-    const complete = (call: Call, policy?: RetryPolicy) => respond(call, () => Effect.void, policy)
-
-    return { resolve, respond, complete } as const
-  })
-}) {}
+export const layer: Layer.Layer<ModelClient, never, Egress.Egress | Credentials | UsageLog> = Layer.effect(
+  ModelClient,
+  make
+)

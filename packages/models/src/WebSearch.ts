@@ -9,6 +9,7 @@
  * key reaches a log, an answer or an error.
  */
 import { Egress } from "@agent-runtime/egress"
+import type { PersistenceError } from "@agent-runtime/store"
 import { Array as Arr, Context, Duration, Effect, Layer, Option, Redacted, Schema } from "effect"
 import type { KeySource } from "./Credentials.ts"
 import * as Search from "./internal/search.ts"
@@ -104,10 +105,18 @@ export type WebSearchError =
   | SearchResponseInvalid
 
 export interface Service {
-  /** Searches with the provider asked for, or the first with a key; results are at most `count`. */
-  readonly search: (request: SearchRequest) => Effect.Effect<SearchResponse, WebSearchError>
+  /**
+   * Searches with the provider asked for, or the first with a key; results are at most `count`.
+   * PersistenceError when the keys could not be read.
+   */
+  readonly search: (
+    request: SearchRequest
+  ) => Effect.Effect<SearchResponse, WebSearchError | PersistenceError.PersistenceError>
   /** The search providers with a key for this tenant and key scope, in the order `search` tries them. */
-  readonly available: (tenantId: string, keyScope: Option.Option<string>) => Effect.Effect<ReadonlyArray<string>>
+  readonly available: (
+    tenantId: string,
+    keyScope: Option.Option<string>
+  ) => Effect.Effect<ReadonlyArray<string>, PersistenceError.PersistenceError>
 }
 
 export class WebSearch extends Context.Tag("@agent-runtime/models/WebSearch")<WebSearch, Service>() {}
@@ -174,7 +183,9 @@ export const make = (options: Options = {}) =>
         }))
       })
 
-    const target = (request: SearchRequest): Effect.Effect<Target, SearchKeyMissing | UnknownSearchProvider> =>
+    const target = (
+      request: SearchRequest
+    ): Effect.Effect<Target, SearchKeyMissing | UnknownSearchProvider | PersistenceError.PersistenceError> =>
       Effect.gen(function*() {
         const { provider } = request
         if (provider !== undefined) {

@@ -16,7 +16,7 @@ import {
   ModelsMigrations,
   UsageLog
 } from "@agent-runtime/models"
-import { Database, SealedSecret } from "@agent-runtime/store"
+import { Database, DatabaseHealth, PersistenceError, SealedSecret } from "@agent-runtime/store"
 import { FakeUpstream, TestDatabase } from "@agent-runtime/testing"
 import { WebhookMigrations } from "@agent-runtime/webhooks"
 import { SqlClient } from "@effect/sql"
@@ -28,12 +28,10 @@ const tenantId = "tn_models"
 const apiKey = "sk-test-0123456789abcdef"
 
 const layerFor = (databaseUrl: string, egress: { allowPrivate: boolean; resolver?: Layer.Layer<Resolver.Resolver> }) =>
-  ModelClient.ModelClient.Default.pipe(
-    Layer.provideMerge(Credentials.Credentials.Default),
-    Layer.provideMerge(
-      Layer.mergeAll(Keys.Keys.Default, KeyScopes.KeyScopes.Default, CustomProviders.CustomProviders.Default)
-    ),
-    Layer.provideMerge(Layer.mergeAll(Catalog.Catalog.Default, UsageLog.UsageLog.Default)),
+  ModelClient.layer.pipe(
+    Layer.provideMerge(Credentials.layer),
+    Layer.provideMerge(Layer.mergeAll(Keys.layer, KeyScopes.layer, CustomProviders.layer)),
+    Layer.provideMerge(Layer.mergeAll(Catalog.layer, UsageLog.layer)),
     Layer.provideMerge(Layer.mergeAll(
       Egress.layer({ allowPrivate: egress.allowPrivate }).pipe(Layer.provide(egress.resolver ?? Resolver.layer)),
       SealedSecret.layer(SealedSecret.parseKey(Crypto.randomBytes(32).toString("base64")))
@@ -362,6 +360,41 @@ describe("failures and interruption", () => {
           expect(Date.now() - started).toBeLessThan(3000)
           const sql = yield* SqlClient.SqlClient
           expect((yield* sql`SELECT id FROM usage_records`).length).toBe(0)
+        })
+      ),
+    { timeout: 30_000 }
+  )
+})
+
+describe("database faults", () => {
+  it.scopedLive(
+    "are PersistenceErrors: a response whose usage cannot be recorded fails at once, unretried; keys cannot be read",
+    () =>
+      scenario((upstream) =>
+        Effect.gen(function*() {
+          yield* saveProvider(upstream.url, "openai-completions")
+          const sql = yield* SqlClient.SqlClient
+          const client = yield* ModelClient.ModelClient
+          yield* sql`DROP TABLE usage_records`
+          upstream.script({ text: "answered, but not recorded" })
+          const events: Array<ModelClientModule.ModelEvent> = []
+          const unrecorded = yield* Effect.flip(
+            client.respond(call({ reasoning: undefined }), (event) => Effect.sync(() => void events.push(event)), fast)
+          )
+          expect(unrecorded).toBeInstanceOf(PersistenceError.PersistenceError)
+          expect(DatabaseHealth.isPermanent(unrecorded)).toBe(true)
+          expect(upstream.requests().filter((request) => request.protocol !== "models")).toHaveLength(1)
+          expect(events.filter((event) => event.type.startsWith("auto_retry"))).toEqual([])
+
+          yield* sql`DROP TABLE tenant_keys, key_scope_entries`
+          const keys = yield* Keys.Keys
+          const scopes = yield* KeyScopes.KeyScopes
+          const failures = [
+            yield* Effect.flip(keys.statusMap(tenantId)),
+            yield* Effect.flip(scopes.list(tenantId)),
+            yield* Effect.flip(client.resolve({ tenantId, keyScope: Option.none(), model: "openai/gpt-5.1" }))
+          ]
+          for (const failure of failures) expect(failure).toBeInstanceOf(PersistenceError.PersistenceError)
         })
       ),
     { timeout: 30_000 }

@@ -28,9 +28,9 @@ const keys = [tenantKey, scopeKey, wrongKey]
 
 const layerFor = (databaseUrl: string, options: WebSearchModule.Options, allowPrivate: boolean) =>
   WebSearch.layerWith(options).pipe(
-    Layer.provideMerge(KeyScopes.KeyScopes.DefaultWithoutDependencies),
-    Layer.provideMerge(Keys.Keys.Default),
-    Layer.provideMerge(Catalog.Catalog.Default),
+    Layer.provideMerge(KeyScopes.layer),
+    Layer.provideMerge(Keys.layer),
+    Layer.provideMerge(Catalog.layer),
     Layer.provideMerge(Layer.mergeAll(
       Egress.layer({ allowPrivate }).pipe(Layer.provide(Resolver.layer)),
       SealedSecret.layer(SealedSecret.parseKey(Crypto.randomBytes(32).toString("base64")))

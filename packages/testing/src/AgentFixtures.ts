@@ -207,7 +207,7 @@ export const make = (options: Options = {}) =>
         return done!
       })
 
-    const client = ModelClient.ModelClient.make({
+    const client = ModelClient.ModelClient.of({
       respond,
       complete: (call: ModelClient.Call) => respond(call, () => Effect.void),
       resolve: (call) => {
@@ -399,8 +399,8 @@ export const layerTools = Tools.layer.pipe(
   Layer.provideMerge(layerFiles),
   Layer.provideMerge(
     Layer.mergeAll(Definitions.layer, Schedules.layer, ToolSources.layer(), WebSearch.layer).pipe(
-      Layer.provide(KeyScopes.KeyScopes.DefaultWithoutDependencies.pipe(Layer.provideMerge(Keys.Keys.Default))),
-      Layer.provide(Catalog.Catalog.Default)
+      Layer.provide(KeyScopes.layer.pipe(Layer.provideMerge(Keys.layer))),
+      Layer.provide(Catalog.layer)
     )
   )
 )

@@ -1,15 +1,17 @@
 import type { ApiError } from "@agent-runtime/domain"
 import { Api, Auth, Provider } from "@agent-runtime/domain"
 import { CustomProviders, Keys, KeyScopes, Listing } from "@agent-runtime/models"
+import type { PersistenceError } from "@agent-runtime/store"
 import { HttpApiBuilder } from "@effect/platform"
 import { Effect } from "effect"
+import * as Errors from "./Errors.ts"
 
 const list = <A>(data: ReadonlyArray<A>) => ({ data, next: null })
 
 export const layerModels = HttpApiBuilder.group(Api.Api, "models", (handlers) =>
   Effect.gen(function*() {
     const listing = yield* Listing.Listing
-    return handlers.handle("list", () =>
+    return Errors.handlers(handlers).handle("list", () =>
       Effect.flatMap(Auth.CurrentPrincipal, (principal) => Effect.map(listing.models(principal.tenantId), list)))
   }))
 
@@ -17,7 +19,7 @@ export const layerProviders = HttpApiBuilder.group(Api.Api, "providers", (handle
   Effect.gen(function*() {
     const listing = yield* Listing.Listing
     const custom = yield* CustomProviders.CustomProviders
-    return handlers
+    return Errors.handlers(handlers)
       .handle("list", () =>
         Effect.flatMap(Auth.CurrentPrincipal, (principal) =>
           Effect.map(listing.providers(principal.tenantId), list)))
@@ -35,7 +37,7 @@ export const layerProviders = HttpApiBuilder.group(Api.Api, "providers", (handle
 export const layerKeys = HttpApiBuilder.group(Api.Api, "keys", (handlers) =>
   Effect.gen(function*() {
     const keys = yield* Keys.Keys
-    return handlers
+    return Errors.handlers(handlers)
       .handle("put", ({ path, payload }) =>
         Effect.flatMap(Auth.CurrentPrincipal, (principal) =>
           keys.setTenantKey(
@@ -53,7 +55,7 @@ export const layerKeyScopes = HttpApiBuilder.group(Api.Api, "keyScopes", (handle
   Effect.gen(function*() {
     const scopes = yield* KeyScopes.KeyScopes
     const custom = yield* CustomProviders.CustomProviders
-    return handlers
+    return Errors.handlers(handlers)
       .handle("list", () =>
         Effect.flatMap(Auth.CurrentPrincipal, (principal) => Effect.map(scopes.list(principal.tenantId), list)))
       .handle("get", ({ path }) =>
@@ -67,7 +69,10 @@ export const layerKeyScopes = HttpApiBuilder.group(Api.Api, "keyScopes", (handle
           Auth.CurrentPrincipal,
           (
             principal
-          ): Effect.Effect<Provider.KeyScopeEntry | Provider.KeySet, ApiError.InvalidRequest | ApiError.NotFound> =>
+          ): Effect.Effect<
+            Provider.KeyScopeEntry | Provider.KeySet,
+            ApiError.InvalidRequest | ApiError.NotFound | PersistenceError.PersistenceError
+          > =>
             payload instanceof Provider.KeyInput
               ? scopes.putKey(principal.tenantId, path.scope, path.provider, payload)
               : scopes.put(principal.tenantId, path.scope, path.provider, payload)
