@@ -16,12 +16,13 @@
  */
 import { ApiError, Webhook } from "@agent-runtime/domain"
 import { Egress } from "@agent-runtime/egress"
-import { DatabaseHealth, Ids, SealedSecret } from "@agent-runtime/store"
+import { DatabaseHealth, Ids, PersistenceError, SealedSecret } from "@agent-runtime/store"
 import { SqlClient } from "@effect/sql"
 import { PgClient } from "@effect/sql-pg"
 import {
   Clock,
   Config,
+  type ConfigError,
   Context,
   Duration,
   Effect,
@@ -56,14 +57,20 @@ export interface Options {
 
 export class WebhookDelivery extends Context.Tag("@agent-runtime/webhooks/WebhookDelivery")<WebhookDelivery, {
   /** The endpoint's latest attempts, newest first. */
-  readonly attempts: (endpointId: string, limit: number) => Effect.Effect<ReadonlyArray<Webhook.WebhookAttempt>>
+  readonly attempts: (
+    endpointId: string,
+    limit: number
+  ) => Effect.Effect<ReadonlyArray<Webhook.WebhookAttempt>, PersistenceError.PersistenceError>
   /** The endpoint's latest deliveries, newest event first. */
   readonly deliveries: (
     endpointId: string,
     options: { readonly state?: Webhook.DeliveryState | undefined; readonly limit: number }
-  ) => Effect.Effect<ReadonlyArray<Webhook.WebhookDelivery>>
+  ) => Effect.Effect<ReadonlyArray<Webhook.WebhookDelivery>, PersistenceError.PersistenceError>
   /** Sends an event to the endpoint again from now, with a fresh retry window. */
-  readonly resend: (endpointId: string, eventId: string) => Effect.Effect<Webhook.Resent, ApiError.NotFound>
+  readonly resend: (
+    endpointId: string,
+    eventId: string
+  ) => Effect.Effect<Webhook.Resent, ApiError.NotFound | PersistenceError.PersistenceError>
 }>() {}
 
 /** How many due deliveries of one endpoint a node takes at a time, and sends at once. */
@@ -291,7 +298,7 @@ export const make = (options: Options) =>
             })
           )
         ),
-        Effect.orDie
+        PersistenceError.PersistenceError.refail
       )
 
     const deliveries = (
@@ -317,7 +324,7 @@ export const make = (options: Options) =>
             new Webhook.WebhookDelivery({ ...row, nextAt: row.state === "pending" ? row.nextAt : null })
           )
         ),
-        Effect.orDie
+        PersistenceError.PersistenceError.refail
       )
 
     const resend = (endpointId: string, eventId: string) =>
@@ -328,7 +335,7 @@ export const make = (options: Options) =>
         Effect.tap((rows) =>
           rows.length === 0 ? Effect.void : sql`SELECT pg_notify(${deliveriesChannel}, ${endpointId})`
         ),
-        Effect.orDie,
+        PersistenceError.PersistenceError.refail,
         Effect.flatMap(([row]) =>
           row === undefined
             ? Effect.fail(new ApiError.NotFound({ error: `no event ${eventId} for webhook endpoint ${endpointId}` }))
@@ -359,7 +366,13 @@ export const make = (options: Options) =>
  * notifications and by a poll, each claimed endpoint served on its own
  * fiber; the leases still held are let go when the node stops.
  */
-export const layer = (options: Options = {}) =>
+export const layer = (
+  options: Options = {}
+): Layer.Layer<
+  WebhookDelivery,
+  never,
+  SqlClient.SqlClient | PgClient.PgClient | DatabaseHealth.DatabaseHealth | SealedSecret.Sealer | Egress.Egress
+> =>
   Layer.scoped(
     WebhookDelivery,
     Effect.gen(function*() {
@@ -409,7 +422,13 @@ const seconds = (name: string) => Config.option(Config.number(name)).pipe(Config
  * docs/webhooks.md): WEBHOOK_TIMEOUT_SECONDS, WEBHOOK_FIRST_RETRY_SECONDS,
  * WEBHOOK_MAX_RETRY_SECONDS, WEBHOOK_RETRY_FOR_SECONDS, WEBHOOK_LEASE_SECONDS.
  */
-export const layerConfig = (options: Pick<Options, "holder"> = {}) =>
+export const layerConfig = (
+  options: Pick<Options, "holder"> = {}
+): Layer.Layer<
+  WebhookDelivery,
+  ConfigError.ConfigError,
+  SqlClient.SqlClient | PgClient.PgClient | DatabaseHealth.DatabaseHealth | SealedSecret.Sealer | Egress.Egress
+> =>
   Layer.unwrapEffect(Effect.map(
     Config.all({
       timeout: seconds("WEBHOOK_TIMEOUT_SECONDS"),

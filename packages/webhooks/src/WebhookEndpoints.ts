@@ -6,7 +6,7 @@
  */
 import { ApiError, Common, Webhook } from "@agent-runtime/domain"
 import { Egress } from "@agent-runtime/egress"
-import { Ids, SealedSecret } from "@agent-runtime/store"
+import { Ids, PersistenceError, SealedSecret } from "@agent-runtime/store"
 import { SqlClient } from "@effect/sql"
 import { Clock, Context, Duration, Effect, Layer } from "effect"
 import * as Crypto from "node:crypto"
@@ -19,19 +19,38 @@ export class WebhookEndpoints extends Context.Tag("@agent-runtime/webhooks/Webho
   readonly create: (
     tenantId: string,
     input: Webhook.WebhookEndpointInput
-  ) => Effect.Effect<Webhook.WebhookEndpointCreated, ApiError.InvalidRequest | ApiError.Conflict>
-  readonly list: (tenantId: string) => Effect.Effect<ReadonlyArray<Webhook.WebhookEndpoint>>
-  readonly get: (tenantId: string, id: string) => Effect.Effect<Webhook.WebhookEndpoint, ApiError.NotFound>
+  ) => Effect.Effect<
+    Webhook.WebhookEndpointCreated,
+    ApiError.InvalidRequest | ApiError.Conflict | PersistenceError.PersistenceError
+  >
+  readonly list: (
+    tenantId: string
+  ) => Effect.Effect<ReadonlyArray<Webhook.WebhookEndpoint>, PersistenceError.PersistenceError>
+  readonly get: (
+    tenantId: string,
+    id: string
+  ) => Effect.Effect<Webhook.WebhookEndpoint, ApiError.NotFound | PersistenceError.PersistenceError>
   readonly update: (
     tenantId: string,
     id: string,
     input: Webhook.WebhookEndpointUpdate
-  ) => Effect.Effect<Webhook.WebhookEndpoint, ApiError.InvalidRequest | ApiError.NotFound>
+  ) => Effect.Effect<
+    Webhook.WebhookEndpoint,
+    ApiError.InvalidRequest | ApiError.NotFound | PersistenceError.PersistenceError
+  >
   /** Removes the endpoint with its deliveries not yet made. */
-  readonly remove: (tenantId: string, id: string) => Effect.Effect<typeof Common.Deleted.Type, ApiError.NotFound>
+  readonly remove: (
+    tenantId: string,
+    id: string
+  ) => Effect.Effect<typeof Common.Deleted.Type, ApiError.NotFound | PersistenceError.PersistenceError>
   /** A new secret; the old one signs beside it for `rotationOverlap`. */
-  readonly rotateSecret: (tenantId: string, id: string) => Effect.Effect<Webhook.WebhookSecret, ApiError.NotFound>
-  readonly usage: (tenantId: string) => Effect.Effect<Webhook.UsageWebhook, ApiError.NotFound>
+  readonly rotateSecret: (
+    tenantId: string,
+    id: string
+  ) => Effect.Effect<Webhook.WebhookSecret, ApiError.NotFound | PersistenceError.PersistenceError>
+  readonly usage: (
+    tenantId: string
+  ) => Effect.Effect<Webhook.UsageWebhook, ApiError.NotFound | PersistenceError.PersistenceError>
   /**
    * Sets the usage webhook's url, with a new secret shown in this answer only; when it already existed, its
    * old secret signs beside the new one for `rotationOverlap` and its queued events go to the new url.
@@ -39,11 +58,15 @@ export class WebhookEndpoints extends Context.Tag("@agent-runtime/webhooks/Webho
   readonly putUsage: (
     tenantId: string,
     input: Webhook.UsageWebhookInput
-  ) => Effect.Effect<Webhook.UsageWebhookCreated, ApiError.InvalidRequest>
-  readonly removeUsage: (tenantId: string) => Effect.Effect<typeof Common.Deleted.Type, ApiError.NotFound>
-  readonly rotateUsageSecret: (tenantId: string) => Effect.Effect<Webhook.WebhookSecret, ApiError.NotFound>
+  ) => Effect.Effect<Webhook.UsageWebhookCreated, ApiError.InvalidRequest | PersistenceError.PersistenceError>
+  readonly removeUsage: (
+    tenantId: string
+  ) => Effect.Effect<typeof Common.Deleted.Type, ApiError.NotFound | PersistenceError.PersistenceError>
+  readonly rotateUsageSecret: (
+    tenantId: string
+  ) => Effect.Effect<Webhook.WebhookSecret, ApiError.NotFound | PersistenceError.PersistenceError>
   /** Whether the endpoint (of either kind) is the tenant's: the attempts and deliveries views ask. */
-  readonly owns: (tenantId: string, id: string) => Effect.Effect<boolean>
+  readonly owns: (tenantId: string, id: string) => Effect.Effect<boolean, PersistenceError.PersistenceError>
 }>() {}
 
 /** A Standard Webhooks secret: 32 random bytes, base64, after the whsec_ prefix. */
@@ -105,16 +128,22 @@ export const make = Effect.gen(function*() {
           ${input.description ?? null}, ${sealer.seal(secret, sealingContext(id))})
         RETURNING ${fields}`
       return new Webhook.WebhookEndpointCreated({ ...toEndpoint(row!), secret })
-    }).pipe(sql.withTransaction, Effect.catchTag("SqlError", Effect.die))
+    }).pipe(
+      sql.withTransaction,
+      Effect.catchTag("SqlError", (cause) => new PersistenceError.PersistenceError({ cause }))
+    )
 
   const list = (tenantId: string) =>
     sql<Row>`SELECT ${fields} FROM webhook_endpoints WHERE tenant_id = ${tenantId} AND kind = 'endpoint'
-      ORDER BY created_at, id`.pipe(Effect.map((rows) => rows.map(toEndpoint)), Effect.orDie)
+      ORDER BY created_at, id`.pipe(
+      Effect.map((rows) => rows.map(toEndpoint)),
+      PersistenceError.PersistenceError.refail
+    )
 
   const get = (tenantId: string, id: string) =>
     sql<Row>`SELECT ${fields} FROM webhook_endpoints
       WHERE tenant_id = ${tenantId} AND id = ${id} AND kind = 'endpoint'`.pipe(
-      Effect.orDie,
+      PersistenceError.PersistenceError.refail,
       Effect.flatMap(([row]) => row === undefined ? Effect.fail(notFound(id)) : Effect.succeed(toEndpoint(row)))
     )
 
@@ -126,7 +155,7 @@ export const make = Effect.gen(function*() {
           events = coalesce(${input.events === undefined ? null : eventsOf(input.events)}::text[], events),
           description = ${input.description === undefined ? sql`description` : sql`${input.description}`}
         WHERE tenant_id = ${tenantId} AND id = ${id} AND kind = 'endpoint'
-        RETURNING ${fields}`.pipe(Effect.orDie)
+        RETURNING ${fields}`.pipe(PersistenceError.PersistenceError.refail)
       return row === undefined ? yield* notFound(id) : toEndpoint(row)
     })
 
@@ -134,7 +163,7 @@ export const make = Effect.gen(function*() {
     sql<{ id: string }>`DELETE FROM webhook_endpoints
       WHERE tenant_id = ${tenantId} AND kind = ${kind} ${id === undefined ? sql`` : sql`AND id = ${id}`}
       RETURNING id`.pipe(
-      Effect.orDie,
+      PersistenceError.PersistenceError.refail,
       Effect.flatMap((rows) =>
         Common.deleted(rows[0]?.id ?? id ?? "", id === undefined ? "no usage webhook" : `no webhook endpoint ${id}`)(
           rows
@@ -157,7 +186,7 @@ export const make = Effect.gen(function*() {
           url = coalesce(${url ?? null}, url)
         WHERE id = ${row.id}`
       return new Webhook.WebhookSecret({ secret })
-    }).pipe(sql.withTransaction, Effect.orDie)
+    }).pipe(sql.withTransaction, PersistenceError.PersistenceError.refail)
 
   const rotateSecret = (tenantId: string, id: string) =>
     Effect.flatMap(
@@ -167,7 +196,7 @@ export const make = Effect.gen(function*() {
 
   const usageRow = (tenantId: string) =>
     sql<Row>`SELECT ${fields} FROM webhook_endpoints WHERE tenant_id = ${tenantId} AND kind = 'usage'`.pipe(
-      Effect.orDie,
+      PersistenceError.PersistenceError.refail,
       Effect.map(([row]) => row)
     )
   const toUsage = (row: Row) => new Webhook.UsageWebhook({ id: row.id, url: row.url, createdAt: row.createdAt })
@@ -184,7 +213,7 @@ export const make = Effect.gen(function*() {
   const putUsage = (
     tenantId: string,
     input: Webhook.UsageWebhookInput
-  ): Effect.Effect<Webhook.UsageWebhookCreated, ApiError.InvalidRequest> =>
+  ): Effect.Effect<Webhook.UsageWebhookCreated, ApiError.InvalidRequest | PersistenceError.PersistenceError> =>
     Effect.gen(function*() {
       yield* checkUrl(input.url)
       const rotated = yield* rotate(tenantId, undefined, "usage", input.url)
@@ -199,7 +228,7 @@ export const make = Effect.gen(function*() {
         sealer.seal(secret, sealingContext(id))
       })
         ON CONFLICT (tenant_id) WHERE kind = 'usage' DO NOTHING
-        RETURNING ${fields}`.pipe(Effect.orDie)
+        RETURNING ${fields}`.pipe(PersistenceError.PersistenceError.refail)
       // Set by a call beside this one in the meantime: this call's url and a new secret win, as if it came second.
       if (row === undefined) return yield* putUsage(tenantId, input)
       return new Webhook.UsageWebhookCreated({ ...toUsage(row), secret })
@@ -217,7 +246,7 @@ export const make = Effect.gen(function*() {
   const owns = (tenantId: string, id: string) =>
     sql`SELECT 1 FROM webhook_endpoints WHERE tenant_id = ${tenantId} AND id = ${id}`.pipe(
       Effect.map((rows) => rows.length > 0),
-      Effect.orDie
+      PersistenceError.PersistenceError.refail
     )
 
   return WebhookEndpoints.of({
@@ -235,4 +264,5 @@ export const make = Effect.gen(function*() {
   })
 })
 
-export const layer = Layer.effect(WebhookEndpoints, make)
+export const layer: Layer.Layer<WebhookEndpoints, never, SqlClient.SqlClient | SealedSecret.Sealer | Egress.Egress> =
+  Layer.effect(WebhookEndpoints, make)

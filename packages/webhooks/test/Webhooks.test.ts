@@ -5,7 +5,7 @@
  * their window, and the outbox's promise (an event only with its change).
  */
 import { Egress, Resolver } from "@agent-runtime/egress"
-import { Database, DatabaseHealth, SealedSecret } from "@agent-runtime/store"
+import { Database, DatabaseHealth, PersistenceError, SealedSecret } from "@agent-runtime/store"
 import { TestDatabase, WebhookReceiver } from "@agent-runtime/testing"
 import { Outbox, WebhookDelivery, WebhookEndpoints, WebhookMigrations } from "@agent-runtime/webhooks"
 import { SqlClient } from "@effect/sql"
@@ -235,6 +235,43 @@ it.scopedLive("the outbox: no event without a subscribed endpoint, none from a t
         yield* Effect.sleep("600 millis")
         expect(receiver.deliveries("/tx")).toHaveLength(1)
         expect((yield* sql<{ count: number }>`SELECT count(*)::int AS count FROM webhook_events`)[0]!.count).toBe(1)
+      })
+    )
+  }))
+
+it.scopedLive("a database fault is a PersistenceError to the caller, and the senders log it and go on", () =>
+  Effect.gen(function*() {
+    const receiver = yield* WebhookReceiver.start
+    yield* scenario(
+      { allowPrivate: true },
+      Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        const endpoints = yield* WebhookEndpoints.WebhookEndpoints
+        const delivery = yield* WebhookDelivery.WebhookDelivery
+        const made = yield* endpoints.create(tenantId, { url: `${receiver.url}/fault`, events: ["run.completed"] })
+        receiver.trust("/fault", [made.secret])
+
+        yield* sql`ALTER TABLE webhook_endpoints RENAME TO webhook_endpoints_away`
+        yield* sql`ALTER TABLE webhook_attempts RENAME TO webhook_attempts_away`
+        const failures = [
+          yield* Effect.flip(endpoints.create(tenantId, { url: `${receiver.url}/other`, events: ["run.started"] })),
+          yield* Effect.flip(endpoints.list(tenantId)),
+          yield* Effect.flip(endpoints.rotateSecret(tenantId, made.id)),
+          yield* Effect.flip(endpoints.owns(tenantId, made.id)),
+          yield* Effect.flip(delivery.attempts(made.id, 10))
+        ]
+        for (const failure of failures) {
+          expect(failure).toBeInstanceOf(PersistenceError.PersistenceError)
+          expect(DatabaseHealth.isPermanent(failure)).toBe(true)
+        }
+        // The senders meet the fault too (claiming reads the endpoints); they are still there once it is gone.
+        yield* Effect.sleep("500 millis")
+        yield* sql`ALTER TABLE webhook_endpoints_away RENAME TO webhook_endpoints`
+        yield* sql`ALTER TABLE webhook_attempts_away RENAME TO webhook_attempts`
+        yield* publish("req_after_fault")
+        const [got] = yield* receiver.waitFor("/fault", (got) => got.length >= 1, 5_000)
+        expect(got!.event.data.requestId).toBe("req_after_fault")
+        expect(yield* endpoints.list(tenantId)).toHaveLength(1)
       })
     )
   }))

@@ -2,6 +2,7 @@ import { Api, ApiError, Auth } from "@agent-runtime/domain"
 import { WebhookDelivery, WebhookEndpoints } from "@agent-runtime/webhooks"
 import { HttpApiBuilder } from "@effect/platform"
 import { Effect } from "effect"
+import * as Errors from "./Errors.ts"
 
 const tenant = Effect.map(Auth.CurrentPrincipal, (principal) => principal.tenantId)
 const list = <A>(data: ReadonlyArray<A>) => ({ data, next: null })
@@ -18,7 +19,7 @@ export const layer = HttpApiBuilder.group(Api.Api, "webhooks", (handlers) =>
           () => new ApiError.NotFound({ error: `no webhook endpoint ${webhookId}` })
         )
       )
-    return handlers
+    return Errors.handlers(handlers)
       .handle("create", ({ payload }) => Effect.flatMap(tenant, (tenantId) => endpoints.create(tenantId, payload)))
       .handle("list", () => Effect.flatMap(tenant, (tenantId) => Effect.map(endpoints.list(tenantId), list)))
       .handle("get", ({ path }) => Effect.flatMap(tenant, (tenantId) => endpoints.get(tenantId, path.webhookId)))
