@@ -1,99 +1,15 @@
 /**
- * The REST contract in process: the server's own `HttpApi` layer and
- * services (`Server.layerRestApp` over `Server.layerServicesOn`), served by
- * `NodeHttpServer.layerTest` and called through a client typed from the
- * domain's `Api`, on a test database. The cluster runner is the cluster's
- * in-memory `TestRunner` instead of the node's HTTP runner; the model is the
- * fake upstream, reached through the real model client as a tenant's custom
- * provider. The process-level suites keep what needs real processes.
+ * The REST contract in process (see InProcess): an operator's tenant, an
+ * agent prompted and read through the typed client, the error bodies, unknown
+ * fields refused, and the /clients requests.
  */
-import { Agent as AgentSchemas, Api, ApiError, Provider, Run, Tenant } from "@agent-runtime/domain"
-import { Database, DatabaseHealth } from "@agent-runtime/store"
-import { FakeUpstream, TestDatabase } from "@agent-runtime/testing"
-import { ShardingConfig, TestRunner } from "@effect/cluster"
-import { HttpApiClient, HttpClient, HttpClientRequest } from "@effect/platform"
-import { NodeHttpServer } from "@effect/platform-node"
+import { Agent as AgentSchemas, ApiError, Run } from "@agent-runtime/domain"
+import { HttpClientRequest } from "@effect/platform"
 import { expect, layer } from "@effect/vitest"
-import { ConfigProvider, Context, Effect, Layer, Logger, LogLevel, Redacted } from "effect"
-import * as Crypto from "node:crypto"
-import * as Fs from "node:fs/promises"
-import * as Os from "node:os"
-import * as Path from "node:path"
-import { migrations } from "../src/Migrations.ts"
-import * as Readiness from "../src/Readiness.ts"
-import * as Server from "../src/Server.ts"
-import * as ServerConfig from "../src/ServerConfig.ts"
+import { Effect } from "effect"
+import * as InProcess from "./InProcess.ts"
 
-const operatorToken = `aro_${Crypto.randomBytes(32).toString("base64url")}`
-
-/** The fake model provider, for tests to script. */
-class Upstream extends Context.Tag("test/Upstream")<Upstream, FakeUpstream.FakeUpstream>() {}
-
-/** The node's settings: a known operator token, a fresh data directory, and private URLs for the fake provider. */
-const ConfigLive = Layer.unwrapScoped(
-  Effect.gen(function*() {
-    const dataDir = yield* Effect.acquireRelease(
-      Effect.promise(() => Fs.mkdtemp(Path.join(Os.tmpdir(), "http-contract-"))),
-      (dir) => Effect.promise(() => Fs.rm(dir, { recursive: true, force: true }))
-    )
-    return Layer.setConfigProvider(ConfigProvider.fromMap(
-      new Map([
-        ["OPERATOR_TOKEN", operatorToken],
-        ["SEALING_KEY", Crypto.randomBytes(32).toString("base64")],
-        ["DATA_DIR", dataDir],
-        ["ALLOW_PRIVATE_URLS", "true"]
-      ])
-    ))
-  })
-)
-
-const DatabaseLive = Layer.unwrapEffect(
-  Effect.map(TestDatabase.make, (url) => Database.layerClient(Redacted.make(url), { migrations }))
-)
-
-const ServerLive = Server.layerRestApp.pipe(
-  Layer.provide(Server.layerServicesOn(Layer.mergeAll(TestRunner.layer, ShardingConfig.layer()))),
-  Layer.provide(Layer.mergeAll(Readiness.Readiness.Default, DatabaseHealth.layer)),
-  Layer.provide(DatabaseLive),
-  Layer.provide(ServerConfig.layer),
-  Layer.provideMerge(NodeHttpServer.layerTest),
-  Layer.merge(Layer.scoped(Upstream, FakeUpstream.start())),
-  Layer.provide(ConfigLive),
-  Layer.provide(Logger.minimumLogLevel(LogLevel.Warning))
-)
-
-/** The API's typed client, sending `token` as the bearer (and the tenant header, for the operator acting for one). */
-const clientFor = (token: string, headers: Record<string, string> = {}) =>
-  HttpApiClient.make(Api.Api, {
-    transformClient: HttpClient.mapRequest((request) =>
-      request.pipe(HttpClientRequest.bearerToken(token), HttpClientRequest.setHeaders(headers))
-    )
-  })
-
-/** A raw request with `token`, answering its status and JSON body: for the wire shape of errors. */
-const raw = (request: HttpClientRequest.HttpClientRequest, token: string) =>
-  Effect.gen(function*() {
-    const response = yield* HttpClient.execute(HttpClientRequest.bearerToken(request, token))
-    return { status: response.status, body: yield* response.json }
-  })
-
-/** A new tenant (made with the operator token) whose custom provider `fake` is the fake upstream. */
-const tenantWithModel = (name: string) =>
-  Effect.gen(function*() {
-    const upstream = yield* Upstream
-    const operator = yield* clientFor(operatorToken)
-    const tenant = yield* operator.admin.createTenant({ payload: new Tenant.TenantInput({ name }) })
-    const api = yield* clientFor(tenant.token)
-    yield* api.providers.put({
-      path: { name: "fake" },
-      payload: new Provider.CustomProviderInput({
-        type: "openai-completions",
-        baseUrl: `${upstream.url}/v1`,
-        models: [new Provider.CustomModel({ id: "m1", contextWindow: 100_000 })]
-      })
-    })
-    return { tenant, api }
-  })
+const { ServerLive, Upstream, clientFor, operatorToken, raw, tenantWithModel } = InProcess
 
 layer(ServerLive, { timeout: 60_000, excludeTestServices: true })("HTTP contract", (it) => {
   it.effect("an operator makes a tenant; its key makes an agent, prompts it, and reads the request, history and state", () =>
