@@ -10,6 +10,7 @@
  * references: the sweep deletes what no file and no unexpired pin names,
  * unless it was put within a grace period, which covers the writes in flight.
  */
+import { PersistenceError } from "@agent-runtime/store"
 import { SqlClient } from "@effect/sql"
 import { Array as Arr, Context, Data, Effect, Layer } from "effect"
 import * as Crypto from "node:crypto"
@@ -22,17 +23,21 @@ export class ChunkMissing extends Data.TaggedError("ChunkMissing")<{ readonly ha
 
 export class ContentStore extends Context.Tag("@agent-runtime/files/ContentStore")<ContentStore, {
   /** Stores the chunks (those already there are kept, and count as put now); answers their hashes, in order. */
-  readonly put: (chunks: ReadonlyArray<Uint8Array>) => Effect.Effect<ReadonlyArray<Uint8Array>>
+  readonly put: (
+    chunks: ReadonlyArray<Uint8Array>
+  ) => Effect.Effect<ReadonlyArray<Uint8Array>, PersistenceError.PersistenceError>
   /**
    * The bytes of each chunk, in order. ChunkMissing when one is gone: the file naming it when the caller looked
    * may have been overwritten since, and the chunk swept.
    */
-  readonly get: (hashes: ReadonlyArray<Uint8Array>) => Effect.Effect<ReadonlyArray<Uint8Array>, ChunkMissing>
+  readonly get: (
+    hashes: ReadonlyArray<Uint8Array>
+  ) => Effect.Effect<ReadonlyArray<Uint8Array>, ChunkMissing | PersistenceError.PersistenceError>
   /**
    * Deletes the chunks no file and no unexpired pin names, last put before `olderThan`; answers how many.
    * A chunk put for a write whose row has not committed yet is not named by anything, hence the grace.
    */
-  readonly sweep: (olderThan: Date) => Effect.Effect<number>
+  readonly sweep: (olderThan: Date) => Effect.Effect<number, PersistenceError.PersistenceError>
 }>() {}
 
 /** `bytes` cut into chunks of `chunkSize` (views, not copies); none for no bytes. */
@@ -74,7 +79,7 @@ export const make = Effect.gen(function*() {
         { discard: true }
       )
       return hashes
-    }).pipe(Effect.orDie)
+    }).pipe(PersistenceError.PersistenceError.refail)
 
   const get = (hashes: ReadonlyArray<Uint8Array>) =>
     Effect.gen(function*() {
@@ -91,7 +96,7 @@ export const make = Effect.gen(function*() {
       )
       return found
     }).pipe(
-      Effect.orDie,
+      PersistenceError.PersistenceError.refail,
       Effect.flatMap((found) =>
         Effect.forEach(hashes, (hash) => {
           const data = found.get(hex(hash))
@@ -111,10 +116,13 @@ export const make = Effect.gen(function*() {
               WHERE u.hash = c.hash AND p.expires_at > now())
           FOR UPDATE OF c SKIP LOCKED)
         RETURNING 1)
-      SELECT count(*)::int AS count FROM swept`.pipe(Effect.map(([row]) => row!.count), Effect.orDie)
+      SELECT count(*)::int AS count FROM swept`.pipe(
+      Effect.map(([row]) => row!.count),
+      PersistenceError.PersistenceError.refail
+    )
 
   return ContentStore.of({ put, get, sweep })
 })
 
 /** Chunks in PostgreSQL's `file_chunks`. */
-export const layer = Layer.effect(ContentStore, make)
+export const layer: Layer.Layer<ContentStore, never, SqlClient.SqlClient> = Layer.effect(ContentStore, make)

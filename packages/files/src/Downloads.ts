@@ -7,7 +7,7 @@
  * refused, and so is a link past its time.
  */
 import { ApiError } from "@agent-runtime/domain"
-import { SealedSecret } from "@agent-runtime/store"
+import { type PersistenceError, SealedSecret } from "@agent-runtime/store"
 import { Clock, Context, Effect, Layer } from "effect"
 import * as Volumes from "./Volumes.ts"
 
@@ -26,7 +26,10 @@ export class Downloads extends Context.Tag("@agent-runtime/files/Downloads")<Dow
     fileId: string,
     expires: string,
     signature: string
-  ) => Effect.Effect<Volumes.Pinned & { readonly bytes: Uint8Array }, ApiError.Forbidden | ApiError.Gone>
+  ) => Effect.Effect<
+    Volumes.Pinned & { readonly bytes: Uint8Array },
+    ApiError.Forbidden | ApiError.Gone | PersistenceError.PersistenceError
+  >
 }>() {}
 
 export const make = (baseUrl: Effect.Effect<string>) =>

@@ -7,7 +7,7 @@
  * file never lose an update. Quotas are per tenant (docs/files.md).
  */
 import { ApiError, Common, Volume } from "@agent-runtime/domain"
-import { DatabaseHealth, Ids } from "@agent-runtime/store"
+import { DatabaseHealth, Ids, PersistenceError } from "@agent-runtime/store"
 import { SqlClient } from "@effect/sql"
 import {
   Config,
@@ -76,14 +76,23 @@ export interface NewVolume {
 
 export class Volumes extends Context.Tag("@agent-runtime/files/Volumes")<Volumes, {
   /** A new, empty volume. */
-  readonly create: (tenantId: string, options: NewVolume) => Effect.Effect<Volume.Volume>
+  readonly create: (
+    tenantId: string,
+    options: NewVolume
+  ) => Effect.Effect<Volume.Volume, PersistenceError.PersistenceError>
   readonly list: (tenantId: string, page: Common.PageParams) => Effect.Effect<{
     readonly data: ReadonlyArray<Volume.Volume>
     readonly next: string | null
-  }>
-  readonly get: (tenantId: string, volumeId: string) => Effect.Effect<Volume.Volume, ApiError.NotFound>
+  }, PersistenceError.PersistenceError>
+  readonly get: (
+    tenantId: string,
+    volumeId: string
+  ) => Effect.Effect<Volume.Volume, ApiError.NotFound | PersistenceError.PersistenceError>
   /** Removes the volume and its files (their bytes go once nothing else holds them). */
-  readonly remove: (tenantId: string, volumeId: string) => Effect.Effect<typeof Common.Deleted.Type, ApiError.NotFound>
+  readonly remove: (
+    tenantId: string,
+    volumeId: string
+  ) => Effect.Effect<typeof Common.Deleted.Type, ApiError.NotFound | PersistenceError.PersistenceError>
   /**
    * A copy-on-write copy: the same files at the same versions, sharing their bytes; its cost is one row per
    * file, whatever their size. Counted against the quota like any other bytes.
@@ -92,7 +101,7 @@ export class Volumes extends Context.Tag("@agent-runtime/files/Volumes")<Volumes
     tenantId: string,
     volumeId: string,
     options: NewVolume
-  ) => Effect.Effect<Volume.Volume, ApiError.NotFound | ApiError.TooLarge>
+  ) => Effect.Effect<Volume.Volume, ApiError.NotFound | ApiError.TooLarge | PersistenceError.PersistenceError>
   /**
    * Files under a directory (`""` for all), in path order, `limit` after the path `after`; InvalidRequest for a
    * prefix `FilePath.parseDirectory` refuses.
@@ -103,18 +112,18 @@ export class Volumes extends Context.Tag("@agent-runtime/files/Volumes")<Volumes
     options: { readonly prefix: string; readonly after?: string | undefined; readonly limit: number }
   ) => Effect.Effect<
     { readonly data: ReadonlyArray<Volume.VolumeFile>; readonly next: string | null },
-    ApiError.NotFound | ApiError.InvalidRequest
+    ApiError.NotFound | ApiError.InvalidRequest | PersistenceError.PersistenceError
   >
   readonly stat: (tenantId: string, volumeId: string, path: string) => Effect.Effect<
     Volume.VolumeFile,
-    ApiError.NotFound | ApiError.InvalidRequest
+    ApiError.NotFound | ApiError.InvalidRequest | PersistenceError.PersistenceError
   >
   readonly read: (
     tenantId: string,
     volumeId: string,
     path: string,
     range?: Range
-  ) => Effect.Effect<Read, ApiError.NotFound | ApiError.InvalidRequest>
+  ) => Effect.Effect<Read, ApiError.NotFound | ApiError.InvalidRequest | PersistenceError.PersistenceError>
   /**
    * Writes the whole file as a new version. Conflict when `ifVersion` is not its version now; TooLarge over
    * the file size limit or the tenant's quota; InvalidRequest for a path `FilePath.parse` refuses.
@@ -127,7 +136,11 @@ export class Volumes extends Context.Tag("@agent-runtime/files/Volumes")<Volumes
     options?: WriteOptions
   ) => Effect.Effect<
     Volume.VolumeFile,
-    ApiError.NotFound | ApiError.InvalidRequest | ApiError.Conflict | ApiError.TooLarge
+    | ApiError.NotFound
+    | ApiError.InvalidRequest
+    | ApiError.Conflict
+    | ApiError.TooLarge
+    | PersistenceError.PersistenceError
   >
   /** Removes a file (when at `ifVersion`, if given); answers the file as it was. */
   readonly removeFile: (
@@ -135,16 +148,21 @@ export class Volumes extends Context.Tag("@agent-runtime/files/Volumes")<Volumes
     volumeId: string,
     path: string,
     options?: { readonly ifVersion?: number | undefined; readonly by?: string | undefined }
-  ) => Effect.Effect<Volume.VolumeFile, ApiError.NotFound | ApiError.InvalidRequest | ApiError.Conflict>
+  ) => Effect.Effect<
+    Volume.VolumeFile,
+    ApiError.NotFound | ApiError.InvalidRequest | ApiError.Conflict | PersistenceError.PersistenceError
+  >
   /** Keeps the file's current content until `expiresAt` (Unix seconds), whatever is written after. */
   readonly pin: (
     tenantId: string,
     volumeId: string,
     path: string,
     expiresAt: number
-  ) => Effect.Effect<Pinned, ApiError.NotFound | ApiError.InvalidRequest>
+  ) => Effect.Effect<Pinned, ApiError.NotFound | ApiError.InvalidRequest | PersistenceError.PersistenceError>
   /** A pinned content, until it expires. */
-  readonly readPinned: (id: string) => Effect.Effect<Pinned & { readonly bytes: Uint8Array }, ApiError.NotFound>
+  readonly readPinned: (
+    id: string
+  ) => Effect.Effect<Pinned & { readonly bytes: Uint8Array }, ApiError.NotFound | PersistenceError.PersistenceError>
   /** The changes made through this node from now on (for `notify` mounts); each subscriber hears every one. */
   readonly changes: Effect.Effect<Stream.Stream<Change>, never, Scope.Scope>
 }>() {}
@@ -251,13 +269,16 @@ export const make = (options: Options = {}) =>
     const publish = (change: Change) => PubSub.publish(changed, change)
 
     const transaction = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
-      effect.pipe(sql.withTransaction, Effect.catchTag("SqlError", Effect.die))
+      effect.pipe(
+        sql.withTransaction,
+        Effect.catchTag("SqlError", (cause) => new PersistenceError.PersistenceError({ cause }))
+      )
 
     /** The tenant's volume: another tenant's looks like none. */
     const findVolume = (tenantId: string, volumeId: string) =>
       sql<VolumeRow>`SELECT ${volumeFields} FROM volumes v WHERE v.id = ${volumeId} AND v.tenant_id = ${tenantId}`
         .pipe(
-          Effect.orDie,
+          PersistenceError.PersistenceError.refail,
           Effect.flatMap(([row]) => row === undefined ? Effect.fail(noVolume(volumeId)) : Effect.succeed(row))
         )
 
@@ -300,7 +321,7 @@ export const make = (options: Options = {}) =>
         // One query for both: no row is no volume, a row without a path no file.
         const [row] = yield* sql<StoredFile | { readonly path: null }>`SELECT ${fileFields}, f.chunks
           FROM volumes v LEFT JOIN volume_files f ON f.volume_id = v.id AND f.path = ${relative}
-          WHERE v.id = ${volumeId} AND v.tenant_id = ${tenantId}`.pipe(Effect.orDie)
+          WHERE v.id = ${volumeId} AND v.tenant_id = ${tenantId}`.pipe(PersistenceError.PersistenceError.refail)
         if (row === undefined) return yield* noVolume(volumeId)
         if (row.path === null) return yield* noFile(volumeId, relative)
         return row as StoredFile
@@ -309,14 +330,14 @@ export const make = (options: Options = {}) =>
     const create = (tenantId: string, input: NewVolume) =>
       sql<VolumeRow>`INSERT INTO volumes AS v (id, tenant_id, name, agent_id)
         VALUES (${input.id ?? Ids.make("vol")}, ${tenantId}, ${input.name ?? null}, ${input.agentId ?? null})
-        RETURNING ${volumeFields}`.pipe(Effect.map(([row]) => toVolume(row!)), Effect.orDie)
+        RETURNING ${volumeFields}`.pipe(Effect.map(([row]) => toVolume(row!)), PersistenceError.PersistenceError.refail)
 
     const list = (tenantId: string, page: Common.PageParams) =>
       sql<VolumeRow>`SELECT ${volumeFields} FROM volumes v
         WHERE v.tenant_id = ${tenantId} ${page.after === undefined ? sql`` : sql`AND v.id > ${page.after}`}
         ORDER BY v.id LIMIT ${Common.pageQueryLimit(page)}`.pipe(
         Effect.map((rows) => Common.toPage(rows.map(toVolume), page)),
-        Effect.orDie
+        PersistenceError.PersistenceError.refail
       )
 
     const remove = (tenantId: string, volumeId: string) =>
@@ -360,7 +381,7 @@ export const make = (options: Options = {}) =>
         const rows = yield* sql<FileRow>`SELECT ${fileFields} FROM volume_files f WHERE f.volume_id = ${volumeId}
           ${prefix === "" ? sql`` : sql`AND f.path >= ${prefix} AND f.path < ${`${prefix.slice(0, -1)}0`}`}
           ${options.after === undefined ? sql`` : sql`AND f.path > ${options.after}`}
-          ORDER BY f.path LIMIT ${options.limit + 1}`.pipe(Effect.orDie)
+          ORDER BY f.path LIMIT ${options.limit + 1}`.pipe(PersistenceError.PersistenceError.refail)
         const data = rows.slice(0, options.limit).map(toFile)
         return { data, next: rows.length > options.limit ? data[data.length - 1]!.path : null }
       })
@@ -370,7 +391,7 @@ export const make = (options: Options = {}) =>
       volumeId: string,
       path: string,
       range?: Range
-    ): Effect.Effect<Read, ApiError.NotFound | ApiError.InvalidRequest> =>
+    ): Effect.Effect<Read, ApiError.NotFound | ApiError.InvalidRequest | PersistenceError.PersistenceError> =>
       Effect.gen(function*() {
         const file = yield* findFile(tenantId, volumeId, path)
         const start = Math.min(range?.offset ?? 0, file.size)
@@ -384,7 +405,8 @@ export const make = (options: Options = {}) =>
             file: toFile(file),
             bytes: Buffer.concat(chunks).subarray(start - offset, end - offset)
           })),
-          // Overwritten or removed since it was looked up, and its old chunks swept: look again.
+          // Overwritten or removed since it was looked up, and its old chunks swept: look again. A chunk the file
+          // still names is never swept, so one gone while named is a bug, not a failure to answer.
           Effect.catchTag("ChunkMissing", (missing) =>
             Effect.flatMap(
               findFile(tenantId, volumeId, path),
@@ -481,7 +503,7 @@ export const make = (options: Options = {}) =>
       sql<Pinned & { readonly chunks: ReadonlyArray<Uint8Array> }>`SELECT id, name, size::float8 AS size,
           content_type, chunks, extract(epoch from expires_at)::float8 AS expires_at
         FROM file_pins WHERE id = ${id} AND expires_at > now()`.pipe(
-        Effect.orDie,
+        PersistenceError.PersistenceError.refail,
         Effect.flatMap(([row]) =>
           row === undefined
             ? Effect.fail(new ApiError.NotFound({ error: `no pinned file ${id}` }))
@@ -524,7 +546,7 @@ export const sweep = (grace: Duration.DurationInput) =>
   Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const store = yield* ContentStore.ContentStore
-    yield* sql`DELETE FROM file_pins WHERE expires_at <= now()`.pipe(Effect.orDie)
+    yield* sql`DELETE FROM file_pins WHERE expires_at <= now()`.pipe(PersistenceError.PersistenceError.refail)
     return yield* store.sweep(new Date(Date.now() - Duration.toMillis(grace)))
   })
 

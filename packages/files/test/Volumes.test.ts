@@ -5,7 +5,7 @@
  * pins, and the sweep of chunks nothing names.
  */
 import { ContentStore, ContentType, FileMigrations, Volumes } from "@agent-runtime/files"
-import { Database } from "@agent-runtime/store"
+import { Database, DatabaseHealth, PersistenceError } from "@agent-runtime/store"
 import { TestDatabase } from "@agent-runtime/testing"
 import { SqlClient } from "@effect/sql"
 import { expect, it } from "@effect/vitest"
@@ -191,8 +191,10 @@ it.live("paths that could mean something else are refused and write nothing", ()
       ]
       for (const path of refused) {
         const write = yield* Effect.flip(volumes.write(tenantId, id, path, text("x")))
-        expect(write._tag, JSON.stringify(path)).toBe("InvalidRequest")
-        expect(write.error).toMatch(/^path /)
+        expect(write, JSON.stringify(path)).toMatchObject({
+          _tag: "InvalidRequest",
+          error: expect.stringMatching(/^path /)
+        })
         expect((yield* Effect.flip(volumes.read(tenantId, id, path)))._tag).toBe("InvalidRequest")
       }
       expect((yield* Effect.flip(volumes.files(tenantId, id, { prefix: "../", limit: 10 })))._tag).toBe(
@@ -269,8 +271,7 @@ it.live("the quota and the file size limit refuse a write, or a fork, and change
     Effect.gen(function*() {
       const { id } = yield* volumes.create(tenantId, {})
       const tooBig = yield* Effect.flip(volumes.write(tenantId, id, "huge", new Uint8Array(MiB + 201)))
-      expect(tooBig).toMatchObject({ _tag: "TooLarge" })
-      expect(tooBig.error).toContain(`${MiB + 200}`)
+      expect(tooBig).toMatchObject({ _tag: "TooLarge", error: expect.stringContaining(`${MiB + 200}`) })
       expect(yield* chunkCount(sql)).toBe(0)
 
       yield* volumes.write(tenantId, id, "one", new Uint8Array(MiB).fill(1))
@@ -278,8 +279,7 @@ it.live("the quota and the file size limit refuse a write, or a fork, and change
       yield* volumes.write(tenantId, other.id, "two", new Uint8Array(MiB - 100).fill(2))
       const chunks = yield* chunkCount(sql)
       const over = yield* Effect.flip(volumes.write(tenantId, other.id, "three", new Uint8Array(101).fill(3)))
-      expect(over).toMatchObject({ _tag: "TooLarge" })
-      expect(over.error).toContain(`quota of ${2 * MiB}`)
+      expect(over).toMatchObject({ _tag: "TooLarge", error: expect.stringContaining(`quota of ${2 * MiB}`) })
       expect((yield* Effect.flip(volumes.stat(tenantId, other.id, "three")))._tag).toBe("NotFound")
       // Its chunk was put before the quota refused it; nothing names it, so the sweep takes it.
       expect(yield* chunkCount(sql)).toBe(chunks + 1)
@@ -490,4 +490,37 @@ it.live("a read racing an overwrite whose old chunks are swept reads the file an
       const read = yield* volumes.read(tenantId, id, "racy")
       expect(decoded(read.bytes)).toBe("after")
       expect(read.file.version).toBe(2)
+    })))
+
+it.live("a database fault is a PersistenceError, and a write it stops changes nothing", () =>
+  scenario({}, ({ sql, store, volumes }) =>
+    Effect.gen(function*() {
+      const { id } = yield* volumes.create(tenantId, {})
+      yield* volumes.write(tenantId, id, "kept.txt", text("version 1"))
+      const before = yield* usage(sql)
+
+      // The tenant's lock is taken inside the write's transaction: the write fails there, whole.
+      yield* sql`ALTER TABLE file_usage RENAME TO file_usage_away`
+      const stopped = yield* Effect.flip(volumes.write(tenantId, id, "kept.txt", text("version 2")))
+      yield* sql`ALTER TABLE file_usage_away RENAME TO file_usage`
+      expect(stopped).toBeInstanceOf(PersistenceError.PersistenceError)
+      expect(DatabaseHealth.isPermanent(stopped)).toBe(true)
+      const read = yield* volumes.read(tenantId, id, "kept.txt")
+      expect([decoded(read.bytes), read.file.version]).toEqual(["version 1", 1])
+      expect(yield* usage(sql)).toEqual(before)
+
+      yield* sql`ALTER TABLE file_chunks RENAME TO file_chunks_away`
+      yield* sql`ALTER TABLE file_pins RENAME TO file_pins_away`
+      const failures = [
+        yield* Effect.flip(volumes.read(tenantId, id, "kept.txt")),
+        yield* Effect.flip(store.put([text("bytes")])),
+        yield* Effect.flip(Volumes.sweep(Volumes.sweepGrace))
+      ]
+      yield* sql`ALTER TABLE volumes RENAME TO volumes_away`
+      failures.push(
+        yield* Effect.flip(volumes.get(tenantId, id)),
+        yield* Effect.flip(volumes.list(tenantId, {})),
+        yield* Effect.flip(volumes.create(tenantId, {}))
+      )
+      for (const failure of failures) expect(failure).toBeInstanceOf(PersistenceError.PersistenceError)
     })))

@@ -10,6 +10,7 @@ import { Downloads, Volumes } from "@agent-runtime/files"
 import type { HttpServerRequest } from "@effect/platform"
 import { HttpApiBuilder, HttpServerResponse } from "@effect/platform"
 import { Effect, Stream } from "effect"
+import * as Errors from "./Errors.ts"
 
 const tenant = Effect.map(Auth.CurrentPrincipal, (principal) => principal.tenantId)
 
@@ -71,7 +72,7 @@ export const layer = HttpApiBuilder.group(Api.Api, "volumes", (handlers) =>
     const volumes = yield* Volumes.Volumes
     const agents = yield* Agents.Agents
     const maxFileBytes = (yield* Effect.orDie(Volumes.config)).maxFileBytes ?? Volume.defaultMaxFileBytes
-    return handlers
+    return Errors.handlers(handlers)
       .handle("create", ({ payload }) => Effect.flatMap(tenant, (tenantId) => volumes.create(tenantId, payload)))
       .handle("list", ({ urlParams }) => Effect.flatMap(tenant, (tenantId) => volumes.list(tenantId, urlParams)))
       .handle("get", ({ path }) => Effect.flatMap(tenant, (tenantId) => volumes.get(tenantId, path.volumeId)))
@@ -150,7 +151,7 @@ export const layer = HttpApiBuilder.group(Api.Api, "volumes", (handlers) =>
 export const layerDownloads = HttpApiBuilder.group(Api.Api, "downloads", (handlers) =>
   Effect.gen(function*() {
     const downloads = yield* Downloads.Downloads
-    return handlers.handle("download", ({ path, urlParams }) =>
+    return Errors.handlers(handlers).handle("download", ({ path, urlParams }) =>
       Effect.map(downloads.open(path.fileId, urlParams.expires, urlParams.signature), (file) =>
         HttpServerResponse.uint8Array(file.bytes, {
           contentType: file.contentType,
