@@ -3,6 +3,7 @@
  * message never carries key material (a sealed key that does not open says
  * so, not what it holds).
  */
+import { PersistenceError } from "@agent-runtime/store"
 import { Effect, Schema } from "effect"
 
 export const Reason = Schema.Literal(
@@ -24,8 +25,11 @@ export class IdentityError extends Schema.TaggedError<IdentityError>()("Identity
 
 export const is = (u: unknown): u is IdentityError => u instanceof IdentityError
 
+/** What a failure says; a database fault (`PersistenceError`) says what its cause says. */
 const describe = (cause: unknown): string =>
-  typeof cause === "object" && cause !== null && typeof (cause as { message?: unknown }).message === "string"
+  cause instanceof PersistenceError.PersistenceError
+    ? describe(cause.cause)
+    : typeof cause === "object" && cause !== null && typeof (cause as { message?: unknown }).message === "string"
     ? (cause as { message: string }).message
     : String(cause)
 

@@ -18,9 +18,8 @@
  * decided by the clock at each use, not at each read.
  */
 import { Identity } from "@agent-runtime/domain"
-import { SealedSecret } from "@agent-runtime/store"
+import { PersistenceError, SealedSecret } from "@agent-runtime/store"
 import { SqlClient } from "@effect/sql"
-import type { SqlError } from "@effect/sql/SqlError"
 import { Clock, Context, Duration, Effect, Layer, Option, Redacted, Ref, Schema } from "effect"
 import { calculateJwkThumbprint, type CryptoKey, exportJWK, generateKeyPair, importJWK, type JWK } from "jose"
 import * as IdentityError from "./IdentityError.ts"
@@ -59,9 +58,9 @@ export interface SigningKey {
 
 export interface Service {
   /** The stored keys not retired at the last read (of this node's cache), oldest first. */
-  readonly keys: Effect.Effect<ReadonlyArray<StoredKey>, SqlError>
+  readonly keys: Effect.Effect<ReadonlyArray<StoredKey>, PersistenceError.PersistenceError>
   /** The public keys not retired now: the JWKS. */
-  readonly published: Effect.Effect<ReadonlyArray<Identity.Jwk>, SqlError>
+  readonly published: Effect.Effect<ReadonlyArray<Identity.Jwk>, PersistenceError.PersistenceError>
   /** The newest key active now, its private half opened (and kept opened on this node). */
   readonly signingKey: Effect.Effect<SigningKey, IdentityError.IdentityError>
   /**
@@ -70,9 +69,12 @@ export interface Service {
    * before now are deleted. This node sees the new key at once, others
    * within the cache's lifetime.
    */
-  readonly rotate: Effect.Effect<{ readonly kid: string; readonly activatesAt: number }, SqlError>
+  readonly rotate: Effect.Effect<
+    { readonly kid: string; readonly activatesAt: number },
+    PersistenceError.PersistenceError
+  >
   /** Makes the first key when no key is left unretired; a no-op otherwise, and safe to race. */
-  readonly ensure: Effect.Effect<void, SqlError>
+  readonly ensure: Effect.Effect<void, PersistenceError.PersistenceError>
 }
 
 export class IdentityKeys extends Context.Tag("@agent-runtime/identity/IdentityKeys")<IdentityKeys, Service>() {}
@@ -120,7 +122,7 @@ const epochMs = (column: string) => `(extract(epoch from ${column}) * 1000)::flo
 
 export const make = (
   options: Options = {}
-): Effect.Effect<Service, SqlError, SqlClient.SqlClient | SealedSecret.Sealer> =>
+): Effect.Effect<Service, PersistenceError.PersistenceError, SqlClient.SqlClient | SealedSecret.Sealer> =>
   Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
     const sealer = yield* SealedSecret.Sealer
@@ -135,7 +137,7 @@ export const make = (
       FROM identity_keys
       WHERE retires_at IS NULL OR retires_at > now()
       ORDER BY generation`
-    ).pipe(Effect.flatMap((rows) => decodeKeys(rows).pipe(Effect.orDie)))
+    ).pipe(Effect.flatMap(decodeKeys), PersistenceError.PersistenceError.refail)
 
     // What this node last read, and when; reads are one at a time so an expired cache is read once.
     const cache = yield* Ref.make(Option.none<{ readonly keys: ReadonlyArray<StoredKey>; readonly at: number }>())
@@ -219,7 +221,7 @@ export const make = (
         yield* invalidate
         yield* Effect.logInfo("identity key created").pipe(Effect.annotateLogs("kid", fresh.publicJwk.kid))
       }
-    })
+    }).pipe(PersistenceError.PersistenceError.refail)
 
     const rotate: Service["rotate"] = Effect.gen(function*() {
       const fresh = yield* generate
@@ -237,7 +239,7 @@ export const make = (
           WHERE generation < ${row.generation}`
         yield* sql`DELETE FROM identity_keys WHERE retires_at <= now()`
         return row
-      }).pipe(sql.withTransaction)
+      }).pipe(sql.withTransaction, PersistenceError.PersistenceError.refail)
       yield* invalidate
       yield* Effect.logInfo("identity key rotated").pipe(
         Effect.annotateLogs({ kid: added.kid, activatesAt: new Date(added.activatesAt).toISOString() })
@@ -251,5 +253,5 @@ export const make = (
 
 export const layer = (
   options: Options = {}
-): Layer.Layer<IdentityKeys, SqlError, SqlClient.SqlClient | SealedSecret.Sealer> =>
+): Layer.Layer<IdentityKeys, PersistenceError.PersistenceError, SqlClient.SqlClient | SealedSecret.Sealer> =>
   Layer.effect(IdentityKeys, make(options))

@@ -10,9 +10,8 @@
  * service is reached at; it is never derived from a request.
  */
 import { Identity } from "@agent-runtime/domain"
-import type { SealedSecret } from "@agent-runtime/store"
+import type { PersistenceError, SealedSecret } from "@agent-runtime/store"
 import type { SqlClient } from "@effect/sql"
-import type { SqlError } from "@effect/sql/SqlError"
 import type { ConfigError } from "effect"
 import { Clock, Config, Context, Duration, Effect, Layer } from "effect"
 import { SignJWT } from "jose"
@@ -52,13 +51,13 @@ export interface Service {
    */
   readonly sign: (claims: Claims) => Effect.Effect<string, IdentityError.IdentityError>
   /** The public keys not retired (the signing one, one waiting to sign, retiring ones), as served. */
-  readonly jwks: Effect.Effect<Identity.Jwks>
+  readonly jwks: Effect.Effect<Identity.Jwks, PersistenceError.PersistenceError>
   /**
    * Adds a signing key, published at once and signing after the activation
    * delay; earlier keys stay published for the overlap after it. Answers the
    * new key's id and when it signs (Unix seconds).
    */
-  readonly rotate: Effect.Effect<Identity.KeyRotated>
+  readonly rotate: Effect.Effect<Identity.KeyRotated, PersistenceError.PersistenceError>
 }
 
 export class IdentityTokens extends Context.Tag("@agent-runtime/identity/IdentityTokens")<IdentityTokens, Service>() {}
@@ -113,7 +112,6 @@ export const make = (
 
     const jwks = keys.published.pipe(
       Effect.map((published) => new Identity.Jwks({ keys: published })),
-      Effect.orDie,
       Effect.withSpan("IdentityTokens.jwks")
     )
 
@@ -121,7 +119,6 @@ export const make = (
       Effect.map((added) =>
         new Identity.KeyRotated({ kid: added.kid, activatesAt: Math.floor(added.activatesAt / 1000) })
       ),
-      Effect.orDie,
       Effect.withSpan("IdentityTokens.rotate")
     )
 
@@ -131,7 +128,7 @@ export const make = (
 /** The service and its keys from `options`; makes the first key if the table has none. */
 export const layer = (
   options: Options = {}
-): Layer.Layer<IdentityTokens, SqlError, SqlClient.SqlClient | SealedSecret.Sealer> =>
+): Layer.Layer<IdentityTokens, PersistenceError.PersistenceError, SqlClient.SqlClient | SealedSecret.Sealer> =>
   Layer.effect(IdentityTokens, make(options)).pipe(Layer.provide(IdentityKeys.layer(options)))
 
 const seconds = (name: string, fallback: number, minimum: number) =>
@@ -159,6 +156,6 @@ export const config: Config.Config<Options> = Config.all({
  */
 export const layerConfig: Layer.Layer<
   IdentityTokens,
-  SqlError | ConfigError.ConfigError,
+  PersistenceError.PersistenceError | ConfigError.ConfigError,
   SqlClient.SqlClient | SealedSecret.Sealer
 > = Layer.unwrapEffect(Effect.map(config, layer))

@@ -4,7 +4,7 @@
  * rotation (activation, overlap, retirement); nodes sharing one key; the
  * private key sealed at rest.
  */
-import { Database, SealedSecret } from "@agent-runtime/store"
+import { Database, DatabaseHealth, PersistenceError, SealedSecret } from "@agent-runtime/store"
 import { TestDatabase } from "@agent-runtime/testing"
 import { SqlClient } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
@@ -291,4 +291,22 @@ describe("IdentityTokens", () => {
       const { payload } = yield* verify(token, jwks, { issuer: "https://configured.test" })
       expect(payload.exp! - payload.iat!).toBe(45)
     }))
+
+  it.live("a database fault: the key set and rotation fail with PersistenceError, signing with its storage reason", () =>
+    withTokens(
+      { issuer, cacheTtl: 0 },
+      Effect.gen(function*() {
+        const tokens = yield* IdentityTokens
+        const sql = yield* SqlClient.SqlClient
+        yield* sql`ALTER TABLE identity_keys RENAME TO identity_keys_away`
+        for (const failure of [yield* Effect.flip(tokens.jwks), yield* Effect.flip(tokens.rotate)]) {
+          expect(failure).toBeInstanceOf(PersistenceError.PersistenceError)
+          expect(DatabaseHealth.isPermanent(failure)).toBe(true)
+        }
+        const unsigned = yield* Effect.flip(tokens.sign(claims))
+        expect(unsigned).toMatchObject({ _tag: "IdentityError", reason: "storage" })
+        // What the driver said, as before the fault was typed.
+        expect(unsigned.message).toBe("identity keys cannot be read: Failed to execute statement")
+      })
+    ))
 })
