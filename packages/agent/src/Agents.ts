@@ -14,10 +14,9 @@ import {
   Session
 } from "@agent-runtime/domain"
 import { Volumes } from "@agent-runtime/files"
-import { Ids } from "@agent-runtime/store"
+import { Ids, PersistenceError } from "@agent-runtime/store"
 import { Context, Duration, Effect, Layer, Option, type Scope, type Stream } from "effect"
 import { Agent, fingerprint, toRecord } from "./Agent.ts"
-import { PersistenceError } from "./AgentError.ts"
 import * as AgentEvents from "./AgentEvents.ts"
 import { AgentStore, findLive, liveRequestOf, type RequestRow } from "./AgentStore.ts"
 import * as AgentTokens from "./AgentTokens.ts"
@@ -266,16 +265,12 @@ export class Agents extends Context.Tag("@agent-runtime/agent/Agents")<Agents, {
 }>() {}
 
 /**
- * A service method: a span named after it, and a journal failure as a defect. The API answers those 503
- * when the database cannot be reached (see DatabaseHealth), else 500.
+ * A service method: a span named after it, and a journal failure as the defect of its cause. The API answers
+ * those 503 when the database cannot be reached (see DatabaseHealth), else 500.
  */
 const method =
   <Args extends ReadonlyArray<any>, A, E, R>(name: string, f: (...args: Args) => Effect.Effect<A, E, R>) =>
-  (...args: Args): Effect.Effect<A, Exclude<E, PersistenceError>, R> =>
-    f(...args).pipe(
-      Effect.catchIf((error): error is Extract<E, PersistenceError> => error instanceof PersistenceError, Effect.die),
-      Effect.withSpan(`Agents.${name}`)
-    ) as Effect.Effect<A, Exclude<E, PersistenceError>, R>
+  (...args: Args) => f(...args).pipe(PersistenceError.orDie, Effect.withSpan(`Agents.${name}`))
 
 export const make = Effect.gen(function*() {
   const store = yield* AgentStore
@@ -401,13 +396,14 @@ export const make = Effect.gen(function*() {
       if (!(yield* store.remove(tenantId, agentId)) || Option.isNone(agent)) {
         return yield* new ApiError.NotFound({ error: `no agent ${agentId}` })
       }
+      // A workspace already gone is fine; a database fault is not (the agent's own volumes would stay).
+      const gone = () => Effect.void
       yield* Effect.forEach(agent.value.config.mounts ?? [], (mount) =>
-        Effect.flatMap(
-          Effect.option(volumes.get(tenantId, mount.volumeId)),
-          (volume) =>
-            Option.isSome(volume) && volume.value.agentId === agentId
-              ? Effect.ignore(volumes.remove(tenantId, mount.volumeId))
-              : Effect.void
+        volumes.get(tenantId, mount.volumeId).pipe(
+          Effect.flatMap((volume) =>
+            volume.agentId === agentId ? Effect.asVoid(volumes.remove(tenantId, mount.volumeId)) : Effect.void
+          ),
+          Effect.catchTag("NotFound", gone)
         ), { discard: true })
       return { id: agentId, deleted: true as const }
     })

@@ -8,6 +8,7 @@ import type { Agent as AgentSchemas } from "@agent-runtime/domain"
 import { Schedule as ScheduleSchemas } from "@agent-runtime/domain"
 import { Egress } from "@agent-runtime/egress"
 import { WebSearch } from "@agent-runtime/models"
+import { PersistenceError } from "@agent-runtime/store"
 import { Duration, Effect, Option, ParseResult, Schema, Stream } from "effect"
 import { convert as htmlToText } from "html-to-text"
 import { defaultMaxParallel, Delegation } from "./Delegation.ts"
@@ -188,6 +189,8 @@ const makeWebSearch = (search: WebSearch.Service, scope: Scope): Builtin => ({
         query: args.query,
         count: typeof args.count === "number" ? Math.min(20, Math.max(1, Math.floor(args.count))) : undefined
       }).pipe(
+        // A database fault (the search key's lookup) is no failure of the search: the turn stops and resumes.
+        PersistenceError.orDie,
         Effect.map((found) =>
           text(
             found.results.length === 0

@@ -12,6 +12,7 @@
 import type { Agent as AgentSchemas, ApiError, Volume } from "@agent-runtime/domain"
 import type { Downloads, Volumes } from "@agent-runtime/files"
 import { FilePath } from "@agent-runtime/files"
+import { PersistenceError } from "@agent-runtime/store"
 import { Duration, Effect, Either, Option } from "effect"
 import * as Path from "node:path"
 import { text, type ToolContext, type ToolResult } from "./ToolResult.ts"
@@ -44,6 +45,22 @@ const failed = (message: string, code = "failed") => text(message, true, code)
 
 const refusal = (error: ApiError.NotFound | ApiError.InvalidRequest | ApiError.Conflict | ApiError.TooLarge) =>
   failed(error.error, error._tag === "InvalidRequest" ? "invalid_arguments" : "failed")
+
+/**
+ * What the volumes refused, told to the model. A database fault is no refusal (a write may have happened):
+ * the turn stops with it, and resumes from the journal, where the call is known as sent.
+ */
+const refused = <A, R>(
+  effect: Effect.Effect<
+    A,
+    | ApiError.NotFound
+    | ApiError.InvalidRequest
+    | ApiError.Conflict
+    | ApiError.TooLarge
+    | PersistenceError.PersistenceError,
+    R
+  >
+) => effect.pipe(PersistenceError.orDie, Effect.catchAll((error) => Effect.succeed(refusal(error))))
 
 const isText = (contentType: string) =>
   /^text\/|json|xml|javascript|typescript|yaml|toml|csv|x-sh|sql|svg/.test(contentType)
@@ -145,7 +162,7 @@ export const make = (
               ).join("\n")
               return text(body === "" ? header : `${header}\n${body}`)
             }),
-            Effect.catchAll((error) => Effect.succeed(refusal(error)))
+            refused
           )
         }
       })
@@ -171,7 +188,7 @@ export const make = (
             Effect.map((file) =>
               wrote(resolved, file, `wrote ${resolved.shown} (version ${file.version}, ${file.size} bytes)`)
             ),
-            Effect.catchAll((error) => Effect.succeed(refusal(error)))
+            refused
           )
       })
     }
@@ -244,7 +261,7 @@ export const make = (
                     attempt(left - 1)
                   )
                   : Effect.succeed(failed(`${conflict.error}; try again`))),
-              Effect.catchAll((error) => Effect.succeed(refusal(error)))
+              refused
             )
           return attempt(editTries)
         }
@@ -299,7 +316,7 @@ export const make = (
                 (listing === "" ? "(empty)" : listing)
             })).pipe(
               Effect.map((parts) => text(parts.join("\n\n"))),
-              Effect.catchAll((error) => Effect.succeed(refusal(error)))
+              refused
             )
       })
   }
@@ -340,7 +357,7 @@ export const make = (
                     (cut ? `\n(only the first ${maxScannedFiles} files were looked at)` : "")
               )
             }),
-            Effect.catchAll((error) => Effect.succeed(refusal(error)))
+            refused
           )
       })
     }
@@ -380,7 +397,11 @@ export const make = (
         let cut = false
         // A path naming a file searches that file; otherwise it is a directory.
         const isFile = Option.isSome(single) &&
-          Option.isSome(yield* Effect.option(volumes.stat(tenantId, single.value.volumeId, single.value.path)))
+          Option.isSome(
+            yield* Effect.option(
+              PersistenceError.orDie(volumes.stat(tenantId, single.value.volumeId, single.value.path))
+            )
+          )
         if (isFile) {
           targets.push(Option.getOrThrow(single))
         } else {
@@ -413,7 +434,7 @@ export const make = (
             (matches.length >= maxMatches ? `\n(stopped at ${maxMatches} matches)` : "") +
             (cut ? `\n(only the first ${maxScannedFiles} files were searched)` : "")
         )
-      }).pipe(Effect.catchAll((error) => Effect.succeed(refusal(error))))
+      }).pipe(refused)
     }
   }
 
@@ -449,7 +470,7 @@ export const make = (
               presented
             }
             return result
-          }).pipe(Effect.catchAll((error) => Effect.succeed(refusal(error))))
+          }).pipe(refused)
       })
   }
 

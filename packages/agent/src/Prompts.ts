@@ -86,7 +86,10 @@ export class Prompts extends Context.Tag("@agent-runtime/agent/Prompts")<Prompts
     name: string,
     bytes: Uint8Array,
     contentType: string | undefined
-  ) => Effect.Effect<Session.Upload, ApiError.NotFound | ApiError.InvalidRequest | ApiError.TooLarge>
+  ) => Effect.Effect<
+    Session.Upload,
+    ApiError.NotFound | ApiError.InvalidRequest | ApiError.TooLarge | PersistenceError
+  >
 }>() {}
 
 /** How long a run needing the application waits for it to connect before it is refused. */
@@ -192,8 +195,9 @@ export const make = Effect.gen(function*() {
         const path = (file as Run.PromptFilePath).path
         const resolved = Workspace.resolve(mounts, path)
         if (Either.isLeft(resolved)) return yield* invalid(resolved.left)
+        const missing = () => Effect.fail(new ApiError.NotFound({ error: `files: no file ${resolved.right.shown}` }))
         const found = yield* volumes.stat(agent.tenantId, resolved.right.volumeId, resolved.right.path).pipe(
-          Effect.mapError(() => new ApiError.NotFound({ error: `files: no file ${resolved.right.shown}` }))
+          Effect.catchTags({ NotFound: missing, InvalidRequest: missing })
         )
         return { shown: resolved.right.shown, contentType: found.contentType, size: found.size, save: undefined }
       }

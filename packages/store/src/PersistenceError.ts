@@ -17,3 +17,17 @@ export class PersistenceError extends Schema.TaggedError<PersistenceError>()("Pe
     return Effect.mapError(effect, (cause) => new PersistenceError({ cause }))
   }
 }
+
+/**
+ * A storage fault as the defect of its cause, where the caller has no answer for it: a turn stops and
+ * resumes from the journal, the HTTP edge answers 503 or 500 (DatabaseHealth reads the cause either way).
+ */
+export const orDie = <A, E, R>(
+  effect: Effect.Effect<A, E, R>
+): Effect.Effect<A, Exclude<E, PersistenceError>, R> =>
+  Effect.catchIf(
+    effect,
+    (error): error is Extract<E, PersistenceError> => error instanceof PersistenceError,
+    (error) => Effect.die(error.cause)
+    // The same type, which TypeScript does not see for a generic E.
+  ) as Effect.Effect<A, Exclude<E, PersistenceError>, R>

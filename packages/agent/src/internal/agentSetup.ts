@@ -290,7 +290,10 @@ export const make = Effect.gen(function*() {
       // Its own copy (copy-on-write) of each workspace of the source; volumes the source shares stay shared.
       const copies = new Map<string, string>()
       for (const mount of source.config.mounts ?? []) {
-        const volume = yield* Effect.option(volumes.get(tenantId, mount.volumeId))
+        const volume = yield* volumes.get(tenantId, mount.volumeId).pipe(
+          Effect.asSome,
+          Effect.catchTag("NotFound", () => Effect.succeedNone)
+        )
         if (Option.isSome(volume) && volume.value.agentId === sourceId) copies.set(mount.volumeId, Ids.make("vol"))
       }
       const mounts = source.config.mounts?.map((mount) =>

@@ -10,9 +10,9 @@ import type { Input } from "@agent-runtime/domain"
 import { Volumes } from "@agent-runtime/files"
 import type { ModelError } from "@agent-runtime/models"
 import { ModelClient } from "@agent-runtime/models"
+import { PersistenceError } from "@agent-runtime/store"
 import { type Context, Effect, Either, Option } from "effect"
 import type { AttachedFile } from "../Agent.ts"
-import { PersistenceError } from "../AgentError.ts"
 import * as Tools from "../Tools.ts"
 import type { Steered, StoredMessage, ToolCallRecord, TurnHooks, TurnInput, Waiting } from "../Turn.ts"
 import * as Workspace from "../Workspace.ts"
@@ -125,16 +125,7 @@ export const make = Effect.fn("Turn.start")(function*(input: TurnInput, hooks: T
  * stops with it as a defect, its runner stops, and the agent's work resumes from the journal once the
  * database is back (see runRequest).
  */
-export const stopOnDatabaseFault = <A, E, R>(effect: Effect.Effect<A, E | PersistenceError, R>) =>
-  Effect.catchIf(
-    effect,
-    (error): error is PersistenceError => error instanceof PersistenceError,
-    Effect.die
-  ) as Effect.Effect<
-    A,
-    Exclude<E, PersistenceError>,
-    R
-  >
+export const stopOnDatabaseFault = PersistenceError.orDie
 
 /** Counts a finished call: its error, the file it wrote or presented, and the call (the first 100 are listed). */
 export const recordCall = (run: TurnRun, entry: ToolCallRecord, result: Tools.ToolResult) => {
@@ -192,7 +183,7 @@ const withAttachments = (run: TurnRun, text: string, files: ReadonlyArray<Attach
       if (Either.isLeft(resolved)) continue
       // A file gone since the prompt was accepted is still named; the model is told it in the text only.
       const read = yield* Effect.option(
-        run.volumes.read(run.input.tenantId, resolved.right.volumeId, resolved.right.path)
+        stopOnDatabaseFault(run.volumes.read(run.input.tenantId, resolved.right.volumeId, resolved.right.path))
       )
       if (Option.isSome(read)) {
         images.push({ type: "image", data: Buffer.from(read.value.bytes).toString("base64"), mimeType })
