@@ -5,7 +5,9 @@
  * path). Closing the scope stops accepting and lets open calls finish;
  * keep-alive connections end from the drain's close on (`Sockets.closingIdle`).
  */
+import type { Operator, Tenants, Tokens } from "@agent-runtime/accounts"
 import { Drain } from "@agent-runtime/agent"
+import type { Egress } from "@agent-runtime/egress"
 import {
   Authenticator,
   Gateway,
@@ -15,7 +17,10 @@ import {
   TenantSettings,
   UsageBatch
 } from "@agent-runtime/gateway"
-import { Effect, Layer } from "effect"
+import type { Credentials, Listing, UsageLog } from "@agent-runtime/models"
+import type { DatabaseHealth } from "@agent-runtime/store"
+import type { SqlClient } from "@effect/sql"
+import { type ConfigError, Effect, Layer } from "effect"
 import * as Http from "node:http"
 import type { AddressInfo } from "node:net"
 import * as Errors from "./http/Errors.ts"
@@ -48,8 +53,20 @@ export const serve = Effect.gen(function*() {
 }).pipe(Effect.orDie)
 
 /** The gateway's services; needs the model layer, accounts and the database. */
-export const layer = Gateway.Gateway.Default.pipe(
-  Layer.provide(Layer.mergeAll(Authenticator.Authenticator.Default, Targets.Targets.Default, Slots.Slots.Default)),
-  Layer.provideMerge(Layer.mergeAll(UsageBatch.UsageBatch.Default, TenantSettings.TenantSettings.Default)),
+export const layer: Layer.Layer<
+  Gateway.Gateway | UsageBatch.UsageBatch | TenantSettings.TenantSettings | GatewayConfig.GatewayConfig,
+  ConfigError.ConfigError,
+  | SqlClient.SqlClient
+  | DatabaseHealth.DatabaseHealth
+  | Egress.Egress
+  | Operator.Operator
+  | Tenants.Tenants
+  | Tokens.Tokens
+  | Credentials.Credentials
+  | Listing.Listing
+  | UsageLog.UsageLog
+> = Gateway.layer.pipe(
+  Layer.provide(Layer.mergeAll(Authenticator.layer, Targets.layer, Slots.layer)),
+  Layer.provideMerge(Layer.mergeAll(UsageBatch.layer, TenantSettings.layer)),
   Layer.provideMerge(GatewayConfig.layer)
 )

@@ -5,7 +5,7 @@
  * therefore keeps working on the gateway for at most that long.
  */
 import { Tokens } from "@agent-runtime/accounts"
-import { Effect, Option, Runtime } from "effect"
+import { Context, Effect, Layer, Option, Runtime } from "effect"
 import { GatewayConfig } from "./GatewayConfig.ts"
 import { TenantSettings } from "./TenantSettings.ts"
 
@@ -22,41 +22,54 @@ interface Entry {
 /** Bounds the cache against a flood of made-up keys; the whole cache is dropped when it is full. */
 const maxEntries = 50_000
 
-export class Authenticator extends Effect.Service<Authenticator>()("@agent-runtime/gateway/Authenticator", {
-  effect: Effect.gen(function*() {
-    const config = yield* GatewayConfig
-    const tokens = yield* Tokens.Tokens
-    const settings = yield* TenantSettings
-    const runPromise = Runtime.runPromise(yield* Effect.runtime<never>())
-    const cache = new Map<string, Entry>()
+export interface Service {
+  /**
+   * The principal of a presented key, or undefined for one that is not a live key: at once from the cache,
+   * else a promise (rejected when the lookup fails, with its cause).
+   */
+  readonly authenticate: (secret: string) => Principal | undefined | Promise<Principal | undefined>
+  /** Forgets every cached key (after the operator changed a tenant's settings on this node). */
+  readonly invalidate: () => void
+}
 
-    const lookup = (secret: string) =>
-      Effect.flatMap(tokens.authenticate(secret), (found) =>
-        Option.match(found, {
-          onNone: () => Effect.succeed<Principal | undefined>(undefined),
-          onSome: ({ tenantId }) =>
-            Effect.map(settings.streamSlots(tenantId), (slots): Principal => ({
-              tenantId,
-              streamSlots: Option.getOrElse(slots, () => config.streamSlots)
-            }))
-        }))
+export class Authenticator extends Context.Tag("@agent-runtime/gateway/Authenticator")<Authenticator, Service>() {}
 
-    /** The principal of a presented key, or undefined for one that is not a live key. */
-    const authenticate = (secret: string): Principal | undefined | Promise<Principal | undefined> => {
-      const hash = Tokens.secretHash(secret).toString("base64")
-      const now = Date.now()
-      const hit = cache.get(hash)
-      if (hit !== undefined && hit.expires > now) return hit.principal
-      return runPromise(lookup(secret)).then((principal) => {
-        if (cache.size >= maxEntries) cache.clear()
-        cache.set(hash, { principal, expires: Date.now() + config.cacheMs })
-        return principal
-      })
-    }
+export const make = Effect.gen(function*() {
+  const config = yield* GatewayConfig
+  const tokens = yield* Tokens.Tokens
+  const settings = yield* TenantSettings
+  const runPromise = Runtime.runPromise(yield* Effect.runtime<never>())
+  const cache = new Map<string, Entry>()
 
-    /** Forgets every cached key (after the operator changed a tenant's settings on this node). */
-    const invalidate = () => cache.clear()
+  const lookup = (secret: string) =>
+    Effect.flatMap(tokens.authenticate(secret), (found) =>
+      Option.match(found, {
+        onNone: () => Effect.succeed<Principal | undefined>(undefined),
+        onSome: ({ tenantId }) =>
+          Effect.map(settings.streamSlots(tenantId), (slots): Principal => ({
+            tenantId,
+            streamSlots: Option.getOrElse(slots, () => config.streamSlots)
+          }))
+      }))
 
-    return { authenticate, invalidate } as const
-  })
-}) {}
+  const authenticate = (secret: string): Principal | undefined | Promise<Principal | undefined> => {
+    const hash = Tokens.secretHash(secret).toString("base64")
+    const now = Date.now()
+    const hit = cache.get(hash)
+    if (hit !== undefined && hit.expires > now) return hit.principal
+    return runPromise(lookup(secret)).then((principal) => {
+      if (cache.size >= maxEntries) cache.clear()
+      cache.set(hash, { principal, expires: Date.now() + config.cacheMs })
+      return principal
+    })
+  }
+
+  const invalidate = () => cache.clear()
+
+  return Authenticator.of({ authenticate, invalidate })
+})
+
+export const layer: Layer.Layer<Authenticator, never, GatewayConfig | Tokens.Tokens | TenantSettings> = Layer.effect(
+  Authenticator,
+  make
+)

@@ -10,7 +10,7 @@ import { Validation } from "@agent-runtime/domain"
 import { Egress } from "@agent-runtime/egress"
 import { type Credentials, Listing } from "@agent-runtime/models"
 import { DatabaseHealth, PersistenceError } from "@agent-runtime/store"
-import { Cause, Effect, Exit, Option, Runtime } from "effect"
+import { Cause, Context, Effect, Exit, Layer, Option, Runtime } from "effect"
 import type * as Http from "node:http"
 import { Authenticator, type Principal } from "./Authenticator.ts"
 import * as Canonical from "./Canonical.ts"
@@ -134,214 +134,237 @@ const codecs: Record<string, Codec> = {
   "/v1/messages": Messages.codec
 }
 
-export class Gateway extends Effect.Service<Gateway>()("@agent-runtime/gateway/Gateway", {
-  effect: Effect.gen(function*() {
-    const config = yield* GatewayConfig
-    const runtime = yield* Effect.runtime<never>()
-    const runPromiseExit = Runtime.runPromiseExit(runtime)
-    const auth = yield* Authenticator
-    const targets = yield* Targets
-    const slots = yield* Slots
-    const usage = yield* UsageBatch
-    const settings = yield* TenantSettings
-    const { dispatcher } = yield* Egress.Egress
-    const listing = yield* Listing.Listing
-    const operator = yield* Operator.Operator
-    const tenants = yield* Tenants.Tenants
-    const health = yield* DatabaseHealth.DatabaseHealth
+export interface Service {
+  /**
+   * The node:http request listener: model calls, the model list, token counts and the operator's per-tenant
+   * settings, each error answered in the shape of the protocol its path names.
+   */
+  readonly handle: (req: Http.IncomingMessage, res: Http.ServerResponse) => void
+}
 
-    /**
-     * Runs an Effect from a callback; a failure is thrown as the `GatewayError` it maps to. A database fault
-     * (`PersistenceError`) is thrown as its cause, a defect like any other: 503 when the database cannot be
-     * reached, else logged and 500 (see `handle`). The one place the gateway maps it.
-     */
-    const run = <A, E>(
-      effect: Effect.Effect<A, E | PersistenceError.PersistenceError>,
-      toError: (error: E) => GatewayError.GatewayError
-    ) =>
-      runPromiseExit(effect).then((exit) => {
-        if (Exit.isSuccess(exit)) return exit.value
-        if (DatabaseHealth.isUnreachable(exit.cause)) {
-          health.observe(exit.cause)
-          throw GatewayError.databaseUnreachable()
-        }
-        const failure = Cause.failureOption(exit.cause)
-        if (Option.isNone(failure)) throw exit.cause
-        if (failure.value instanceof PersistenceError.PersistenceError) throw Cause.die(failure.value.cause)
-        throw toError(failure.value as E)
-      })
+export class Gateway extends Context.Tag("@agent-runtime/gateway/Gateway")<Gateway, Service>() {}
 
-    const authenticate = async (req: Http.IncomingMessage, codec: Codec): Promise<Principal> => {
-      const key = apiKeyOf(req, codec)
-      if (key === undefined) {
-        throw GatewayError.unauthorized(
-          codec.protocol === "messages"
-            ? "send your API key in the x-api-key header"
-            : "send your API key as a bearer token"
-        )
+export const make = Effect.gen(function*() {
+  const config = yield* GatewayConfig
+  const runtime = yield* Effect.runtime<never>()
+  const runPromiseExit = Runtime.runPromiseExit(runtime)
+  const auth = yield* Authenticator
+  const targets = yield* Targets
+  const slots = yield* Slots
+  const usage = yield* UsageBatch
+  const settings = yield* TenantSettings
+  const { dispatcher } = yield* Egress.Egress
+  const listing = yield* Listing.Listing
+  const operator = yield* Operator.Operator
+  const tenants = yield* Tenants.Tenants
+  const health = yield* DatabaseHealth.DatabaseHealth
+
+  /**
+   * Runs an Effect from a callback; a failure is thrown as the `GatewayError` it maps to. A database fault
+   * (`PersistenceError`) is thrown as its cause, a defect like any other: 503 when the database cannot be
+   * reached, else logged and 500 (see `handle`). The one place the gateway maps it.
+   */
+  const run = <A, E>(
+    effect: Effect.Effect<A, E | PersistenceError.PersistenceError>,
+    toError: (error: E) => GatewayError.GatewayError
+  ) =>
+    runPromiseExit(effect).then((exit) => {
+      if (Exit.isSuccess(exit)) return exit.value
+      if (DatabaseHealth.isUnreachable(exit.cause)) {
+        health.observe(exit.cause)
+        throw GatewayError.databaseUnreachable()
       }
-      const principal = await auth.authenticate(key)
-      if (principal === undefined) throw GatewayError.unauthorized("invalid API key")
-      return principal
-    }
+      const failure = Cause.failureOption(exit.cause)
+      if (Option.isNone(failure)) throw exit.cause
+      if (failure.value instanceof PersistenceError.PersistenceError) throw Cause.die(failure.value.cause)
+      throw toError(failure.value as E)
+    })
 
-    const keyScopeOf = (req: Http.IncomingMessage) => {
-      const scope = req.headers[keyScopeHeader]
-      return typeof scope === "string" && scope !== "" ? Option.some(scope) : Option.none<string>()
-    }
-
-    const resolve = (principal: Principal, req: Http.IncomingMessage, model: string) => {
-      const scope = keyScopeOf(req)
-      return targets.cached(principal.tenantId, scope, model) ??
-        run(targets.resolve(principal.tenantId, scope, model), GatewayError.fromModelError)
-    }
-
-    const recordUsage = (principal: Principal, target: Credentials.Target) => (tokens: TokenUsage.TokenUsage) =>
-      usage.add(TokenUsage.entry(principal.tenantId, target, tokens))
-
-    /** Decodes, resolves and takes a slot: what every model call shares. */
-    const prepare = async (req: Http.IncomingMessage, codec: Codec) => {
-      const principal = await authenticate(req, codec)
-      const body = parseJson(await readBody(req, config.maxBodyBytes))
-      if (typeof body.model !== "string" || body.model === "") return GatewayError.invalid("model is required", "model")
-      if (codec.protocol === "messages") {
-        if (typeof req.headers["anthropic-version"] !== "string") {
-          GatewayError.invalid("anthropic-version: header is required")
-        }
-      }
-      const target = await resolve(principal, req, body.model)
-      return { principal, body, target }
-    }
-
-    /** Runs `call` holding one of the tenant's stream slots (waiting in its queue when none is free). */
-    const withSlot = async (principal: Principal, call: () => Promise<void>) => {
-      const granted = slots.acquire(principal.tenantId, principal.streamSlots)
-      const release = typeof granted === "function" ? granted : await granted
-      try {
-        await call()
-      } finally {
-        release()
-      }
-    }
-
-    const modelCall = async (req: Http.IncomingMessage, res: Http.ServerResponse, codec: Codec) => {
-      const { body, principal, target } = await prepare(req, codec)
-      const native = target.model.api === Canonical.nativeApi[codec.protocol]
-      if (codec.protocol === "messages") Messages.validate(body)
-      // Decoded before a slot is taken, so a request we cannot translate is refused at once.
-      const upstream = native ? undefined : Translated.upstreamOf(target)
-      const request = native ? undefined : codec.decode(body)
-      const onUsage = recordUsage(principal, target)
-      await withSlot(principal, () =>
-        upstream === undefined || request === undefined
-          ? Passthrough.forward({ dispatcher, codec, target, body, incoming: req.headers, res, onUsage })
-          : Translated.call({ dispatcher, codec, upstream, target, request, res, onUsage }))
-    }
-
-    const countTokens = async (req: Http.IncomingMessage, res: Http.ServerResponse) => {
-      const codec = Messages.codec
-      const { body, principal, target } = await prepare(req, codec)
-      if (!Array.isArray(body.messages)) GatewayError.invalid("messages: Field required", "messages")
-      const request = target.model.api === "anthropic-messages" ? undefined : codec.decode(body)
-      // The spec has count_tokens take a stream slot like any upstream call.
-      await withSlot(principal, async () => {
-        if (request === undefined) {
-          await Passthrough.forward({
-            dispatcher,
-            codec,
-            target,
-            body,
-            incoming: req.headers,
-            res,
-            path: "/v1/messages/count_tokens",
-            onUsage: () => {}
-          })
-        } else {
-          Reply.json(res, 200, { input_tokens: TokenCount.estimate(request) })
-        }
-      })
-    }
-
-    const models = async (req: Http.IncomingMessage, res: Http.ServerResponse) => {
-      // Both SDKs list models: OpenAI's with a bearer token, Anthropic's with x-api-key.
-      const principal = await authenticate(
-        req,
-        req.headers["x-api-key"] !== undefined ? Messages.codec : ChatCompletions.codec
+  const authenticate = async (req: Http.IncomingMessage, codec: Codec): Promise<Principal> => {
+    const key = apiKeyOf(req, codec)
+    if (key === undefined) {
+      throw GatewayError.unauthorized(
+        codec.protocol === "messages"
+          ? "send your API key in the x-api-key header"
+          : "send your API key as a bearer token"
       )
-      const all = await run(listing.models(principal.tenantId), () => GatewayError.internal())
-      Reply.json(res, 200, ModelList.encode(all))
     }
+    const principal = await auth.authenticate(key)
+    if (principal === undefined) throw GatewayError.unauthorized("invalid API key")
+    return principal
+  }
 
-    /** `GET`/`PUT /v1/admin/tenants/{id}/gateway`: the operator reads or sets a tenant's stream slots. */
-    const admin = async (req: Http.IncomingMessage, res: Http.ServerResponse, tenantId: string) => {
-      const token = bearer(req)
-      if (token === undefined || !operator.verify(token)) {
-        throw GatewayError.unauthorized("the operator token is required")
-      }
-      const tenant = await run(tenants.find(tenantId), () => GatewayError.internal())
-      if (Option.isNone(tenant)) throw GatewayError.notFound(`no tenant ${tenantId}`)
-      if (req.method === "PUT") {
-        const body = parseJson(await readBody(req, 4096))
-        const slots = body.streamSlots
-        if (
-          slots !== null && !(typeof slots === "number" && Number.isInteger(slots) && slots >= 1 && slots <= 10_000)
-        ) {
-          GatewayError.invalid("streamSlots must be an integer from 1 to 10000, or null for the default", "streamSlots")
-        }
-        await run(
-          settings.setStreamSlots(tenantId, Option.fromNullable(slots as number | null)),
-          () => GatewayError.internal()
-        )
-        auth.invalidate()
-      } else if (req.method !== "GET") throw GatewayError.notFound(`no route ${req.method} ${req.url}`)
-      const stored = await run(settings.streamSlots(tenantId), () => GatewayError.internal())
-      Reply.json(res, 200, {
-        tenant: tenantId,
-        streamSlots: Option.getOrElse(stored, () => config.streamSlots),
-        override: Option.getOrNull(stored),
-        default: config.streamSlots
-      })
-    }
+  const keyScopeOf = (req: Http.IncomingMessage) => {
+    const scope = req.headers[keyScopeHeader]
+    return typeof scope === "string" && scope !== "" ? Option.some(scope) : Option.none<string>()
+  }
 
-    const adminPath = /^\/v1\/admin\/tenants\/([^/]+)\/gateway$/
+  const resolve = (principal: Principal, req: Http.IncomingMessage, model: string) => {
+    const scope = keyScopeOf(req)
+    return targets.cached(principal.tenantId, scope, model) ??
+      run(targets.resolve(principal.tenantId, scope, model), GatewayError.fromModelError)
+  }
 
-    const route = (req: Http.IncomingMessage, res: Http.ServerResponse, path: string): Promise<void> | void => {
-      const codec = codecs[path]
-      if (codec !== undefined && req.method === "POST") return modelCall(req, res, codec)
-      if (path === "/v1/messages/count_tokens" && req.method === "POST") return countTokens(req, res)
-      if (path === "/v1/models" && req.method === "GET") return models(req, res)
-      if (path === "/healthz") return Reply.json(res, 200, { status: "ok" })
-      const admin_ = adminPath.exec(path)
-      if (admin_ !== null) return admin(req, res, pathSegment(admin_[1]!))
-      throw GatewayError.notFound(`no route ${req.method} ${path}`)
-    }
+  const recordUsage = (principal: Principal, target: Credentials.Target) => (tokens: TokenUsage.TokenUsage) =>
+    usage.add(TokenUsage.entry(principal.tenantId, target, tokens))
 
-    /** The node:http request listener. */
-    const handle = (req: Http.IncomingMessage, res: Http.ServerResponse): void => {
-      const url = req.url ?? "/"
-      const query = url.indexOf("?")
-      const path = query === -1 ? url : url.slice(0, query)
-      const codec = path.startsWith("/v1/messages") ? Messages.codec : ChatCompletions.codec
-      const fail = (error: unknown) => {
-        if (error instanceof GatewayError.GatewayError) return sendError(res, codec, error)
-        // A key looked up while the database is away (the cache missed): 503 in the protocol's own shape.
-        if (DatabaseHealth.isUnreachable(error)) {
-          health.observe(error)
-          return sendError(res, codec, GatewayError.databaseUnreachable())
-        }
-        Runtime.runFork(runtime)(
-          Effect.logError("gateway request failed", Cause.isCause(error) ? error : Cause.die(error))
-        )
-        sendError(res, codec, GatewayError.internal())
-      }
-      try {
-        const pending = route(req, res, path)
-        if (pending !== undefined) pending.catch(fail)
-      } catch (error) {
-        fail(error)
+  /** Decodes, resolves and takes a slot: what every model call shares. */
+  const prepare = async (req: Http.IncomingMessage, codec: Codec) => {
+    const principal = await authenticate(req, codec)
+    const body = parseJson(await readBody(req, config.maxBodyBytes))
+    if (typeof body.model !== "string" || body.model === "") return GatewayError.invalid("model is required", "model")
+    if (codec.protocol === "messages") {
+      if (typeof req.headers["anthropic-version"] !== "string") {
+        GatewayError.invalid("anthropic-version: header is required")
       }
     }
+    const target = await resolve(principal, req, body.model)
+    return { principal, body, target }
+  }
 
-    return { handle, slots } as const
-  })
-}) {}
+  /** Runs `call` holding one of the tenant's stream slots (waiting in its queue when none is free). */
+  const withSlot = async (principal: Principal, call: () => Promise<void>) => {
+    const granted = slots.acquire(principal.tenantId, principal.streamSlots)
+    const release = typeof granted === "function" ? granted : await granted
+    try {
+      await call()
+    } finally {
+      release()
+    }
+  }
+
+  const modelCall = async (req: Http.IncomingMessage, res: Http.ServerResponse, codec: Codec) => {
+    const { body, principal, target } = await prepare(req, codec)
+    const native = target.model.api === Canonical.nativeApi[codec.protocol]
+    if (codec.protocol === "messages") Messages.validate(body)
+    // Decoded before a slot is taken, so a request we cannot translate is refused at once.
+    const upstream = native ? undefined : Translated.upstreamOf(target)
+    const request = native ? undefined : codec.decode(body)
+    const onUsage = recordUsage(principal, target)
+    await withSlot(principal, () =>
+      upstream === undefined || request === undefined
+        ? Passthrough.forward({ dispatcher, codec, target, body, incoming: req.headers, res, onUsage })
+        : Translated.call({ dispatcher, codec, upstream, target, request, res, onUsage }))
+  }
+
+  const countTokens = async (req: Http.IncomingMessage, res: Http.ServerResponse) => {
+    const codec = Messages.codec
+    const { body, principal, target } = await prepare(req, codec)
+    if (!Array.isArray(body.messages)) GatewayError.invalid("messages: Field required", "messages")
+    const request = target.model.api === "anthropic-messages" ? undefined : codec.decode(body)
+    // The spec has count_tokens take a stream slot like any upstream call.
+    await withSlot(principal, async () => {
+      if (request === undefined) {
+        await Passthrough.forward({
+          dispatcher,
+          codec,
+          target,
+          body,
+          incoming: req.headers,
+          res,
+          path: "/v1/messages/count_tokens",
+          onUsage: () => {}
+        })
+      } else {
+        Reply.json(res, 200, { input_tokens: TokenCount.estimate(request) })
+      }
+    })
+  }
+
+  const models = async (req: Http.IncomingMessage, res: Http.ServerResponse) => {
+    // Both SDKs list models: OpenAI's with a bearer token, Anthropic's with x-api-key.
+    const principal = await authenticate(
+      req,
+      req.headers["x-api-key"] !== undefined ? Messages.codec : ChatCompletions.codec
+    )
+    const all = await run(listing.models(principal.tenantId), () => GatewayError.internal())
+    Reply.json(res, 200, ModelList.encode(all))
+  }
+
+  /** `GET`/`PUT /v1/admin/tenants/{id}/gateway`: the operator reads or sets a tenant's stream slots. */
+  const admin = async (req: Http.IncomingMessage, res: Http.ServerResponse, tenantId: string) => {
+    const token = bearer(req)
+    if (token === undefined || !operator.verify(token)) {
+      throw GatewayError.unauthorized("the operator token is required")
+    }
+    const tenant = await run(tenants.find(tenantId), () => GatewayError.internal())
+    if (Option.isNone(tenant)) throw GatewayError.notFound(`no tenant ${tenantId}`)
+    if (req.method === "PUT") {
+      const body = parseJson(await readBody(req, 4096))
+      const slots = body.streamSlots
+      if (
+        slots !== null && !(typeof slots === "number" && Number.isInteger(slots) && slots >= 1 && slots <= 10_000)
+      ) {
+        GatewayError.invalid("streamSlots must be an integer from 1 to 10000, or null for the default", "streamSlots")
+      }
+      await run(
+        settings.setStreamSlots(tenantId, Option.fromNullable(slots as number | null)),
+        () => GatewayError.internal()
+      )
+      auth.invalidate()
+    } else if (req.method !== "GET") throw GatewayError.notFound(`no route ${req.method} ${req.url}`)
+    const stored = await run(settings.streamSlots(tenantId), () => GatewayError.internal())
+    Reply.json(res, 200, {
+      tenant: tenantId,
+      streamSlots: Option.getOrElse(stored, () => config.streamSlots),
+      override: Option.getOrNull(stored),
+      default: config.streamSlots
+    })
+  }
+
+  const adminPath = /^\/v1\/admin\/tenants\/([^/]+)\/gateway$/
+
+  const route = (req: Http.IncomingMessage, res: Http.ServerResponse, path: string): Promise<void> | void => {
+    const codec = codecs[path]
+    if (codec !== undefined && req.method === "POST") return modelCall(req, res, codec)
+    if (path === "/v1/messages/count_tokens" && req.method === "POST") return countTokens(req, res)
+    if (path === "/v1/models" && req.method === "GET") return models(req, res)
+    if (path === "/healthz") return Reply.json(res, 200, { status: "ok" })
+    const admin_ = adminPath.exec(path)
+    if (admin_ !== null) return admin(req, res, pathSegment(admin_[1]!))
+    throw GatewayError.notFound(`no route ${req.method} ${path}`)
+  }
+
+  const handle = (req: Http.IncomingMessage, res: Http.ServerResponse): void => {
+    const url = req.url ?? "/"
+    const query = url.indexOf("?")
+    const path = query === -1 ? url : url.slice(0, query)
+    const codec = path.startsWith("/v1/messages") ? Messages.codec : ChatCompletions.codec
+    const fail = (error: unknown) => {
+      if (error instanceof GatewayError.GatewayError) return sendError(res, codec, error)
+      // A key looked up while the database is away (the cache missed): 503 in the protocol's own shape.
+      if (DatabaseHealth.isUnreachable(error)) {
+        health.observe(error)
+        return sendError(res, codec, GatewayError.databaseUnreachable())
+      }
+      Runtime.runFork(runtime)(
+        Effect.logError("gateway request failed", Cause.isCause(error) ? error : Cause.die(error))
+      )
+      sendError(res, codec, GatewayError.internal())
+    }
+    try {
+      const pending = route(req, res, path)
+      if (pending !== undefined) pending.catch(fail)
+    } catch (error) {
+      fail(error)
+    }
+  }
+
+  return Gateway.of({ handle })
+})
+
+export const layer: Layer.Layer<
+  Gateway,
+  never,
+  | GatewayConfig
+  | Authenticator
+  | Targets
+  | Slots
+  | UsageBatch
+  | TenantSettings
+  | Egress.Egress
+  | Listing.Listing
+  | Operator.Operator
+  | Tenants.Tenants
+  | DatabaseHealth.DatabaseHealth
+> = Layer.effect(Gateway, make)

@@ -1,7 +1,7 @@
 /**
  * The gateway's settings, read through Effect `Config`.
  */
-import { Config, Context, Layer } from "effect"
+import { Config, type ConfigError, Context, Layer } from "effect"
 
 export interface GatewayConfig {
   /** Concurrent upstream calls per tenant unless the operator set the tenant's own number. */
@@ -28,9 +28,10 @@ export const config: Config.Config<GatewayConfig> = Config.all({
   maxBodyBytes: Config.integer("MAX_BODY_BYTES").pipe(Config.withDefault(24 * 1024 * 1024))
 })
 
-export const layer = Layer.effect(GatewayConfig, config)
+export const layer: Layer.Layer<GatewayConfig, ConfigError.ConfigError> = Layer.effect(GatewayConfig, config)
 
-export const layerTest = (overrides: Partial<GatewayConfig> = {}) =>
+/** The defaults, with `overrides`, read from no environment. */
+export const layerTest = (overrides: Partial<GatewayConfig> = {}): Layer.Layer<GatewayConfig> =>
   Layer.succeed(GatewayConfig, {
     streamSlots: 16,
     queueTimeoutMs: 30_000,

@@ -2,12 +2,12 @@ import { describe, expect, it } from "@effect/vitest"
 import { Effect, Layer } from "effect"
 import * as GatewayConfig from "../src/GatewayConfig.ts"
 import { GatewayError } from "../src/GatewayError.ts"
-import { Slots } from "../src/Slots.ts"
+import * as Slots from "../src/Slots.ts"
 
 const slotsWith = (queueTimeoutMs: number) =>
-  Effect.provide(Slots, Slots.Default.pipe(Layer.provide(GatewayConfig.layerTest({ queueTimeoutMs }))))
+  Effect.provide(Slots.Slots, Slots.layer.pipe(Layer.provide(GatewayConfig.layerTest({ queueTimeoutMs }))))
 
-const granted = (value: ReturnType<Slots["acquire"]>) => Effect.promise(async () => await value)
+const granted = (value: ReturnType<Slots.Service["acquire"]>) => Effect.promise(async () => await value)
 
 describe("Slots", () => {
   it.effect("grants at once under the limit, queues first in first out above it, per tenant", () =>
