@@ -3,18 +3,27 @@
  * ready, then draining from the first shutdown signal on.
  */
 import { Drain } from "@agent-runtime/agent"
-import { Duration, Effect, Layer, Ref, Runtime } from "effect"
+import { Context, Duration, Effect, Layer, Ref, Runtime } from "effect"
 import { ServerConfig } from "./ServerConfig.ts"
 import * as Sockets from "./Sockets.ts"
 
 export type State = "starting" | "ready" | "draining"
 
-export class Readiness extends Effect.Service<Readiness>()("@agent-runtime/server/Readiness", {
-  effect: Effect.map(Ref.make<State>("starting"), (state) => ({
+export class Readiness extends Context.Tag("@agent-runtime/server/Readiness")<Readiness, {
+  /** The node's state now, for /readyz. */
+  readonly get: Effect.Effect<State>
+  /** Moves the node on: `layerServing` sets ready once the node is built, and draining at shutdown. */
+  readonly set: (next: State) => Effect.Effect<void>
+}>() {}
+
+export const make = Effect.map(Ref.make<State>("starting"), (state) =>
+  Readiness.of({
     get: Ref.get(state),
-    set: (next: State) => Ref.set(state, next)
+    set: (next) => Ref.set(state, next)
   }))
-}) {}
+
+/** Starting, until `layerServing` says otherwise. */
+export const layer: Layer.Layer<Readiness> = Layer.effect(Readiness, make)
 
 /**
  * Marks the node ready once built. On shutdown (SIGTERM, or an operator's
@@ -26,7 +35,7 @@ export class Readiness extends Effect.Service<Readiness>()("@agent-runtime/serve
  * servers and the cluster runner stop (within `STOP_TIMEOUT_SECONDS`, or
  * the process exits anyway), and the next owners continue the turns.
  */
-export const layerServing = Layer.scopedDiscard(
+export const layerServing: Layer.Layer<never, never, Readiness | Drain.Drain | ServerConfig> = Layer.scopedDiscard(
   Effect.gen(function*() {
     const readiness = yield* Readiness
     const drain = yield* Drain.Drain

@@ -327,7 +327,7 @@ export const layer = Readiness.layerServing.pipe(
   Layer.provideMerge(Layer.mergeAll(layerRest, layerGateway)),
   Layer.provide(layerServices),
   // Whether the node reaches its database: readiness, the runner listing, and event streams told to move on.
-  Layer.provideMerge(Layer.mergeAll(Readiness.Readiness.Default, DatabaseHealth.layer)),
+  Layer.provideMerge(Layer.mergeAll(Readiness.layer, DatabaseHealth.layer)),
   Layer.provide(layerDatabase),
   Layer.provideMerge(ServerConfig.layer)
 )

@@ -53,7 +53,7 @@ const DatabaseLive = Layer.unwrapEffect(
 
 export const ServerLive = Server.layerRestApp.pipe(
   Layer.provide(Server.layerServicesOn(Layer.mergeAll(TestRunner.layer, ShardingConfig.layer()))),
-  Layer.provide(Layer.mergeAll(Readiness.Readiness.Default, DatabaseHealth.layer)),
+  Layer.provide(Layer.mergeAll(Readiness.layer, DatabaseHealth.layer)),
   Layer.provide(DatabaseLive),
   Layer.provide(ServerConfig.layer),
   Layer.provideMerge(NodeHttpServer.layerTest),
