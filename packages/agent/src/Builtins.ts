@@ -251,7 +251,10 @@ const makeSchedule = (schedules: Schedules["Type"], scope: Scope): Builtin => ({
         return decodeScheduleInput(input, { onExcessProperty: "error" }).pipe(
           Effect.mapError((error) => ParseResult.TreeFormatter.formatErrorSync(error)),
           Effect.flatMap((decoded) =>
-            Effect.mapError(schedules.create(scope.tenantId, scope.agentId, decoded), (refused) => refused.error)
+            Effect.mapError(
+              PersistenceError.orDie(schedules.create(scope.tenantId, scope.agentId, decoded)),
+              (refused) => refused.error
+            )
           ),
           Effect.match({
             onFailure: (error) => text(`schedule not made: ${error}`, true, "invalid_arguments"),
@@ -261,6 +264,7 @@ const makeSchedule = (schedules: Schedules["Type"], scope: Scope): Builtin => ({
       }
       case "list":
         return schedules.list(scope.tenantId, scope.agentId).pipe(
+          PersistenceError.orDie,
           Effect.match({
             onFailure: (missing) => text(missing.error, true, "failed"),
             onSuccess: (all) => text(all.length === 0 ? "no schedules" : all.map(show).join("\n"))
@@ -270,6 +274,7 @@ const makeSchedule = (schedules: Schedules["Type"], scope: Scope): Builtin => ({
         return typeof args.scheduleId !== "string"
           ? Effect.succeed(text("cancel needs scheduleId", true, "invalid_arguments"))
           : schedules.cancel(scope.tenantId, scope.agentId, args.scheduleId).pipe(
+            PersistenceError.orDie,
             Effect.match({
               onFailure: (missing) => text(missing.error, true, "failed"),
               onSuccess: () => text(`cancelled ${args.scheduleId}`)

@@ -8,7 +8,7 @@
  */
 import { ApiError, Common, Definition } from "@agent-runtime/domain"
 import { Egress } from "@agent-runtime/egress"
-import { Ids, SealedSecret } from "@agent-runtime/store"
+import { Ids, PersistenceError, SealedSecret } from "@agent-runtime/store"
 import type { ToolSources } from "@agent-runtime/toolsources"
 import { SqlClient } from "@effect/sql"
 import { Context, Effect, Layer, Option, Schema } from "effect"
@@ -87,28 +87,41 @@ export interface Service {
   readonly create: (
     tenantId: string,
     input: Definition.DefinitionInput
-  ) => Effect.Effect<Definition.Definition, ApiError.InvalidRequest>
+  ) => Effect.Effect<Definition.Definition, ApiError.InvalidRequest | PersistenceError.PersistenceError>
   /** The latest revision of each live definition, by id. */
   readonly list: (
     tenantId: string,
     params: Common.PageParams
-  ) => Effect.Effect<{ readonly data: ReadonlyArray<Definition.Definition>; readonly next: string | null }>
+  ) => Effect.Effect<
+    { readonly data: ReadonlyArray<Definition.Definition>; readonly next: string | null },
+    PersistenceError.PersistenceError
+  >
   /** The latest revision, or the one asked for (also of a deleted definition, for the agents pinned to it). */
   readonly get: (
     tenantId: string,
     id: string,
     revision?: number
-  ) => Effect.Effect<Definition.Definition, ApiError.NotFound>
+  ) => Effect.Effect<Definition.Definition, ApiError.NotFound | PersistenceError.PersistenceError>
   /** Writes the next revision: what `input` gives changes, the rest is kept. */
   readonly update: (
     tenantId: string,
     id: string,
     input: Definition.DefinitionUpdate
-  ) => Effect.Effect<Definition.Definition, ApiError.NotFound | ApiError.InvalidRequest>
+  ) => Effect.Effect<
+    Definition.Definition,
+    ApiError.NotFound | ApiError.InvalidRequest | PersistenceError.PersistenceError
+  >
   /** Hides the definition from new agents; its revisions stay for the agents made from it. */
-  readonly remove: (tenantId: string, id: string) => Effect.Effect<typeof Common.Deleted.Type, ApiError.NotFound>
+  readonly remove: (
+    tenantId: string,
+    id: string
+  ) => Effect.Effect<typeof Common.Deleted.Type, ApiError.NotFound | PersistenceError.PersistenceError>
   /** A revision with its secrets opened; revisions never change, so each is read once per node. */
-  readonly resolve: (tenantId: string, id: string, revision?: number) => Effect.Effect<Resolved, ApiError.NotFound>
+  readonly resolve: (
+    tenantId: string,
+    id: string,
+    revision?: number
+  ) => Effect.Effect<Resolved, ApiError.NotFound | PersistenceError.PersistenceError>
 }
 
 export class Definitions extends Context.Tag("@agent-runtime/agent/Definitions")<Definitions, Service>() {}
@@ -213,7 +226,7 @@ export const make = Effect.gen(function*() {
     }
       WHERE d.id = ${id} AND d.tenant_id = ${tenantId} ${live ? sql`AND d.deleted_at IS NULL` : sql``}`.pipe(
       Effect.flatMap(decodeRows),
-      Effect.orDie,
+      PersistenceError.PersistenceError.refail,
       Effect.flatMap((rows) =>
         rows.length === 0
           ? Effect.fail(
@@ -240,8 +253,8 @@ export const make = Effect.gen(function*() {
       yield* sql.withTransaction(Effect.zipRight(
         sql`INSERT INTO definitions ${sql.insert({ id, tenantId, revision: 1 })}`,
         insertRevision(id, 1, body)
-      )).pipe(Effect.orDie)
-      return toRecord(yield* Effect.orDie(select(tenantId, id, 1, true)))
+      )).pipe(PersistenceError.PersistenceError.refail)
+      return toRecord(yield* select(tenantId, id, 1, true).pipe(Effect.catchTag("NotFound", Effect.die)))
     })
 
   const list: Service["list"] = (tenantId, params) =>
@@ -256,7 +269,7 @@ export const make = Effect.gen(function*() {
       ORDER BY d.id
       LIMIT ${Common.pageQueryLimit(params)}`.pipe(
       Effect.flatMap(decodeRows),
-      Effect.orDie,
+      PersistenceError.PersistenceError.refail,
       Effect.map((rows) => Common.toPage(rows.map(toRecord), params))
     )
 
@@ -287,16 +300,20 @@ export const make = Effect.gen(function*() {
         yield* insertRevision(id, revision, body)
         yield* sql`UPDATE definitions SET revision = ${revision} WHERE id = ${id}`
         return Option.some(revision)
-      })).pipe(Effect.orDie)
+      })).pipe(PersistenceError.PersistenceError.refail)
       if (Option.isNone(revision)) return yield* new ApiError.NotFound({ error: `no definition ${id}` })
-      return toRecord(yield* Effect.orDie(select(tenantId, id, revision.value, false)))
+      // Just written in the same tenant: not finding it would be a bug.
+      return toRecord(yield* select(tenantId, id, revision.value, false).pipe(Effect.catchTag("NotFound", Effect.die)))
     })
 
   const remove: Service["remove"] = (tenantId, id) =>
     sql<{ id: string }>`
       UPDATE definitions SET deleted_at = now()
       WHERE id = ${id} AND tenant_id = ${tenantId} AND deleted_at IS NULL
-      RETURNING id`.pipe(Effect.orDie, Effect.flatMap(Common.deleted(id, `no definition ${id}`)))
+      RETURNING id`.pipe(
+      PersistenceError.PersistenceError.refail,
+      Effect.flatMap(Common.deleted(id, `no definition ${id}`))
+    )
 
   const open = (tenantId: string, id: string, source: StoredSource): Effect.Effect<Resolved["toolSources"][number]> =>
     Effect.gen(function*() {

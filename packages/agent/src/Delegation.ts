@@ -12,7 +12,7 @@
  * bounds the depth and lets a spend limit count what sub-agents spend.
  */
 import { Agent as AgentSchemas, Input } from "@agent-runtime/domain"
-import { Ids } from "@agent-runtime/store"
+import { Ids, PersistenceError } from "@agent-runtime/store"
 import { Context, Duration, Effect, Layer, Option, Schedule } from "effect"
 import { Agent, applyChanges, definitionSettings, fingerprint, requestOf } from "./Agent.ts"
 import { AgentStore } from "./AgentStore.ts"
@@ -90,7 +90,8 @@ export const make = Effect.gen(function*() {
     const settings = settingsOf(config)
     if (settings === undefined || chainOf(config).ancestors.length >= maxDepthOf(config)) return Effect.succeed([])
     return Effect.map(
-      Effect.forEach(settings.agents, (id) => Effect.option(definitions.get(tenantId, id))),
+      // A definition gone is no target; a database fault is no answer (the turn stops and resumes).
+      Effect.forEach(settings.agents, (id) => Effect.option(PersistenceError.orDie(definitions.get(tenantId, id)))),
       (found) =>
         found.flatMap((definition) =>
           Option.isNone(definition) ? [] : [{

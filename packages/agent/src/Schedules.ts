@@ -6,7 +6,7 @@
  * `ScheduleFiring` delivers them when due.
  */
 import { ApiError, Schedule as ScheduleSchemas } from "@agent-runtime/domain"
-import { Ids } from "@agent-runtime/store"
+import { Ids, PersistenceError } from "@agent-runtime/store"
 import { SqlClient } from "@effect/sql"
 import { Context, Effect, Layer, Schema } from "effect"
 
@@ -59,17 +59,23 @@ export interface Service {
     tenantId: string,
     agentId: string,
     input: ScheduleSchemas.ScheduleInput
-  ) => Effect.Effect<ScheduleSchemas.Schedule, ApiError.InvalidRequest | ApiError.Conflict | ApiError.NotFound>
+  ) => Effect.Effect<
+    ScheduleSchemas.Schedule,
+    ApiError.InvalidRequest | ApiError.Conflict | ApiError.NotFound | PersistenceError.PersistenceError
+  >
   /** The agent's schedules (or the tenant's, without an agent), soonest first. */
   readonly list: (
     tenantId: string,
     agentId?: string
-  ) => Effect.Effect<ReadonlyArray<ScheduleSchemas.Schedule>, ApiError.NotFound>
+  ) => Effect.Effect<ReadonlyArray<ScheduleSchemas.Schedule>, ApiError.NotFound | PersistenceError.PersistenceError>
   readonly cancel: (
     tenantId: string,
     agentId: string,
     scheduleId: string
-  ) => Effect.Effect<{ readonly id: string; readonly deleted: true }, ApiError.NotFound>
+  ) => Effect.Effect<
+    { readonly id: string; readonly deleted: true },
+    ApiError.NotFound | PersistenceError.PersistenceError
+  >
 }
 
 export class Schedules extends Context.Tag("@agent-runtime/agent/Schedules")<Schedules, Service>() {}
@@ -109,7 +115,7 @@ export const make = Effect.gen(function*() {
           VALUES (${id}, ${agentId}, ${tenantId}, ${input.text ?? null}, ${input.code ?? null},
             ${input.everySeconds ?? null}, to_timestamp(${due / 1000}))
           RETURNING ${columns(sql)}`.pipe(Effect.flatMap(decode))
-      })).pipe(Effect.orDie)
+      })).pipe(PersistenceError.PersistenceError.refail)
       if (made === "missing") return yield* new ApiError.NotFound({ error: `no agent ${agentId}` })
       if (made === "full") {
         return yield* new ApiError.Conflict({ error: `an agent holds at most ${maxPerAgent} schedules` })
@@ -122,7 +128,7 @@ export const make = Effect.gen(function*() {
       SELECT id FROM agents
       WHERE id = ${agentId} AND tenant_id = ${tenantId} AND deleted_at IS NULL
         AND (expires_at IS NULL OR expires_at > now())`.pipe(
-      Effect.orDie,
+      PersistenceError.PersistenceError.refail,
       Effect.flatMap((rows) =>
         rows.length === 0 ? Effect.fail(new ApiError.NotFound({ error: `no agent ${agentId}` })) : Effect.void
       )
@@ -137,14 +143,18 @@ export const make = Effect.gen(function*() {
         WHERE tenant_id = ${tenantId} ${agentId === undefined ? sql`` : sql`AND agent_id = ${agentId}`}
           AND agent_id IN (SELECT id FROM agents WHERE tenant_id = ${tenantId} AND deleted_at IS NULL)
         ORDER BY due_at, id
-        LIMIT 1000`.pipe(Effect.flatMap(decode), Effect.orDie, Effect.map((rows) => rows.map(toRecord)))
+        LIMIT 1000`.pipe(
+        Effect.flatMap(decode),
+        PersistenceError.PersistenceError.refail,
+        Effect.map((rows) => rows.map(toRecord))
+      )
     )
 
   const cancel: Service["cancel"] = (tenantId, agentId, scheduleId) =>
     sql<{ id: string }>`
       DELETE FROM schedules WHERE id = ${scheduleId} AND agent_id = ${agentId} AND tenant_id = ${tenantId}
       RETURNING id`.pipe(
-      Effect.orDie,
+      PersistenceError.PersistenceError.refail,
       Effect.flatMap((rows) =>
         rows.length === 0
           ? Effect.fail(new ApiError.NotFound({ error: `no schedule ${scheduleId}` }))

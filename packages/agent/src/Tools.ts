@@ -10,6 +10,7 @@ import { Agent as AgentSchemas } from "@agent-runtime/domain"
 import type { Egress } from "@agent-runtime/egress"
 import { Downloads, Volumes } from "@agent-runtime/files"
 import type { WebSearch } from "@agent-runtime/models"
+import { PersistenceError } from "@agent-runtime/store"
 import { ToolSources } from "@agent-runtime/toolsources"
 import { Context, Duration, Effect, Layer, Option } from "effect"
 import * as Builtins from "./Builtins.ts"
@@ -150,9 +151,9 @@ export const make = Effect.gen(function*() {
       }
       const definition = scope.config.definition === undefined
         ? undefined
-        : yield* Effect.option(
+        : yield* Effect.option(PersistenceError.orDie(
           definitions.resolve(scope.tenantId, scope.config.definition.id, scope.config.definition.revision)
-        )
+        ))
       const listed = yield* Effect.forEach(
         Option.match(Option.fromNullable(definition), {
           onNone: () => [],

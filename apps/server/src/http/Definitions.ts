@@ -1,13 +1,18 @@
 import { Definitions } from "@agent-runtime/agent"
 import { Api, Auth } from "@agent-runtime/domain"
-import { HttpApiBuilder } from "@effect/platform"
-import { Effect } from "effect"
+import { HttpApiBuilder, type HttpApiGroup } from "@effect/platform"
+import { Effect, type Layer } from "effect"
+import * as Errors from "./Errors.ts"
 
-export const layer = HttpApiBuilder.group(Api.Api, "definitions", (handlers) =>
+export const layer: Layer.Layer<
+  HttpApiGroup.ApiGroup<"agent-runtime", "definitions">,
+  never,
+  Auth.Authentication | Definitions.Definitions
+> = HttpApiBuilder.group(Api.Api, "definitions", (handlers) =>
   Effect.gen(function*() {
     const definitions = yield* Definitions.Definitions
     const tenant = Effect.map(Auth.CurrentPrincipal, (principal) => principal.tenantId)
-    return handlers
+    return Errors.handlers(handlers)
       .handle("create", ({ payload }) => Effect.flatMap(tenant, (tenantId) => definitions.create(tenantId, payload)))
       .handle("list", ({ urlParams }) => Effect.flatMap(tenant, (tenantId) => definitions.list(tenantId, urlParams)))
       .handle("get", ({ path, urlParams }) =>

@@ -1,15 +1,20 @@
 import { Schedules } from "@agent-runtime/agent"
 import { Api, Auth } from "@agent-runtime/domain"
-import { HttpApiBuilder } from "@effect/platform"
-import { Effect } from "effect"
+import { HttpApiBuilder, type HttpApiGroup } from "@effect/platform"
+import { Effect, type Layer } from "effect"
+import * as Errors from "./Errors.ts"
 
-export const layer = HttpApiBuilder.group(Api.Api, "schedules", (handlers) =>
+export const layer: Layer.Layer<
+  HttpApiGroup.ApiGroup<"agent-runtime", "schedules">,
+  never,
+  Auth.Authentication | Schedules.Schedules
+> = HttpApiBuilder.group(Api.Api, "schedules", (handlers) =>
   Effect.gen(function*() {
     const schedules = yield* Schedules.Schedules
     const tenant = Effect.map(Auth.CurrentPrincipal, (principal) => principal.tenantId)
     const list = (tenantId: string, agentId?: string) =>
       Effect.map(schedules.list(tenantId, agentId), (data) => ({ data, next: null }))
-    return handlers
+    return Errors.handlers(handlers)
       .handle("create", ({ path, payload }) =>
         Effect.flatMap(tenant, (tenantId) => schedules.create(tenantId, path.id, payload)))
       .handle("listForAgent", ({ path }) =>

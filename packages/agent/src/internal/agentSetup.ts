@@ -396,7 +396,7 @@ export const make = Effect.gen(function*() {
   /** A definition's revision as a configure applies it: what it supplies, never its secrets. */
   const definitionSettings = (tenantId: string, id: string, revision?: number) =>
     definitions.resolve(tenantId, id, revision).pipe(
-      Effect.mapError((missing) => new ApiError.InvalidRequest({ error: `definition: ${missing.error}` })),
+      Effect.catchTag("NotFound", (missing) => new ApiError.InvalidRequest({ error: `definition: ${missing.error}` })),
       Effect.map(toSettings)
     )
 
