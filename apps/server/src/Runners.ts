@@ -4,7 +4,11 @@
  * drains, ending a silent runner's sessions, whether the lease is held)
  * wired to this process, which an operator's drain sends SIGTERM.
  */
-import { RunnerReports } from "@agent-runtime/agent"
+import { type Drain, RunnerReports } from "@agent-runtime/agent"
+import type { DatabaseHealth } from "@agent-runtime/store"
+import type { Runners, Sharding } from "@effect/cluster"
+import type { SqlClient } from "@effect/sql"
+import type { SqlError } from "@effect/sql/SqlError"
 import { Effect, Layer } from "effect"
 import { ServerConfig } from "./ServerConfig.ts"
 
@@ -15,7 +19,12 @@ export const sessionName = (config: ServerConfig) => RunnerReports.sessionName(a
 
 export const shardsPerGroup = 300
 
-export const layer = Layer.unwrapEffect(
+/** This node's `RunnerReports`, from its configuration. */
+export const layer: Layer.Layer<
+  RunnerReports.RunnerReports,
+  SqlError,
+  SqlClient.SqlClient | DatabaseHealth.DatabaseHealth | Sharding.Sharding | Drain.Drain | Runners.Runners | ServerConfig
+> = Layer.unwrapEffect(
   Effect.map(ServerConfig, (config) =>
     RunnerReports.layer({
       address: addressOf(config),

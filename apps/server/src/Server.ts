@@ -17,6 +17,7 @@ import {
   EventLog,
   FileNotices,
   Inputs,
+  type RunnerReports,
   ScheduleFiring,
   Schedules,
   Settlements,
@@ -38,7 +39,13 @@ import {
   UsageLog,
   WebSearch
 } from "@agent-runtime/models"
-import { Database, DatabaseHealth, SealedSecret } from "@agent-runtime/store"
+import {
+  Database,
+  DatabaseHealth,
+  type EmbeddedPostgres,
+  type PersistenceError,
+  SealedSecret
+} from "@agent-runtime/store"
 import { ToolSources } from "@agent-runtime/toolsources"
 import { WebhookDelivery, WebhookEndpoints } from "@agent-runtime/webhooks"
 import {
@@ -50,10 +57,19 @@ import {
   SqlMessageStorage,
   SqlRunnerStorage
 } from "@effect/cluster"
-import { HttpApiBuilder, HttpApiScalar, HttpMiddleware, HttpRouter, HttpServer } from "@effect/platform"
+import {
+  HttpApiBuilder,
+  HttpApiScalar,
+  HttpMiddleware,
+  HttpRouter,
+  HttpServer,
+  type HttpServerError
+} from "@effect/platform"
 import { NodeHttpServer, NodeSocket } from "@effect/platform-node"
 import { RpcSerialization } from "@effect/rpc"
-import { Context, Deferred, Duration, Effect, Layer, Option } from "effect"
+import type { MigrationError } from "@effect/sql/Migrator"
+import type { SqlError } from "@effect/sql/SqlError"
+import { type ConfigError, Context, Deferred, Duration, Effect, Layer, Option } from "effect"
 import * as Http from "node:http"
 import * as Gateway from "./Gateway.ts"
 import * as Admin from "./http/Admin.ts"
@@ -147,7 +163,33 @@ const routerConfig = HttpRouter.setRouterConfig({ maxParamLength: Http.maxHeader
  * listener in `layer`, `NodeHttpServer.layerTest` in tests that call it in
  * process. Needs the services of `layerServicesOn`.
  */
-export const layerRestApp = HttpApiBuilder.serve((app) => HttpMiddleware.logger(Cors.middleware(app))).pipe(
+export const layerRestApp: Layer.Layer<
+  never,
+  never,
+  | HttpServer.HttpServer
+  | HttpRouter.HttpRouter.DefaultServices
+  | ServerConfig.ServerConfig
+  | RestBase
+  | Readiness.Readiness
+  | DatabaseHealth.DatabaseHealth
+  | Operator.Operator
+  | Tenants.Tenants
+  | Tokens.Tokens
+  | IdentityTokens.IdentityTokens
+  | WebhookEndpoints.WebhookEndpoints
+  | WebhookDelivery.WebhookDelivery
+  | Volumes.Volumes
+  | Downloads.Downloads
+  | Listing.Listing
+  | Keys.Keys
+  | KeyScopes.KeyScopes
+  | CustomProviders.CustomProviders
+  | Agents.Agents
+  | BrowserTokens.BrowserTokens
+  | Definitions.Definitions
+  | Schedules.Schedules
+  | RunnerReports.RunnerReports
+> = HttpApiBuilder.serve((app) => HttpMiddleware.logger(Cors.middleware(app))).pipe(
   Layer.provide([
     HttpApiBuilder.middlewareOpenApi({ path: "/v1/openapi.json" }),
     HttpApiScalar.layer({ path: "/docs" }),
@@ -323,7 +365,18 @@ const layerDatabase = Layer.unwrapEffect(
   )
 )
 
-export const layer = Readiness.layerServing.pipe(
+/** A node: its configuration, database, services, REST API and gateway, ready once they all are. */
+export const layer: Layer.Layer<
+  ServerConfig.ServerConfig | DatabaseHealth.DatabaseHealth | Readiness.Readiness | RestAddress | GatewayAddress,
+  | EmbeddedPostgres.EmbeddedPostgresError
+  | MigrationError
+  | SqlError
+  | ConfigError.ConfigError
+  | PersistenceError.PersistenceError
+  | SealedSecret.SealedSecretError
+  | Catalog.CatalogError
+  | HttpServerError.ServeError
+> = Readiness.layerServing.pipe(
   Layer.provideMerge(Layer.mergeAll(layerRest, layerGateway)),
   Layer.provide(layerServices),
   // Whether the node reaches its database: readiness, the runner listing, and event streams told to move on.

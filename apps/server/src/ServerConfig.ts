@@ -62,4 +62,4 @@ export const config: Config.Config<ServerConfig> = Config.all({
   maxBodyBytes: Config.integer("MAX_BODY_BYTES").pipe(Config.withDefault(24 * 1024 * 1024))
 })
 
-export const layer = Layer.effect(ServerConfig, config)
+export const layer: Layer.Layer<ServerConfig, ConfigError.ConfigError> = Layer.effect(ServerConfig, config)

@@ -3,7 +3,7 @@
  * a request names. Given as `OPERATOR_TOKEN`, or generated once into the
  * data directory for development.
  */
-import { Config, Effect, Layer, Option, Redacted } from "effect"
+import { Config, type ConfigError, Effect, Layer, Option, Redacted } from "effect"
 import * as Fs from "node:fs/promises"
 import * as Path from "node:path"
 import * as Secret from "./internal/secret.ts"
@@ -19,7 +19,7 @@ export const make = (token: Redacted.Redacted<string>) => {
   return Operator.of({ verify: (secret) => Secret.matches(secret, expected) })
 }
 
-export const layer = (token: Redacted.Redacted<string>) => Layer.succeed(Operator, make(token))
+export const layer = (token: Redacted.Redacted<string>): Layer.Layer<Operator> => Layer.succeed(Operator, make(token))
 
 /** Reads the token kept in `dataDir`, making one on first start. */
 const fromDataDir = (dataDir: string) =>
@@ -33,7 +33,8 @@ const fromDataDir = (dataDir: string) =>
     return { token, generated: true }
   })
 
-export const layerConfig = Layer.unwrapEffect(
+/** `layer` with OPERATOR_TOKEN, else the token kept in DATA_DIR (made on first start). */
+export const layerConfig: Layer.Layer<Operator, ConfigError.ConfigError> = Layer.unwrapEffect(
   Effect.gen(function*() {
     const configured = yield* Config.option(Config.redacted("OPERATOR_TOKEN"))
     if (Option.isSome(configured)) return layer(configured.value)

@@ -10,7 +10,7 @@
  * followed. `ALLOW_PRIVATE_URLS=true` lifts the public/https rule for
  * self-hosted setups (local model servers) and tests.
  */
-import { Cause, Config, Context, Duration, Effect, Exit, Layer, Runtime } from "effect"
+import { Cause, Config, type ConfigError, Context, Duration, Effect, Exit, Layer, Runtime } from "effect"
 import {
   Agent,
   buildConnector,
@@ -249,9 +249,10 @@ export const make = (options: Options) =>
   })
 
 /** Needs a `Resolver`: `Resolver.layer` in a node, `Resolver.layerTest` in tests. */
-export const layer = (options: Options) => Layer.scoped(Egress, make(options))
+export const layer = (options: Options): Layer.Layer<Egress, never, Resolver> => Layer.scoped(Egress, make(options))
 
-export const layerConfig = Layer.unwrapEffect(
+/** `layer` with ALLOW_PRIVATE_URLS (default false). */
+export const layerConfig: Layer.Layer<Egress, ConfigError.ConfigError, Resolver> = Layer.unwrapEffect(
   Effect.gen(function*() {
     const allowPrivate = yield* Config.boolean("ALLOW_PRIVATE_URLS").pipe(Config.withDefault(false))
     if (allowPrivate) {

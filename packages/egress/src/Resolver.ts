@@ -22,7 +22,7 @@ const notFound = (hostname: string, code: string) =>
   EgressError.make("resolution_failed", hostname, `name lookup failed with ${code}`)
 
 /** The operating system's resolver (getaddrinfo), as every other Node client would use. */
-export const layer = Layer.succeed(
+export const layer: Layer.Layer<Resolver> = Layer.succeed(
   Resolver,
   Resolver.of({
     lookupAll: (hostname) =>
@@ -55,4 +55,5 @@ export const make = (answers: Readonly<Record<string, Answer>>) =>
       })
   })
 
-export const layerTest = (answers: Readonly<Record<string, Answer>>) => Layer.succeed(Resolver, make(answers))
+export const layerTest = (answers: Readonly<Record<string, Answer>>): Layer.Layer<Resolver> =>
+  Layer.succeed(Resolver, make(answers))

@@ -6,8 +6,9 @@
  */
 import { SqlClient } from "@effect/sql"
 import { PgClient } from "@effect/sql-pg"
+import type { MigrationError } from "@effect/sql/Migrator"
 import { SqlError } from "@effect/sql/SqlError"
-import { Config, Duration, Effect, Layer, Option, Redacted, String } from "effect"
+import { Config, type ConfigError, Duration, Effect, Layer, Option, Redacted, String } from "effect"
 import Pg from "pg"
 import * as EmbeddedPostgres from "./EmbeddedPostgres.ts"
 import { PreparingClient } from "./internal/preparingClient.ts"
@@ -88,7 +89,10 @@ const pool = (url: Redacted.Redacted<string>, options: Omit<Options, "url" | "da
   )
 
 /** A client on `url`, with `options.migrations` applied. */
-export const layerClient = (url: Redacted.Redacted<string>, options: Omit<Options, "url" | "dataDir"> = {}) =>
+export const layerClient = (
+  url: Redacted.Redacted<string>,
+  options: Omit<Options, "url" | "dataDir"> = {}
+): Layer.Layer<SqlClient.SqlClient | PgClient.PgClient, MigrationError | SqlError> =>
   Layer.effectDiscard(withStartupLock(Migrations.run(...options.migrations ?? []))).pipe(
     Layer.provideMerge(PgClient.layerFromPool({
       acquire: pool(url, options),
@@ -102,7 +106,12 @@ export const layerClient = (url: Redacted.Redacted<string>, options: Omit<Option
     }))
   )
 
-export const layer = (options: Options) =>
+export const layer = (
+  options: Options
+): Layer.Layer<
+  SqlClient.SqlClient | PgClient.PgClient,
+  EmbeddedPostgres.EmbeddedPostgresError | MigrationError | SqlError
+> =>
   Option.match(options.url, {
     onSome: (url) => layerClient(url, options),
     onNone: () =>
@@ -116,7 +125,12 @@ export const layer = (options: Options) =>
   })
 
 /** DATABASE_URL, or an embedded server under DATA_DIR. */
-export const layerConfig = (options: Omit<Options, "url" | "dataDir"> = {}) =>
+export const layerConfig = (
+  options: Omit<Options, "url" | "dataDir"> = {}
+): Layer.Layer<
+  SqlClient.SqlClient | PgClient.PgClient,
+  EmbeddedPostgres.EmbeddedPostgresError | MigrationError | SqlError | ConfigError.ConfigError
+> =>
   Layer.unwrapEffect(
     Effect.gen(function*() {
       const url = yield* Config.option(Config.redacted("DATABASE_URL"))

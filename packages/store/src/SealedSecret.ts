@@ -5,7 +5,7 @@
  * previous key until resealed), and binds its owner (tenant and row) as
  * associated data, so a ciphertext copied to another row does not open.
  */
-import { Config, Context, Data, Effect, Layer, Option, Redacted } from "effect"
+import { Config, type ConfigError, Context, Data, Effect, Layer, Option, Redacted } from "effect"
 import * as Crypto from "node:crypto"
 import * as Fs from "node:fs/promises"
 import * as Path from "node:path"
@@ -95,7 +95,7 @@ export const make = (current: SealingKey, previous: ReadonlyArray<SealingKey> = 
   })
 }
 
-export const layer = (current: SealingKey, previous: ReadonlyArray<SealingKey> = []) =>
+export const layer = (current: SealingKey, previous: ReadonlyArray<SealingKey> = []): Layer.Layer<Sealer> =>
   Layer.succeed(Sealer, make(current, previous))
 
 /** The development key, made once into the data directory. */
@@ -115,7 +115,7 @@ const fromDataDir = (dataDir: string) =>
  * separated) still open older secrets after a rotation. Without
  * `SEALING_KEY` a key is generated into `DATA_DIR/sealing-key`.
  */
-export const layerConfig = Layer.unwrapEffect(
+export const layerConfig: Layer.Layer<Sealer, ConfigError.ConfigError | SealedSecretError> = Layer.unwrapEffect(
   Effect.gen(function*() {
     const configured = yield* Config.option(Config.redacted("SEALING_KEY"))
     const previous = yield* Config.array(Config.string(), "SEALING_KEYS_PREVIOUS").pipe(Config.withDefault([]))

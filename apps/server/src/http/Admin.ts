@@ -1,14 +1,23 @@
 import { Tenants } from "@agent-runtime/accounts"
 import { RunnerReports } from "@agent-runtime/agent"
-import { Api } from "@agent-runtime/domain"
+import { Api, type Auth } from "@agent-runtime/domain"
 import { IdentityTokens } from "@agent-runtime/identity"
 import { Keys } from "@agent-runtime/models"
 import { WebhookDelivery } from "@agent-runtime/webhooks"
-import { HttpApiBuilder } from "@effect/platform"
-import { Effect } from "effect"
+import { HttpApiBuilder, type HttpApiGroup } from "@effect/platform"
+import { Effect, type Layer } from "effect"
 import * as Errors from "./Errors.ts"
 
-export const layer = HttpApiBuilder.group(Api.Api, "admin", (handlers) =>
+export const layer: Layer.Layer<
+  HttpApiGroup.ApiGroup<"agent-runtime", "admin">,
+  never,
+  | Auth.OperatorAuthentication
+  | Tenants.Tenants
+  | WebhookDelivery.WebhookDelivery
+  | IdentityTokens.IdentityTokens
+  | Keys.Keys
+  | RunnerReports.RunnerReports
+> = HttpApiBuilder.group(Api.Api, "admin", (handlers) =>
   Effect.gen(function*() {
     const tenants = yield* Tenants.Tenants
     const keys = yield* Keys.Keys

@@ -1,13 +1,17 @@
 import { Agents, BrowserTokens } from "@agent-runtime/agent"
 import { Api, Auth, Session } from "@agent-runtime/domain"
-import { HttpApiBuilder, HttpServerResponse } from "@effect/platform"
-import { type Context, Duration, Effect, Option } from "effect"
+import { HttpApiBuilder, type HttpApiGroup, HttpServerResponse } from "@effect/platform"
+import { type Context, Duration, Effect, type Layer, Option } from "effect"
 import { ServerConfig } from "../ServerConfig.ts"
 
 /** Version of the event stream's frames, sent in the ready frame. */
 export const streamVersion = 1
 
-export const layer = HttpApiBuilder.group(Api.Api, "agents", (handlers) =>
+export const layer: Layer.Layer<
+  HttpApiGroup.ApiGroup<"agent-runtime", "agents">,
+  never,
+  Auth.Authentication | Agents.Agents | BrowserTokens.BrowserTokens
+> = HttpApiBuilder.group(Api.Api, "agents", (handlers) =>
   Effect.gen(function*() {
     const agents = yield* Agents.Agents
     const browserTokens = yield* BrowserTokens.BrowserTokens

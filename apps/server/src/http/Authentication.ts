@@ -53,7 +53,11 @@ const browserOnly = new ApiError.Forbidden({
   error: "a browser token reads only GET /v1/agents/{id}/events, state, history and inputs of its own agent"
 })
 
-export const layer = Layer.effect(
+export const layer: Layer.Layer<
+  Auth.Authentication,
+  never,
+  Operator.Operator | Tokens.Tokens | Tenants.Tenants | BrowserTokens.BrowserTokens
+> = Layer.effect(
   Auth.Authentication,
   Effect.gen(function*() {
     const operator = yield* Operator.Operator
@@ -110,7 +114,7 @@ export const layer = Layer.effect(
   })
 )
 
-export const layerAgent = Layer.effect(
+export const layerAgent: Layer.Layer<Auth.AgentAuthentication, never, Agents.Agents> = Layer.effect(
   Auth.AgentAuthentication,
   Effect.gen(function*() {
     const agents = yield* Agents.Agents
@@ -138,23 +142,24 @@ export const layerAgent = Layer.effect(
   })
 )
 
-export const layerOperator = Layer.effect(
-  Auth.OperatorAuthentication,
-  Effect.gen(function*() {
-    const operator = yield* Operator.Operator
-    const tokens = yield* Tokens.Tokens
-    return Auth.OperatorAuthentication.of({
-      operator: (token) =>
-        Effect.gen(function*() {
-          const secret = Redacted.value(token)
-          if (secret === "") return yield* missing
-          if (operator.verify(secret)) return
-          // A live API key is a known caller without the right; anything else is no caller at all.
-          const key = yield* tokens.authenticate(secret)
-          return yield* Option.isSome(key)
-            ? new ApiError.Forbidden({ error: "operator routes need the operator token" })
-            : invalid
-        }).pipe(Errors.persistenceAsDefect)
+export const layerOperator: Layer.Layer<Auth.OperatorAuthentication, never, Operator.Operator | Tokens.Tokens> = Layer
+  .effect(
+    Auth.OperatorAuthentication,
+    Effect.gen(function*() {
+      const operator = yield* Operator.Operator
+      const tokens = yield* Tokens.Tokens
+      return Auth.OperatorAuthentication.of({
+        operator: (token) =>
+          Effect.gen(function*() {
+            const secret = Redacted.value(token)
+            if (secret === "") return yield* missing
+            if (operator.verify(secret)) return
+            // A live API key is a known caller without the right; anything else is no caller at all.
+            const key = yield* tokens.authenticate(secret)
+            return yield* Option.isSome(key)
+              ? new ApiError.Forbidden({ error: "operator routes need the operator token" })
+              : invalid
+          }).pipe(Errors.persistenceAsDefect)
+      })
     })
-  })
-)
+  )

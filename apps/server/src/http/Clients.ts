@@ -1,11 +1,15 @@
 import { Agents } from "@agent-runtime/agent"
 import { Agent, Api, Application, Auth, Run } from "@agent-runtime/domain"
-import { HttpApiBuilder, HttpServerResponse } from "@effect/platform"
-import { Duration, Effect, Option } from "effect"
+import { HttpApiBuilder, type HttpApiGroup, HttpServerResponse } from "@effect/platform"
+import { Duration, Effect, type Layer, Option } from "effect"
 import { events, sseInit, streamVersion } from "./Agents.ts"
 import { answered } from "./Inputs.ts"
 
-export const layer = HttpApiBuilder.group(Api.Api, "clients", (handlers) =>
+export const layer: Layer.Layer<
+  HttpApiGroup.ApiGroup<"agent-runtime", "clients">,
+  never,
+  Auth.AgentAuthentication | Agents.Agents
+> = HttpApiBuilder.group(Api.Api, "clients", (handlers) =>
   Effect.gen(function*() {
     const agents = yield* Agents.Agents
     return handlers

@@ -17,7 +17,7 @@ import {
   HttpServerRequest,
   HttpServerResponse
 } from "@effect/platform"
-import { Cause, Effect, Option, type ParseResult, Schema } from "effect"
+import { Cause, Effect, type Layer, Option, type ParseResult, Schema } from "effect"
 import * as Http from "node:http"
 import type { Duplex } from "node:stream"
 import { ServerConfig } from "../ServerConfig.ts"
@@ -264,7 +264,7 @@ export const checkedJson = (json: unknown): Effect.Effect<unknown, ApiError.Inva
 /** Routes whose body is a file: up to the largest file allowed, not MAX_BODY_BYTES. */
 const fileRoute = /^\/v1\/(volumes\/[^/?]+\/file|agents\/[^/?]+\/uploads\/)/
 
-export const layer = HttpApiBuilder.middleware(
+export const layer: Layer.Layer<never, never, DatabaseHealth.DatabaseHealth | ServerConfig> = HttpApiBuilder.middleware(
   Api.Api,
   Effect.map(
     Effect.all([ServerConfig, DatabaseHealth.DatabaseHealth, Effect.orDie(Volumes.config)]),

@@ -7,11 +7,15 @@
 import { RunnerReports } from "@agent-runtime/agent"
 import { Api, ApiError } from "@agent-runtime/domain"
 import { DatabaseHealth } from "@agent-runtime/store"
-import { HttpApiBuilder } from "@effect/platform"
-import { Effect } from "effect"
+import { HttpApiBuilder, type HttpApiGroup } from "@effect/platform"
+import { Effect, type Layer } from "effect"
 import { Readiness } from "../Readiness.ts"
 
-export const layer = HttpApiBuilder.group(Api.Api, "health", (handlers) =>
+export const layer: Layer.Layer<
+  HttpApiGroup.ApiGroup<"agent-runtime", "health">,
+  never,
+  DatabaseHealth.DatabaseHealth | RunnerReports.RunnerReports | Readiness
+> = HttpApiBuilder.group(Api.Api, "health", (handlers) =>
   Effect.gen(function*() {
     const readiness = yield* Readiness
     const database = yield* DatabaseHealth.DatabaseHealth

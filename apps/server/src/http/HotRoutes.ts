@@ -76,7 +76,11 @@ const send = (response: ServerResponse, status: number, value: unknown, headers?
   response.end(text)
 }
 
-export const layer = Layer.effect(
+export const layer: Layer.Layer<
+  HotRoutes,
+  never,
+  DatabaseHealth.DatabaseHealth | Tokens.Tokens | Agents.Agents | ServerConfig
+> = Layer.effect(
   HotRoutes,
   Effect.gen(function*() {
     const config = yield* ServerConfig

@@ -4,8 +4,8 @@
  */
 import { Agents } from "@agent-runtime/agent"
 import { Api, Auth, Run } from "@agent-runtime/domain"
-import { HttpApiBuilder } from "@effect/platform"
-import { Effect, Option } from "effect"
+import { HttpApiBuilder, type HttpApiGroup } from "@effect/platform"
+import { Effect, type Layer, Option } from "effect"
 
 /** Who answered, as the input's record keeps it: the kind of credential, and the API key used. */
 export const answeredBy = (principal: Auth.Principal): Record<string, unknown> => ({
@@ -22,7 +22,11 @@ export const answered = (all: Run.AnsweredAll, inputId: string) => {
   })
 }
 
-export const layer = HttpApiBuilder.group(Api.Api, "inputs", (handlers) =>
+export const layer: Layer.Layer<
+  HttpApiGroup.ApiGroup<"agent-runtime", "inputs">,
+  never,
+  Auth.Authentication | Agents.Agents
+> = HttpApiBuilder.group(Api.Api, "inputs", (handlers) =>
   Effect.gen(function*() {
     const agents = yield* Agents.Agents
     return handlers

@@ -1,10 +1,14 @@
 import { Tenants } from "@agent-runtime/accounts"
 import { Api, Auth, Me } from "@agent-runtime/domain"
 import { Listing } from "@agent-runtime/models"
-import { HttpApiBuilder } from "@effect/platform"
-import { Effect } from "effect"
+import { HttpApiBuilder, type HttpApiGroup } from "@effect/platform"
+import { Effect, type Layer } from "effect"
 
-export const layer = HttpApiBuilder.group(Api.Api, "me", (handlers) =>
+export const layer: Layer.Layer<
+  HttpApiGroup.ApiGroup<"agent-runtime", "me">,
+  never,
+  Auth.Authentication | Tenants.Tenants | Listing.Listing
+> = HttpApiBuilder.group(Api.Api, "me", (handlers) =>
   Effect.gen(function*() {
     const tenants = yield* Tenants.Tenants
     const listing = yield* Listing.Listing

@@ -2,20 +2,28 @@ import type { ApiError } from "@agent-runtime/domain"
 import { Api, Auth, Provider } from "@agent-runtime/domain"
 import { CustomProviders, Keys, KeyScopes, Listing } from "@agent-runtime/models"
 import type { PersistenceError } from "@agent-runtime/store"
-import { HttpApiBuilder } from "@effect/platform"
-import { Effect } from "effect"
+import { HttpApiBuilder, type HttpApiGroup } from "@effect/platform"
+import { Effect, type Layer } from "effect"
 import * as Errors from "./Errors.ts"
 
 const list = <A>(data: ReadonlyArray<A>) => ({ data, next: null })
 
-export const layerModels = HttpApiBuilder.group(Api.Api, "models", (handlers) =>
+export const layerModels: Layer.Layer<
+  HttpApiGroup.ApiGroup<"agent-runtime", "models">,
+  never,
+  Auth.Authentication | Listing.Listing
+> = HttpApiBuilder.group(Api.Api, "models", (handlers) =>
   Effect.gen(function*() {
     const listing = yield* Listing.Listing
     return Errors.handlers(handlers).handle("list", () =>
       Effect.flatMap(Auth.CurrentPrincipal, (principal) => Effect.map(listing.models(principal.tenantId), list)))
   }))
 
-export const layerProviders = HttpApiBuilder.group(Api.Api, "providers", (handlers) =>
+export const layerProviders: Layer.Layer<
+  HttpApiGroup.ApiGroup<"agent-runtime", "providers">,
+  never,
+  Auth.Authentication | CustomProviders.CustomProviders | Listing.Listing
+> = HttpApiBuilder.group(Api.Api, "providers", (handlers) =>
   Effect.gen(function*() {
     const listing = yield* Listing.Listing
     const custom = yield* CustomProviders.CustomProviders
@@ -34,7 +42,11 @@ export const layerProviders = HttpApiBuilder.group(Api.Api, "providers", (handle
           custom.remove(principal.tenantId, "", path.name)))
   }))
 
-export const layerKeys = HttpApiBuilder.group(Api.Api, "keys", (handlers) =>
+export const layerKeys: Layer.Layer<
+  HttpApiGroup.ApiGroup<"agent-runtime", "keys">,
+  never,
+  Auth.Authentication | Keys.Keys
+> = HttpApiBuilder.group(Api.Api, "keys", (handlers) =>
   Effect.gen(function*() {
     const keys = yield* Keys.Keys
     return Errors.handlers(handlers)
@@ -51,7 +63,11 @@ export const layerKeys = HttpApiBuilder.group(Api.Api, "keys", (handlers) =>
           keys.deleteTenantKey(principal.tenantId, path.provider)))
   }))
 
-export const layerKeyScopes = HttpApiBuilder.group(Api.Api, "keyScopes", (handlers) =>
+export const layerKeyScopes: Layer.Layer<
+  HttpApiGroup.ApiGroup<"agent-runtime", "keyScopes">,
+  never,
+  Auth.Authentication | CustomProviders.CustomProviders | KeyScopes.KeyScopes
+> = HttpApiBuilder.group(Api.Api, "keyScopes", (handlers) =>
   Effect.gen(function*() {
     const scopes = yield* KeyScopes.KeyScopes
     const custom = yield* CustomProviders.CustomProviders

@@ -15,7 +15,7 @@
  * any origin may frame it.
  */
 import { HttpApiBuilder, HttpServerResponse } from "@effect/platform"
-import { Effect } from "effect"
+import { Effect, type Layer } from "effect"
 import * as Fs from "node:fs/promises"
 
 /** Where the page is served. */
@@ -48,7 +48,7 @@ const read = (file: string) =>
   Effect.promise(() => Fs.readFile(new URL(`../../static/${file}`, import.meta.url), "utf8"))
 
 /** The page's three routes, read once when the node starts. */
-export const layer = HttpApiBuilder.Router.use((router) =>
+export const layer: Layer.Layer<never> = HttpApiBuilder.Router.use((router) =>
   Effect.forEach(
     files,
     ({ contentType, file, route }) =>

@@ -1,10 +1,14 @@
 import { Tokens } from "@agent-runtime/accounts"
 import { Api, Auth } from "@agent-runtime/domain"
-import { HttpApiBuilder } from "@effect/platform"
-import { Effect } from "effect"
+import { HttpApiBuilder, type HttpApiGroup } from "@effect/platform"
+import { Effect, type Layer } from "effect"
 import * as Errors from "./Errors.ts"
 
-export const layer = HttpApiBuilder.group(Api.Api, "tokens", (handlers) =>
+export const layer: Layer.Layer<
+  HttpApiGroup.ApiGroup<"agent-runtime", "tokens">,
+  never,
+  Auth.Authentication | Tokens.Tokens
+> = HttpApiBuilder.group(Api.Api, "tokens", (handlers) =>
   Effect.gen(function*() {
     const tokens = yield* Tokens.Tokens
     return Errors.handlers(handlers)

@@ -7,9 +7,9 @@
 import { Agents } from "@agent-runtime/agent"
 import { Api, ApiError, Auth, Session, Volume } from "@agent-runtime/domain"
 import { Downloads, Volumes } from "@agent-runtime/files"
-import type { HttpServerRequest } from "@effect/platform"
+import type { HttpApiGroup, HttpServerRequest } from "@effect/platform"
 import { HttpApiBuilder, HttpServerResponse } from "@effect/platform"
-import { Effect, Stream } from "effect"
+import { Effect, type Layer, Stream } from "effect"
 import * as Errors from "./Errors.ts"
 
 const tenant = Effect.map(Auth.CurrentPrincipal, (principal) => principal.tenantId)
@@ -67,7 +67,11 @@ const fileHeaders = (file: Volume.VolumeFile) => ({
   "accept-ranges": "bytes"
 })
 
-export const layer = HttpApiBuilder.group(Api.Api, "volumes", (handlers) =>
+export const layer: Layer.Layer<
+  HttpApiGroup.ApiGroup<"agent-runtime", "volumes">,
+  never,
+  Auth.Authentication | Volumes.Volumes | Agents.Agents
+> = HttpApiBuilder.group(Api.Api, "volumes", (handlers) =>
   Effect.gen(function*() {
     const volumes = yield* Volumes.Volumes
     const agents = yield* Agents.Agents
@@ -148,7 +152,11 @@ export const layer = HttpApiBuilder.group(Api.Api, "volumes", (handlers) =>
   }))
 
 /** The link of a presented file: no bearer token, the signature is what lets it in. */
-export const layerDownloads = HttpApiBuilder.group(Api.Api, "downloads", (handlers) =>
+export const layerDownloads: Layer.Layer<
+  HttpApiGroup.ApiGroup<"agent-runtime", "downloads">,
+  never,
+  Downloads.Downloads
+> = HttpApiBuilder.group(Api.Api, "downloads", (handlers) =>
   Effect.gen(function*() {
     const downloads = yield* Downloads.Downloads
     return Errors.handlers(handlers).handle("download", ({ path, urlParams }) =>

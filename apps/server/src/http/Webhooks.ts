@@ -1,13 +1,17 @@
 import { Api, ApiError, Auth } from "@agent-runtime/domain"
 import { WebhookDelivery, WebhookEndpoints } from "@agent-runtime/webhooks"
-import { HttpApiBuilder } from "@effect/platform"
-import { Effect } from "effect"
+import { HttpApiBuilder, type HttpApiGroup } from "@effect/platform"
+import { Effect, type Layer } from "effect"
 import * as Errors from "./Errors.ts"
 
 const tenant = Effect.map(Auth.CurrentPrincipal, (principal) => principal.tenantId)
 const list = <A>(data: ReadonlyArray<A>) => ({ data, next: null })
 
-export const layer = HttpApiBuilder.group(Api.Api, "webhooks", (handlers) =>
+export const layer: Layer.Layer<
+  HttpApiGroup.ApiGroup<"agent-runtime", "webhooks">,
+  never,
+  Auth.Authentication | WebhookEndpoints.WebhookEndpoints | WebhookDelivery.WebhookDelivery
+> = HttpApiBuilder.group(Api.Api, "webhooks", (handlers) =>
   Effect.gen(function*() {
     const endpoints = yield* WebhookEndpoints.WebhookEndpoints
     const delivery = yield* WebhookDelivery.WebhookDelivery

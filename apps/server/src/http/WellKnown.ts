@@ -6,13 +6,17 @@
  */
 import { Api, Identity } from "@agent-runtime/domain"
 import { IdentityTokens } from "@agent-runtime/identity"
-import { HttpApiBuilder, HttpServerResponse } from "@effect/platform"
-import { Effect } from "effect"
+import { HttpApiBuilder, type HttpApiGroup, HttpServerResponse } from "@effect/platform"
+import { Effect, type Layer } from "effect"
 
 /** How long verifiers may reuse the key set. */
 export const cacheControl = "public, max-age=300"
 
-export const layer = HttpApiBuilder.group(Api.Api, "wellKnown", (handlers) =>
+export const layer: Layer.Layer<
+  HttpApiGroup.ApiGroup<"agent-runtime", "wellKnown">,
+  never,
+  IdentityTokens.IdentityTokens
+> = HttpApiBuilder.group(Api.Api, "wellKnown", (handlers) =>
   Effect.gen(function*() {
     const identity = yield* IdentityTokens.IdentityTokens
     return handlers.handle("jwks", () =>
