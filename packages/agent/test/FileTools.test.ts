@@ -12,7 +12,7 @@ import { Database, SealedSecret } from "@agent-runtime/store"
 import { AgentFixtures, TestDatabase } from "@agent-runtime/testing"
 import { SqlClient } from "@effect/sql"
 import { expect, layer } from "@effect/vitest"
-import { Effect, Layer, Redacted, TestServices } from "effect"
+import { Cause, Effect, Exit, Layer, Redacted, TestServices } from "effect"
 import * as Crypto from "node:crypto"
 import * as FileTools from "../src/FileTools.ts"
 import type { ToolResult } from "../src/ToolResult.ts"
@@ -234,5 +234,25 @@ layer(FilesLive, { timeout: 60_000 })("file tools", (it) => {
       expect(gone._tag).toBe("Gone")
       const outside = yield* call("present_file", { path: "/etc/passwd" })
       expect(outside.isError).toBe(true)
+    }))
+
+  it.effect("a database fault is no refusal: the call dies (the turn resumes from the journal), the model reads nothing", () =>
+    Effect.gen(function*() {
+      const { call } = yield* setup("dbfault")
+      const sql = yield* SqlClient.SqlClient
+      yield* sql`ALTER TABLE volume_files RENAME TO volume_files_away`
+      const outcomes = yield* Effect.forEach(
+        [
+          call("write", { path: "notes.md", content: "hello" }),
+          call("read", { path: "notes.md" }),
+          call("ls", { path: "/workspace" })
+        ],
+        (attempt) => Effect.exit(attempt)
+      ).pipe(Effect.ensuring(Effect.orDie(sql`ALTER TABLE volume_files_away RENAME TO volume_files`)))
+      for (const exit of outcomes) {
+        expect(Exit.isFailure(exit) && Cause.isDie(exit.cause), JSON.stringify(exit)).toBe(true)
+      }
+      // And once the database answers again, the same call is a plain answer.
+      expect((yield* call("write", { path: "notes.md", content: "hello" })).isError).toBe(false)
     }))
 })
