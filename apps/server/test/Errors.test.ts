@@ -198,7 +198,7 @@ it.effect("a service's PersistenceError is answered as the database fault under 
     /** What the API answers a handler that failed with a PersistenceError around `cause`. */
     const answer = (cause: SqlError.SqlError) =>
       Effect.flatMap(
-        Effect.exit(Errors.persistenceAsDefect(new PersistenceError.PersistenceError({ cause }))),
+        Effect.exit(PersistenceError.orDie(new PersistenceError.PersistenceError({ cause }))),
         (exit) =>
           Exit.isSuccess(exit)
             ? Effect.dieMessage("a failure succeeded")

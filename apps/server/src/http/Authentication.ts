@@ -1,15 +1,15 @@
 /**
  * The security middlewares: API keys, the operator token, browser tokens
  * (on their agent's read routes only) and agent tokens. A database fault
- * while checking a key or a tenant is answered as the API answers any
- * (`Errors.persistenceAsDefect`).
+ * while checking a key or a tenant is the defect of its cause
+ * (`PersistenceError.orDie`), answered as the API answers any.
  */
 import { Operator, Tenants, Tokens } from "@agent-runtime/accounts"
 import { Agents, BrowserTokens } from "@agent-runtime/agent"
 import { ApiError, Auth, type Session } from "@agent-runtime/domain"
+import { PersistenceError } from "@agent-runtime/store"
 import { HttpServerRequest } from "@effect/platform"
 import { Effect, Layer, Option, Redacted } from "effect"
-import * as Errors from "./Errors.ts"
 
 const missing = new ApiError.Unauthorized({ error: "missing bearer token" })
 const invalid = new ApiError.Unauthorized({ error: "invalid or revoked token" })
@@ -109,7 +109,7 @@ export const layer: Layer.Layer<
           if (BrowserTokens.isToken(secret)) return yield* asBrowser(secret)
           if (operator.verify(secret)) return yield* asOperator
           return yield* apiKey(tokens, secret)
-        }).pipe(Errors.persistenceAsDefect)
+        }).pipe(PersistenceError.orDie)
     })
   })
 )
@@ -159,7 +159,7 @@ export const layerOperator: Layer.Layer<Auth.OperatorAuthentication, never, Oper
             return yield* Option.isSome(key)
               ? new ApiError.Forbidden({ error: "operator routes need the operator token" })
               : invalid
-          }).pipe(Errors.persistenceAsDefect)
+          }).pipe(PersistenceError.orDie)
       })
     })
   )

@@ -146,26 +146,11 @@ export const failureOf = (
 }
 
 /**
- * A database fault of a service the API calls, answered as the API has always answered one: the services
- * say `PersistenceError` in their types, the endpoints do not, so here it becomes the defect of its cause
- * (what those services used to die with), which `failureOf` answers 503 when the database cannot be reached
- * and 500 otherwise.
- */
-export const persistenceAsDefect = <A, E, R>(
-  effect: Effect.Effect<A, E, R>
-): Effect.Effect<A, Exclude<E, PersistenceError.PersistenceError>, R> =>
-  Effect.catchIf(
-    effect,
-    (error): error is Extract<E, PersistenceError.PersistenceError> =>
-      error instanceof PersistenceError.PersistenceError,
-    (error) => Effect.die(error.cause)
-    // The same type, which TypeScript does not see for a generic E.
-  ) as Effect.Effect<A, Exclude<E, PersistenceError.PersistenceError>, R>
-
-/**
- * A group's handlers, taking handlers that may also fail with `PersistenceError`: each handler added is run
- * through `persistenceAsDefect`. Groups whose services touch the database build on these, so a database
- * fault is mapped in this one place rather than in each handler.
+ * A group's handlers, taking handlers that may also fail with `PersistenceError`: the services say a
+ * database fault in their types, the endpoints do not. Each handler added is run through
+ * `PersistenceError.orDie`, so the fault becomes the defect of its cause (what those services used to die
+ * with), which `failureOf` answers 503 when the database cannot be reached and 500 otherwise. Groups whose
+ * services touch the database build on these, so it is mapped in this one place rather than in each handler.
  */
 export const handlers = <E, Provides, R, Endpoints extends HttpApiEndpoint.HttpApiEndpoint.Any>(
   group: HttpApiBuilder.Handlers<E, Provides, R, Endpoints>
@@ -179,7 +164,7 @@ export const handlers = <E, Provides, R, Endpoints extends HttpApiEndpoint.HttpA
         name: string,
         handler: (request: unknown) => Effect.Effect<unknown, unknown, unknown>,
         options?: unknown
-      ) => handlers(add.call(group, name, (request: unknown) => persistenceAsDefect(handler(request)), options))
+      ) => handlers(add.call(group, name, (request: unknown) => PersistenceError.orDie(handler(request)), options))
     }
   }
   return Object.create(group, { handle: adding("handle"), handleRaw: adding("handleRaw") })

@@ -15,7 +15,7 @@
 import { Tokens } from "@agent-runtime/accounts"
 import { Agents } from "@agent-runtime/agent"
 import { Api, type ApiError, Run, Token } from "@agent-runtime/domain"
-import { DatabaseHealth } from "@agent-runtime/store"
+import { DatabaseHealth, PersistenceError } from "@agent-runtime/store"
 import { Context, Duration, Effect, Layer, Runtime, Schema } from "effect"
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http"
 import { ServerConfig } from "../ServerConfig.ts"
@@ -128,7 +128,7 @@ export const layer: Layer.Layer<
     ) => {
       const fiber = runFork(
         effect.pipe(
-          Errors.persistenceAsDefect,
+          PersistenceError.orDie,
           Effect.matchCauseEffect({
             onSuccess: (value) => Effect.sync(() => send(response, status, value)).pipe(Effect.as(status)),
             onFailure: (cause) =>
