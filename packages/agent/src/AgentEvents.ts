@@ -9,6 +9,7 @@
  */
 import { ApiError } from "@agent-runtime/domain"
 import { DatabaseHealth } from "@agent-runtime/store"
+import type { Sharding } from "@effect/cluster"
 import type { Scope } from "effect"
 import { Cause, Context, Deferred, Duration, Effect, Exit, Layer, Option, Sink, Stream } from "effect"
 import { Buffer } from "node:buffer"
@@ -504,4 +505,8 @@ export const make = Effect.gen(function*() {
   return AgentEvents.of({ status, watch, recent, poll, eventBody, connectionBody, awaitSettled })
 })
 
-export const layer = Layer.effect(AgentEvents, make)
+export const layer: Layer.Layer<
+  AgentEvents,
+  never,
+  Sharding.Sharding | Drain | DatabaseHealth.DatabaseHealth | EventLog.LocalLogs | Settlements
+> = Layer.effect(AgentEvents, make)

@@ -7,10 +7,13 @@
  * says so with turn_resumed (turn_recovered when the runner that began it,
  * restarted under the same address, goes on with it).
  */
+import type { Volumes } from "@agent-runtime/files"
 import { IdentityTokens } from "@agent-runtime/identity"
 import { UsageLog } from "@agent-runtime/models"
+import type { ModelClient } from "@agent-runtime/models"
 import { DatabaseHealth } from "@agent-runtime/store"
 import { Entity, ShardingConfig } from "@effect/cluster"
+import type { Sharding } from "@effect/cluster"
 import { Cause, Deferred, Duration, Effect, Exit, Fiber, Layer, Option, Queue, Schedule, Stream } from "effect"
 import type { AnswerPayload, PromptPayload } from "./Agent.ts"
 import { Agent, applyChanges, toRecord, watchKeepAlive } from "./Agent.ts"
@@ -18,6 +21,7 @@ import { type ApplicationConnected, Draining, Fenced, PersistenceError } from ".
 import { AgentStore, type RequestRow } from "./AgentStore.ts"
 import * as ApplicationConnection from "./ApplicationConnection.ts"
 import { Drain } from "./Drain.ts"
+import type * as EventLog from "./EventLog.ts"
 import * as Inputs from "./Inputs.ts"
 import {
   afterSettled,
@@ -34,6 +38,7 @@ import {
 import { awaitApplication, runRequest } from "./internal/runRequest.ts"
 import * as Journal from "./Journal.ts"
 import * as RunnerReports from "./RunnerReports.ts"
+import type * as Tools from "./Tools.ts"
 
 /** How long a moving agent's turn may take to finish its step before it is cut (and resumed as after a crash). */
 const handOnTimeout = Duration.seconds(30)
@@ -262,7 +267,21 @@ const prompt = (instance: Instance, payload: typeof PromptPayload.Type) =>
   })
 
 // One client for the runner, not one per entity: the runner's messages to itself (Wake) go through it.
-export const layer = Layer.unwrapEffect(Effect.map(Agent.client, (makeClient) =>
+export const layer: Layer.Layer<
+  never,
+  never,
+  | Sharding.Sharding
+  | ShardingConfig.ShardingConfig
+  | Drain
+  | EventLog.LocalLogs
+  | AgentStore
+  | Inputs.InputStore
+  | UsageLog.UsageLog
+  | IdentityTokens.IdentityTokens
+  | ModelClient.ModelClient
+  | Volumes.Volumes
+  | Tools.Tools
+> = Layer.unwrapEffect(Effect.map(Agent.client, (makeClient) =>
   Agent.toLayer(
     Effect.gen(function*() {
       const instance = yield* start
@@ -409,7 +428,7 @@ export const layer = Layer.unwrapEffect(Effect.map(Agent.client, (makeClient) =>
  * layer closes: after the cluster runner it sits under has released its
  * shards, so the wake-ups other nodes send reach the next owners.
  */
-export const layerReleaseAnnouncements = Layer.scopedDiscard(
+export const layerReleaseAnnouncements: Layer.Layer<never, never, Drain | AgentStore> = Layer.scopedDiscard(
   Effect.gen(function*() {
     const drain = yield* Drain
     const store = yield* AgentStore

@@ -14,18 +14,22 @@ import {
   Session
 } from "@agent-runtime/domain"
 import { Volumes } from "@agent-runtime/files"
+import type { Listing, UsageLog } from "@agent-runtime/models"
 import { Ids, PersistenceError } from "@agent-runtime/store"
+import type { Sharding } from "@effect/cluster"
 import { Context, Duration, Effect, Layer, Option, type Scope, type Stream } from "effect"
 import { Agent, fingerprint, toRecord } from "./Agent.ts"
 import * as AgentEvents from "./AgentEvents.ts"
 import { AgentStore, findLive, liveRequestOf, type RequestRow } from "./AgentStore.ts"
 import * as AgentTokens from "./AgentTokens.ts"
+import type { Definitions } from "./Definitions.ts"
 import type * as EventLog from "./EventLog.ts"
 import * as HistoryPage from "./HistoryPage.ts"
 import * as Inputs from "./Inputs.ts"
 import * as AgentSetup from "./internal/agentSetup.ts"
 import * as AgentViews from "./internal/agentViews.ts"
 import * as Prompts from "./Prompts.ts"
+import type { Tools } from "./Tools.ts"
 
 export type { Caller, PromptError } from "./Prompts.ts"
 type Caller = Prompts.Caller
@@ -567,4 +571,17 @@ export const make = Effect.gen(function*() {
   })
 })
 
-export const layer = Layer.effect(Agents, make).pipe(Layer.provide(Prompts.layer))
+export const layer: Layer.Layer<
+  Agents,
+  never,
+  | AgentEvents.AgentEvents
+  | Sharding.Sharding
+  | AgentStore
+  | Inputs.InputStore
+  | UsageLog.UsageLog
+  | Volumes.Volumes
+  | Tools
+  | Definitions
+  | AgentTokens.AgentTokens
+  | Listing.Listing
+> = Layer.effect(Agents, make).pipe(Layer.provide(Prompts.layer))

@@ -15,7 +15,9 @@
  * failed to queue it) is found by the wake-up sweep (Wakeups).
  */
 import type { Run } from "@agent-runtime/domain"
+import type { DatabaseHealth } from "@agent-runtime/store"
 import { EntityId, ShardId, Sharding, ShardingConfig } from "@effect/cluster"
+import type { PgClient } from "@effect/sql-pg"
 import { Deferred, Duration, Effect, Either, Layer, Option, Schedule } from "effect"
 import { Agent } from "./Agent.ts"
 import { ownerAnswerLimit } from "./AgentEvents.ts"
@@ -49,7 +51,16 @@ export const announcementOf = (payload: string): Announcement => {
 /** How often a node looks for shards it gained, to read what their agents have queued. */
 const gainedShardsEvery = Duration.seconds(1)
 
-export const layer = Layer.scopedDiscard(Effect.gen(function*() {
+export const layer: Layer.Layer<
+  never,
+  never,
+  | Sharding.Sharding
+  | ShardingConfig.ShardingConfig
+  | Drain
+  | DatabaseHealth.DatabaseHealth
+  | AgentStore
+  | PgClient.PgClient
+> = Layer.scopedDiscard(Effect.gen(function*() {
   const sharding = yield* Sharding.Sharding
   const config = yield* ShardingConfig.ShardingConfig
   const store = yield* AgentStore

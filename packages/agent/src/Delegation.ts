@@ -13,6 +13,7 @@
  */
 import { Agent as AgentSchemas, Input } from "@agent-runtime/domain"
 import { Ids, PersistenceError } from "@agent-runtime/store"
+import type { Sharding } from "@effect/cluster"
 import { Context, Duration, Effect, Layer, Option, Schedule } from "effect"
 import { Agent, applyChanges, definitionSettings, fingerprint, requestOf } from "./Agent.ts"
 import { AgentStore } from "./AgentStore.ts"
@@ -252,4 +253,7 @@ export const make = Effect.gen(function*() {
   return Delegation.of({ targets, run })
 })
 
-export const layer = Layer.effect(Delegation, make)
+export const layer: Layer.Layer<Delegation, never, Sharding.Sharding | AgentStore | Definitions> = Layer.effect(
+  Delegation,
+  make
+)

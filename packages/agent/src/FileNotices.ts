@@ -24,7 +24,7 @@ const describe = (change: Volumes.Change, shown: string) =>
     change.by === null ? "" : `, by ${change.by}`
   })`
 
-export const layer = Layer.scopedDiscard(
+export const layer: Layer.Layer<never, never, AgentStore | Volumes.Volumes | Agents> = Layer.scopedDiscard(
   Effect.gen(function*() {
     const volumes = yield* Volumes.Volumes
     const store = yield* AgentStore

@@ -11,6 +11,7 @@
 import { CanonicalJson, Input } from "@agent-runtime/domain"
 import { DatabaseHealth, Storable } from "@agent-runtime/store"
 import { Outbox } from "@agent-runtime/webhooks"
+import type { Sharding } from "@effect/cluster"
 import { SqlClient } from "@effect/sql"
 import { Ajv } from "ajv"
 import { Context, Duration, Effect, flow, Layer, Schedule } from "effect"
@@ -480,7 +481,11 @@ const expiryInterval = Duration.seconds(2)
  * which its owner settles (the transaction makes a second node's send find nothing to do), resuming the
  * suspensions it completes. A draining node leaves it to the others.
  */
-export const layerExpiry = Layer.scopedDiscard(Effect.gen(function*() {
+export const layerExpiry: Layer.Layer<
+  never,
+  never,
+  Sharding.Sharding | Drain | DatabaseHealth.DatabaseHealth | InputStore
+> = Layer.scopedDiscard(Effect.gen(function*() {
   const inputs = yield* InputStore
   const drain = yield* Drain
   const health = yield* DatabaseHealth.DatabaseHealth

@@ -27,7 +27,11 @@ const claimSeconds = 30
  * runs outside any transaction, so no row lock or connection is held while
  * the agent's owner answers. A draining node fires nothing.
  */
-export const layer = Layer.scopedDiscard(Effect.gen(function*() {
+export const layer: Layer.Layer<
+  never,
+  never,
+  Drain | DatabaseHealth.DatabaseHealth | Agents | SqlClient.SqlClient
+> = Layer.scopedDiscard(Effect.gen(function*() {
   const sql = yield* SqlClient.SqlClient
   const agents = yield* Agents
   const drain = yield* Drain

@@ -10,6 +10,8 @@
  * listening (the database went away, the connection went quiet), waiters are
  * told to ask the owner instead.
  */
+import type { DatabaseHealth } from "@agent-runtime/store"
+import type { PgClient } from "@effect/sql-pg"
 import { Context, Effect, Layer, Option } from "effect"
 import { settledAnnouncement, settledChannel } from "./Announcements.ts"
 import * as ProbedChannel from "./internal/probedChannel.ts"
@@ -28,7 +30,7 @@ export class Settlements extends Context.Tag("@agent-runtime/agent/Settlements")
   readonly listen: (agentId: string, requestId: string, waiter: Waiter) => Option.Option<() => void>
 }>() {}
 
-export const layer = Layer.scoped(
+export const layer: Layer.Layer<Settlements, never, DatabaseHealth.DatabaseHealth | PgClient.PgClient> = Layer.scoped(
   Settlements,
   Effect.gen(function*() {
     const waiters = new Map<string, Set<Waiter>>()

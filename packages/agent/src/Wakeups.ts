@@ -8,6 +8,7 @@
  * again later, doubling the wait up to an hour, never given up.
  */
 import { DatabaseHealth } from "@agent-runtime/store"
+import type { Sharding } from "@effect/cluster"
 import { PgClient } from "@effect/sql-pg"
 import { Duration, Effect, Layer, Schedule, Stream } from "effect"
 import { Agent } from "./Agent.ts"
@@ -27,7 +28,11 @@ export interface Options {
  */
 const unheardSeconds = 30
 
-export const layer = (options: Options) =>
+export const layer = (options: Options): Layer.Layer<
+  never,
+  never,
+  Sharding.Sharding | Drain | DatabaseHealth.DatabaseHealth | AgentStore | PgClient.PgClient
+> =>
   Layer.scopedDiscard(Effect.gen(function*() {
     const store = yield* AgentStore
     const drain = yield* Drain
