@@ -128,12 +128,19 @@ it.scopedLive(
             last = `${response.status} ${response.text}`
             return response.status === status
           }),
-          Effect.orElseSucceed(() => {
-            last = "no answer within 3 s"
-            return false
+          Effect.catchAll((error) => {
+            // A node that died answers nothing either: say which, with what it logged last.
+            last = `no answer within 3 s (${error.name === "TimeoutError" ? "timed out" : error.message})`
+            return Effect.succeed(false)
           })
         )
-        return timeUntil(`${name}: /readyz ${status} on ${index}`, check, timeoutMs, () => last)
+        const logTail = () => members[index]!.node.output().split("\n").slice(-15).join("\n")
+        return timeUntil(
+          `${name}: /readyz ${status} on ${index}`,
+          check,
+          timeoutMs,
+          () => `${last}; node ${index} logged last:\n${logTail()}`
+        )
       }
       const { api, token } = yield* TestWorld.tenantWithModel({ node: members[0]!.node, upstream }, "dbfaults")
       // m1 for the workload; m2 for the probe turns, whose steps no workload turn can take.
