@@ -11,7 +11,7 @@
  * owner from a silent one.
  */
 import { ApiError, Runner } from "@agent-runtime/domain"
-import { DatabaseHealth } from "@agent-runtime/store"
+import { DatabaseHealth, PersistenceError } from "@agent-runtime/store"
 import { RunnerAddress, Runners as ClusterRunners, ShardId, Sharding } from "@effect/cluster"
 import { SqlClient } from "@effect/sql"
 import type { SqlError } from "@effect/sql/SqlError"
@@ -40,9 +40,11 @@ export class RunnerReports extends Context.Tag("@agent-runtime/agent/RunnerRepor
   /** This runner's address, `host:port`. */
   readonly address: string
   /** Every runner in the ring or reported within ten minutes, with its figures and state. */
-  readonly list: Effect.Effect<Runner.RunnerList>
+  readonly list: Effect.Effect<Runner.RunnerList, PersistenceError.PersistenceError>
   /** Asks the live runner at `address` to drain; fails when no runner there reported within its lease. */
-  readonly requestDrain: (address: string) => Effect.Effect<Runner.DrainStarted, ApiError.NotFound>
+  readonly requestDrain: (
+    address: string
+  ) => Effect.Effect<Runner.DrainStarted, ApiError.NotFound | PersistenceError.PersistenceError>
   /** Whether this runner's last report is within its lease: past it, the other runners take its shards. */
   readonly leaseHeld: () => boolean
 }>() {}
@@ -184,14 +186,16 @@ export const make = (options: Options) =>
         shards: options.shardsPerGroup,
         leaseSeconds: lease
       })
-    }).pipe(Effect.orDie)
+    }).pipe(PersistenceError.PersistenceError.refail)
 
     const requestDrain = (address: string) =>
       Effect.gen(function*() {
         const rows = yield* sql<{ requestedAt: number }>`
           UPDATE runner_reports SET drain_requested_at = coalesce(drain_requested_at, now())
           WHERE address = ${address} AND reported_at > now() - make_interval(secs => ${lease})
-          RETURNING floor(extract(epoch from drain_requested_at))::float8 AS requested_at`.pipe(Effect.orDie)
+          RETURNING floor(extract(epoch from drain_requested_at))::float8 AS requested_at`.pipe(
+          PersistenceError.PersistenceError.refail
+        )
         if (rows.length === 0) {
           return yield* new ApiError.NotFound({ error: `no live runner at ${address}` })
         }
