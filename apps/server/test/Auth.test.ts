@@ -1,45 +1,49 @@
-import { Http, TestDatabase, TestNode } from "@agent-runtime/testing"
+/**
+ * Authentication at the wire, in process (see InProcess): API keys act for
+ * their tenant, a revoked key fails at once, the operator token acts for the
+ * tenant its header names, and operator routes take only the operator token.
+ * Error bodies are checked as clients read them.
+ */
+import { Tenant, Token } from "@agent-runtime/domain"
+import { HttpClientRequest } from "@effect/platform"
 import { expect, layer } from "@effect/vitest"
-import { Context, Effect, Layer } from "effect"
+import { Effect } from "effect"
+import { clientFor, operatorToken, raw, ServerLive } from "./InProcess.ts"
 
-class Node extends Context.Tag("Node")<Node, TestNode.TestNode>() {}
-
-const NodeLive = Layer.scoped(
-  Node,
-  Effect.flatMap(TestDatabase.make, (databaseUrl) => TestNode.start({ databaseUrl }))
-)
-
-const tenant = (node: TestNode.TestNode, name: string) =>
-  Effect.map(
-    Http.client(node.rest).post("/v1/admin/tenants", { token: node.operatorToken, json: { name } }),
-    (response) => response.body as { id: string; token: string }
+/** A request with no credential at all, or with the given Authorization header: its status and body. */
+const unauthenticated = (path: string, authorization?: string) =>
+  raw(
+    HttpClientRequest.get(path).pipe(
+      authorization === undefined ? (request) => request : HttpClientRequest.setHeader("authorization", authorization)
+    )
   )
 
-layer(NodeLive)("authentication", (it) => {
+const tenant = (name: string) =>
+  Effect.flatMap(
+    clientFor(operatorToken),
+    (operator) => operator.admin.createTenant({ payload: new Tenant.TenantInput({ name }) })
+  )
+
+layer(ServerLive, { timeout: 60_000, excludeTestServices: true })("authentication", (it) => {
   it.effect("an API key acts for its tenant", () =>
     Effect.gen(function*() {
-      const node = yield* Node
-      const api = Http.client(node.rest)
-      const acme = yield* tenant(node, "acme")
-      const me = yield* api.get("/v1/me", { token: acme.token })
-      expect(me.status).toBe(200)
-      expect(me.body).toMatchObject({ tenant: acme.id, via: "token", name: "acme", canStoreKeys: true })
-      expect(typeof me.body.defaultModel).toBe("string")
+      const acme = yield* tenant("acme")
+      const me = yield* (yield* clientFor(acme.token)).me.get()
+      expect(me).toMatchObject({ tenant: acme.id, via: "token", name: "acme", canStoreKeys: true })
+      expect(typeof me.defaultModel).toBe("string")
     }))
 
   it.effect("no token, an unknown token and a malformed header are 401", () =>
     Effect.gen(function*() {
-      const node = yield* Node
-      const api = Http.client(node.rest)
-      expect(yield* api.get("/v1/me")).toMatchObject({
+      expect(yield* unauthenticated("/v1/me")).toEqual({
         status: 401,
         body: { error: "missing bearer token", code: "UNAUTHORIZED" }
       })
-      expect(yield* api.get("/v1/me", { token: "art_not-a-key" })).toMatchObject({
+      expect(yield* raw(HttpClientRequest.get("/v1/me"), "art_not-a-key")).toEqual({
         status: 401,
         body: { error: "invalid or revoked token", code: "UNAUTHORIZED" }
       })
-      expect(yield* api.get("/v1/me", { headers: { authorization: "Basic dXNlcjpwYXNz" } })).toMatchObject({
+      expect(yield* unauthenticated("/v1/me", "Basic dXNlcjpwYXNz")).toMatchObject({
         status: 401,
         body: { code: "UNAUTHORIZED" }
       })
@@ -47,83 +51,75 @@ layer(NodeLive)("authentication", (it) => {
 
   it.effect("a revoked key fails at once", () =>
     Effect.gen(function*() {
-      const node = yield* Node
-      const api = Http.client(node.rest)
-      const acme = yield* tenant(node, "acme")
-      const second = yield* api.post("/v1/tokens", { token: acme.token, json: { name: "ci" } })
-      expect(second.status).toBe(201)
-      expect(second.body.token).toMatch(/^art_[A-Za-z0-9_-]{43}$/)
-      expect(second.body.prefix).toBe(second.body.token.slice(0, 12))
-      expect((yield* api.get("/v1/me", { token: second.body.token })).status).toBe(200)
-      const revoked = yield* api.delete(`/v1/tokens/${second.body.id}`, { token: acme.token })
-      expect(revoked).toMatchObject({ status: 200, body: { id: second.body.id, deleted: true } })
-      expect(yield* api.get("/v1/me", { token: second.body.token })).toMatchObject({
+      const acme = yield* tenant("acme-revoke")
+      const api = yield* clientFor(acme.token)
+      const second = yield* api.tokens.create({ payload: new Token.TokenInput({ name: "ci" }) })
+      expect(second.token).toMatch(/^art_[A-Za-z0-9_-]{43}$/)
+      expect(second.prefix).toBe(second.token.slice(0, 12))
+      expect((yield* (yield* clientFor(second.token)).me.get()).tenant).toBe(acme.id)
+      expect(yield* api.tokens.revoke({ path: { id: second.id } })).toEqual({ id: second.id, deleted: true })
+      expect(yield* raw(HttpClientRequest.get("/v1/me"), second.token)).toEqual({
         status: 401,
         body: { error: "invalid or revoked token", code: "UNAUTHORIZED" }
       })
       // The first key is untouched, and the revoked one is gone from the list.
-      const list = yield* api.get("/v1/tokens", { token: acme.token })
-      expect(list.status).toBe(200)
-      expect(list.body.data.map((token: { id: string }) => token.id)).not.toContain(second.body.id)
-      expect(yield* api.delete(`/v1/tokens/${second.body.id}`, { token: acme.token })).toMatchObject({
+      const list = yield* api.tokens.list({ urlParams: {} })
+      expect(list.data.map((token) => token.id)).not.toContain(second.id)
+      expect(yield* raw(HttpClientRequest.del(`/v1/tokens/${second.id}`), acme.token)).toEqual({
         status: 404,
-        body: { error: `no token ${second.body.id}`, code: "NOT_FOUND" }
+        body: { error: `no token ${second.id}`, code: "NOT_FOUND" }
       })
     }))
 
   it.effect("the operator token acts for the tenant named in the header", () =>
     Effect.gen(function*() {
-      const node = yield* Node
-      const api = Http.client(node.rest)
-      const acme = yield* tenant(node, "acme")
-      const me = yield* api.get("/v1/me", {
-        token: node.operatorToken,
-        headers: { "x-agent-runtime-tenant": acme.id }
-      })
-      expect(me).toMatchObject({ status: 200, body: { tenant: acme.id, via: "operator" } })
-      expect(yield* api.get("/v1/me", { token: node.operatorToken })).toMatchObject({
+      const acme = yield* tenant("acme-operator")
+      const me = yield* (yield* clientFor(operatorToken, { "x-agent-runtime-tenant": acme.id })).me.get()
+      expect(me).toMatchObject({ tenant: acme.id, via: "operator" })
+      expect(yield* raw(HttpClientRequest.get("/v1/me"), operatorToken)).toEqual({
         status: 400,
         body: {
           error: "the operator token acts for the tenant named in the x-agent-runtime-tenant header",
           code: "INVALID_REQUEST"
         }
       })
-      expect(
-        yield* api.get("/v1/me", { token: node.operatorToken, headers: { "x-agent-runtime-tenant": "tn_missing" } })
-      ).toMatchObject({ status: 404, body: { error: "no tenant tn_missing", code: "NOT_FOUND" } })
+      const missing = HttpClientRequest.get("/v1/me").pipe(
+        HttpClientRequest.setHeader("x-agent-runtime-tenant", "tn_missing")
+      )
+      expect(yield* raw(missing, operatorToken)).toEqual({
+        status: 404,
+        body: { error: "no tenant tn_missing", code: "NOT_FOUND" }
+      })
     }))
 
   it.effect("operator routes take only the operator token", () =>
     Effect.gen(function*() {
-      const node = yield* Node
-      const api = Http.client(node.rest)
-      const acme = yield* tenant(node, "acme")
-      expect(yield* api.get("/v1/admin/tenants", { token: acme.token })).toMatchObject({
+      const acme = yield* tenant("acme-routes")
+      expect(yield* raw(HttpClientRequest.get("/v1/admin/tenants"), acme.token)).toEqual({
         status: 403,
         body: { error: "operator routes need the operator token", code: "FORBIDDEN" }
       })
-      expect(yield* api.get("/v1/admin/tenants", { token: "aro_wrong" })).toMatchObject({
+      expect(yield* raw(HttpClientRequest.get("/v1/admin/tenants"), "aro_wrong")).toEqual({
         status: 401,
         body: { error: "invalid or revoked token", code: "UNAUTHORIZED" }
       })
-      expect(yield* api.get("/v1/admin/tenants")).toMatchObject({
+      expect(yield* unauthenticated("/v1/admin/tenants")).toEqual({
         status: 401,
         body: { error: "missing bearer token", code: "UNAUTHORIZED" }
       })
-      const created = yield* api.post("/v1/admin/tenants", {
-        token: node.operatorToken,
-        json: { name: "globex", login: "ops@globex.test" }
+      const operator = yield* clientFor(operatorToken)
+      const created = yield* operator.admin.createTenant({
+        payload: new Tenant.TenantInput({ name: "globex", login: "ops@globex.test" })
       })
-      expect(created.status).toBe(201)
-      expect(created.body).toMatchObject({ name: "globex", login: "ops@globex.test" })
-      expect(created.body.id).toMatch(/^tn_/)
-      expect(created.body.token).toMatch(/^art_/)
-      const got = yield* api.get(`/v1/admin/tenants/${created.body.id}`, { token: node.operatorToken })
-      expect(got.body).toEqual({
-        id: created.body.id,
+      expect(created).toMatchObject({ name: "globex", login: "ops@globex.test" })
+      expect(created.id).toMatch(/^tn_/)
+      expect(created.token).toMatch(/^art_/)
+      const got = yield* operator.admin.getTenant({ path: { id: created.id } })
+      expect({ ...got }).toEqual({
+        id: created.id,
         name: "globex",
         login: "ops@globex.test",
-        createdAt: created.body.createdAt
+        createdAt: created.createdAt
       })
     }))
 })

@@ -70,10 +70,12 @@ export const clientFor = (token: string, headers: Record<string, string> = {}) =
     )
   })
 
-/** A raw request with `token`, answering its status and JSON body: for the wire shape of errors. */
-export const raw = (request: HttpClientRequest.HttpClientRequest, token: string) =>
+/** A raw request with `token` (none when not given), answering its status and JSON body: for the wire shape of errors. */
+export const raw = (request: HttpClientRequest.HttpClientRequest, token?: string) =>
   Effect.gen(function*() {
-    const response = yield* HttpClient.execute(HttpClientRequest.bearerToken(request, token))
+    const response = yield* HttpClient.execute(
+      token === undefined ? request : HttpClientRequest.bearerToken(request, token)
+    )
     return { status: response.status, body: yield* response.json }
   })
 
