@@ -2,9 +2,10 @@
  * The journal's notification channels: how a statement that records, settles
  * or lets go of work tells every node as it commits (PostgreSQL NOTIFY, sent
  * by the statement itself, so a notification is never sent for a change that
- * did not commit, nor a change committed without one). Nodes listen through
- * `internal/probedChannel`: Arrivals (queued requests), Settlements (settled
- * ones) and Wakeups (released agents).
+ * did not commit, nor a change committed without one). Arrivals (queued
+ * requests) and Settlements (settled ones) listen through
+ * `internal/probedChannel`; Wakeups listens for released agents directly, its
+ * periodic sweep standing behind what it misses.
  */
 import type { Run } from "@agent-runtime/domain"
 import type { SqlClient } from "@effect/sql"
