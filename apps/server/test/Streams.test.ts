@@ -52,6 +52,23 @@ const agentOwnedBy = (world: World, owner: number) =>
     return yield* Effect.die(new Error(`no agent landed on member ${owner}`))
   })
 
+/** Waits until every live member reports and, together, they hold every shard, each some. */
+const shardsSettled = (world: World) =>
+  Effect.gen(function*() {
+    const operator = world.cluster.members[0]!.node
+    const live = world.cluster.members.filter((member) => member.up).length
+    for (let i = 0; i < 100; i++) {
+      const listed = (yield* Http.client(operator.rest).get("/v1/admin/runners", { token: operator.operatorToken }))
+        .body as { data: Array<{ shards: number }>; shards: number }
+      const held = listed.data.reduce((sum, runner) => sum + runner.shards, 0)
+      if (listed.data.length === live && listed.data.every((runner) => runner.shards > 0) && held === listed.shards) {
+        return
+      }
+      yield* Effect.sleep("200 millis")
+    }
+    return yield* Effect.die(new Error("the shards did not settle within 20 s"))
+  })
+
 /**
  * The member running the agent now. Shards still settle while nodes join (each new runner takes its share),
  * so the agent may have moved since it was made: the fault goes to whichever node runs its turn.
@@ -211,6 +228,9 @@ it.scopedLive(
     Effect.gen(function*() {
       const world = yield* setup(2)
       const { cluster, token } = world
+      // Shards still spread as the second runner joins: an agent moving between the two reads starts a new
+      // term, whose log takes a fresh block of ids. Made once both runners hold their shares, it stays.
+      yield* shardsSettled(world)
       const agentId = yield* agentOwnedBy(world, 0)
       // A turn of some 70 events, more than the detail shows (AgentEvents.recentLimit: 50).
       world.upstream.script({ text: Array.from({ length: 60 }, (_, i) => `w${i}`).join(" ") })
