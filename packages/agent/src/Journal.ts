@@ -154,7 +154,9 @@ export const make = (
       journaled(store.fenced(agentId, term.epoch, write)).pipe(
         Effect.tapDefect((cause) =>
           Cause.defects(cause).pipe(Chunk.some((defect) => defect instanceof Fenced)) ? supersede(true) : Effect.void
-        )
+        ),
+        // A span per statement sent: a turn's many `durable` calls with nothing held make none.
+        Effect.withSpan("Journal.write", { attributes: { "agent.id": agentId } })
       )
 
     let heldStart: Write | undefined
@@ -197,7 +199,7 @@ export const make = (
             return publishAll(since)
           }))
         )
-      }).pipe(Effect.withSpan("Journal.write", { attributes: { "agent.id": agentId } }))
+      })
 
     const reclaim = Effect.gen(function*() {
       // A runner that stopped for another reason (its database went away; it was paused past its lease) may
