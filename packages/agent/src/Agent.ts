@@ -47,7 +47,9 @@ export const PromptRequest = Schema.Struct({
   spendLimit: Schema.optional(Schema.Struct({ usd: Schema.Number })),
   /** Runs though the application is not connected: its calls fail at once as not connected, without waiting. */
   allowDisconnected: Schema.optional(Schema.Boolean),
-  files: Schema.optional(Schema.Array(AttachedFile))
+  files: Schema.optional(Schema.Array(AttachedFile)),
+  /** Structured output: the JSON Schema its answer must fit (see StructuredOutput). */
+  output: Schema.optional(Schema.Struct({ schema: Schema.Record({ key: Schema.String, value: Schema.Unknown }) }))
 })
 export type PromptRequest = typeof PromptRequest.Type
 
@@ -64,7 +66,8 @@ export const requestOf = (agentId: string, prompt: PromptRequest): NewRequest =>
     ...(prompt.metadata === undefined ? {} : { metadata: prompt.metadata }),
     ...(prompt.spendLimit === undefined ? {} : { spendLimit: prompt.spendLimit }),
     ...(prompt.allowDisconnected === true ? { allowDisconnected: true } : {}),
-    ...(prompt.files === undefined ? {} : { files: prompt.files })
+    ...(prompt.files === undefined ? {} : { files: prompt.files }),
+    ...(prompt.output === undefined ? {} : { output: prompt.output })
   }
 })
 

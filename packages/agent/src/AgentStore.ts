@@ -24,6 +24,9 @@ export const AgentConfig = Schema.Struct({
   /** Claims for tool servers, carried as `ctx` in identity tokens; set only at creation. */
   context: Schema.optional(Schema.Record({ key: Schema.String, value: Schema.Unknown })),
   maxTurns: Schema.optional(Schema.Number),
+  /** Per model response (a stateless run's settings). */
+  maxOutputTokens: Schema.optional(Schema.Number),
+  temperature: Schema.optional(Schema.Number),
   /** The agent this one was forked from, and the history index the copy ended at. */
   forkedFrom: Schema.optional(Schema.Struct({ agentId: Schema.String, atMessage: Schema.Number })),
   builtins: Schema.optional(Schema.Array(Schema.String)),

@@ -13,7 +13,6 @@ import { DatabaseHealth, Storable } from "@agent-runtime/store"
 import { Outbox } from "@agent-runtime/webhooks"
 import type { Sharding } from "@effect/cluster"
 import { SqlClient } from "@effect/sql"
-import { Ajv } from "ajv"
 import { Context, Duration, Effect, flow, Layer, Schedule } from "effect"
 import * as Crypto from "node:crypto"
 import { Agent } from "./Agent.ts"
@@ -21,6 +20,7 @@ import { AnswerRefused, PersistenceError } from "./AgentError.ts"
 import { ownerAnswerLimit } from "./AgentEvents.ts"
 import { AgentStore, type RequestRow, type Write } from "./AgentStore.ts"
 import { Drain } from "./Drain.ts"
+import * as JsonSchema from "./internal/jsonSchema.ts"
 
 /** An input as stored. */
 export interface InputRow {
@@ -125,21 +125,6 @@ export const resumeRequestId = (suspension: string) => `resume_${suspension}`
 const stateOf = (action: Input.InputAction): Input.ResolvedInputState =>
   action === "accept" ? "answered" : action === "decline" ? "declined" : "cancelled"
 
-const ajv = new Ajv({ strict: false, allErrors: true })
-const validators = new Map<string, ReturnType<typeof ajv.compile>>()
-
-/** A form's schema as a validator; an unusable schema is refused when the tool asks. */
-export const formValidator = (schema: Record<string, unknown>) => {
-  const key = CanonicalJson.encode(schema)
-  let validate = validators.get(key)
-  if (validate === undefined) {
-    validate = ajv.compile(schema)
-    if (validators.size >= 1024) validators.delete(validators.keys().next().value!)
-    validators.set(key, validate)
-  }
-  return validate
-}
-
 interface QuestionSpec {
   readonly question: string
   readonly multiSelect?: boolean
@@ -174,10 +159,10 @@ const misfit = (row: InputRow, item: AnswerItem): string | undefined => {
       return Object.keys(answers).length === 0 ? "content.answers must answer at least one question" : undefined
     }
     case "form": {
-      const validate = formValidator(row.detail.requestedSchema as Record<string, unknown>)
-      return validate(content ?? {})
-        ? undefined
-        : `content does not fit the form: ${ajv.errorsText(validate.errors, { dataVar: "content" })}`
+      // An unusable schema was refused when the tool asked.
+      const validate = JsonSchema.validatorFor(row.detail.requestedSchema as Record<string, unknown>)
+      const misfit = JsonSchema.misfitOf(validate, content ?? {}, "content")
+      return misfit === undefined ? undefined : `content does not fit the form: ${misfit}`
     }
     case "approval":
       return content?.argumentsHash !== undefined && content.argumentsHash !== row.detail.argumentsHash

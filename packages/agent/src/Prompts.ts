@@ -16,6 +16,7 @@ import { Agent, type AttachedFile, fingerprint, type PromptRequest, requestOf, t
 import type { PersistenceError } from "./AgentError.ts"
 import * as AgentEvents from "./AgentEvents.ts"
 import { type AgentRow, AgentStore, liveOf, type RequestRow } from "./AgentStore.ts"
+import * as StructuredOutput from "./StructuredOutput.ts"
 import * as Workspace from "./Workspace.ts"
 
 /** Why a prompt is refused. */
@@ -113,7 +114,8 @@ export const requestFor = (
   ...(input.whileRunning === undefined ? {} : { whileRunning: input.whileRunning }),
   ...(input.metadata === undefined ? {} : { metadata: input.metadata }),
   ...(input.spendLimit === undefined ? {} : { spendLimit: { usd: input.spendLimit.usd } }),
-  ...(input.allowDisconnected === true ? { allowDisconnected: true } : {})
+  ...(input.allowDisconnected === true ? { allowDisconnected: true } : {}),
+  ...(input.output === undefined ? {} : { output: { schema: input.output.schema } })
 })
 
 /** A request id used before for another request: another method, or another body. */
@@ -131,6 +133,25 @@ export const answerOf = (request: RequestRow, prompt: PromptRequest) =>
 
 /** How a prompt's row is announced to its owner. */
 const announceOf = (prompt: PromptRequest) => ({ whileRunning: prompt.whileRunning })
+
+/**
+ * A structured prompt's schema must compile, starts its own turn (it cannot steer another), and needs the
+ * final_output name free among the application's tools.
+ */
+const checkOutput = (input: Run.PromptInput, agent?: AgentRow) => {
+  if (input.output === undefined) return Effect.void
+  const invalid = (error: string) => Effect.fail(new ApiError.InvalidRequest({ error: `invalid request: ${error}` }))
+  const problem = StructuredOutput.problemOf(input.output.schema)
+  if (problem !== undefined) return invalid(problem)
+  if (input.whileRunning === "steer") return invalid("output cannot be combined with whileRunning: steer")
+  if (agent?.applicationTools?.some((tool) => tool.name === StructuredOutput.toolName) === true) {
+    return invalid(`output: the agent's application serves a tool named ${StructuredOutput.toolName}`)
+  }
+  return Effect.void
+}
+
+/** Prompts that take the path reading the agent first: those with files, and structured ones (see checkOutput). */
+const readsAgentFirst = (input: Run.PromptInput) => bringsFiles(input) || input.output !== undefined
 
 const bringsFiles = (
   input: Run.PromptInput
@@ -274,11 +295,14 @@ export const make = Effect.gen(function*() {
   }
 
   const prompt = (agent: AgentRow, input: Run.PromptInput, requestId = Ids.make("req")) =>
-    send(agent, input, requestId, "prompt", undefined, attachOf(agent, input))
+    Effect.zipRight(
+      checkOutput(input, agent),
+      send(agent, input, requestId, "prompt", undefined, attachOf(agent, input))
+    )
 
   const promptAs = (caller: Caller, agentId: string, input: Run.PromptInput) => {
     const requestId = input.requestId ?? Ids.make("req")
-    if (bringsFiles(input)) {
+    if (readsAgentFirst(input)) {
       return Effect.flatMap(
         store.findFor(caller.tenant, agentId),
         (found): Effect.Effect<Run.RequestRecord, ApiError.Unauthorized | PromptError | PersistenceError> =>
@@ -303,7 +327,10 @@ export const make = Effect.gen(function*() {
   }
 
   const first = (agent: AgentRow, input: Run.PromptInput, defaultRequestId: string) =>
-    send(agent, input, defaultRequestId, "prompt", undefined, attachOf(agent, input)).pipe(
+    Effect.zipRight(
+      checkOutput(input, agent),
+      send(agent, input, defaultRequestId, "prompt", undefined, attachOf(agent, input))
+    ).pipe(
       Effect.catchTags({
         InvalidRequest: refused("INVALID_REQUEST", 400),
         NotFound: refused("NOT_FOUND", 404),

@@ -7,13 +7,14 @@
 import type { Codemode } from "@agent-runtime/codemode"
 import type { Input } from "@agent-runtime/domain"
 import type { ModelClient } from "@agent-runtime/models"
-import { Effect } from "effect"
+import { Effect, Either } from "effect"
 import type { AttachedFile } from "./Agent.ts"
 import type { AgentConfig } from "./AgentStore.ts"
 import { compactIfNeeded } from "./internal/compaction.ts"
 import { respond } from "./internal/modelStep.ts"
 import { answerEarlier, runCalls, runCode, unansweredCalls } from "./internal/toolCalls.ts"
 import * as TurnRun from "./internal/turnRun.ts"
+import * as StructuredOutput from "./StructuredOutput.ts"
 import type * as Tools from "./Tools.ts"
 
 export { estimateTokens, modelContext, toModelMessage } from "./internal/modelContext.ts"
@@ -66,6 +67,8 @@ export interface TurnInput extends Steered {
   readonly code?: string | undefined
   /** A resume request: the request whose turn waited on input; its calls are answered from their inputs first. */
   readonly suspension?: string | undefined
+  /** The prompt asks for structured output: the model answers through final_output (see StructuredOutput). */
+  readonly output?: { readonly schema: Record<string, unknown> } | undefined
 }
 
 /** A call a lost node sent (the journal's row): its tool, and its result when it came back. */
@@ -126,6 +129,8 @@ export interface Waiting extends Tools.Ask {
 
 export interface RunResult {
   readonly reply?: string
+  /** A structured turn's answer: the arguments of its accepted final_output call. */
+  readonly output?: unknown
   readonly replyIndex?: number
   readonly messages: number
   readonly error: string | null
@@ -198,7 +203,11 @@ const execute = (run: TurnRun.TurnRun, code: string) =>
 
 /** Where a run is between its steps: what it will answer with, and whether it goes on. */
 interface Progress {
+  /** Where the turn's messages start in history. */
+  readonly began: number
   reply: { text: string; index: number } | undefined
+  /** A structured turn's accepted answer. */
+  output: Either.Either<unknown, void>
   error: string | null
   code: string | undefined
   stopped: "turn_limit" | "spend_limit" | "input_required" | undefined
@@ -218,6 +227,34 @@ const afterStep = (run: TurnRun.TurnRun, progress: Progress, calls: number) =>
     }
     return true
   })
+
+/**
+ * A structured turn after a step: an accepted answer ends it; a prose answer is reminded once (the turn goes
+ * on as after a call), then ends it output_missing. Undefined for a plain turn, or a step of other calls.
+ */
+const structuredAfter = (run: TurnRun.TurnRun, progress: Progress, calls: number) =>
+  Effect.gen(function*() {
+    const structured = run.structured
+    if (structured === undefined) return undefined
+    progress.output = StructuredOutput.acceptedIn(run.hooks.history(), progress.began)
+    if (Either.isRight(progress.output)) return false
+    if (calls > 0) return undefined
+    if (!structured.reminded) {
+      structured.reminded = true
+      yield* TurnRun.addUser(run, { requestId: run.input.requestId, text: StructuredOutput.reminder })
+      return yield* afterStep(run, progress, 1)
+    }
+    progress.error = `the model answered without calling ${StructuredOutput.toolName}`
+    progress.code = "output_missing"
+    return false
+  })
+
+/** Whether the turn goes on after a step of `calls` calls (see `structuredAfter` and `afterStep`). */
+const goesOn = (run: TurnRun.TurnRun, progress: Progress, calls: number) =>
+  Effect.flatMap(
+    structuredAfter(run, progress, calls),
+    (decided) => decided === undefined ? afterStep(run, progress, calls) : Effect.succeed(decided)
+  )
 
 /** Calls answered before the turn goes on may ask a person: then the turn records their inputs and waits. */
 const suspendIfWaiting = (run: TurnRun.TurnRun, progress: Progress) =>
@@ -260,11 +297,14 @@ const resume = (run: TurnRun.TurnRun, progress: Progress, resumed: NonNullable<T
     if (text !== "") progress.reply = { text, index: last }
     if (progress.finished) return // waiting on a person again
     if (TurnRun.toolCallsOf(message).length === 0 && last === history.length - 1) {
-      progress.finished = !(yield* afterStep(run, progress, 0)) && !progress.handoff
+      progress.finished = !(yield* goesOn(run, progress, 0)) && !progress.handoff
     } else if (calls.length > 0) {
       yield* runCalls(run, calls, yield* hooks.sentToolCalls)
       progress.finished = (yield* suspendIfWaiting(run, progress)) ||
-        (!(yield* afterStep(run, progress, calls.length)) && !progress.handoff)
+        (!(yield* goesOn(run, progress, calls.length)) && !progress.handoff)
+    } else if (run.structured !== undefined) {
+      // Every call answered: the lost node may have accepted the answer already.
+      progress.finished = !(yield* goesOn(run, progress, 1)) && !progress.handoff
     }
   })
 
@@ -296,7 +336,7 @@ const step = (run: TurnRun.TurnRun, progress: Progress) =>
     if (calls.length > 0) yield* runCalls(run, calls, new Map())
     const waiting = yield* suspendIfWaiting(run, progress)
     yield* run.event("turn_end")
-    return !waiting && (yield* afterStep(run, progress, calls.length))
+    return !waiting && (yield* goesOn(run, progress, calls.length))
   })
 
 /** What the run answers: its reply, how it stopped, and its tally. */
@@ -304,6 +344,7 @@ const outcomeOf = (run: TurnRun.TurnRun, progress: Progress): TurnOutcome => {
   const { hooks, tally, toolSet } = run
   const result: RunResult = {
     ...(progress.reply === undefined ? {} : { reply: progress.reply.text, replyIndex: progress.reply.index }),
+    ...(Either.isRight(progress.output) ? { output: progress.output.right } : {}),
     messages: hooks.historySize(),
     error: progress.error,
     ...(progress.stopped === undefined ? {} : { stopped: progress.stopped }),
@@ -329,16 +370,26 @@ export const run = Effect.fn("Turn.run")(function*(input: TurnInput, hooks: Turn
   yield* Effect.annotateCurrentSpan({ "agent.id": input.agentId, "request.id": input.requestId })
   const turn = yield* TurnRun.make(input, hooks)
   if (input.code !== undefined) return yield* execute(turn, input.code)
+  const began = input.resume?.began ?? hooks.historySize()
   const progress: Progress = {
+    began,
     reply: undefined,
+    output: Either.left(undefined),
     error: null,
     code: undefined,
     stopped: undefined,
     handoff: false,
     finished: false
   }
+  if (turn.structured !== undefined) turn.structured.reminded = StructuredOutput.remindedIn(hooks.history(), began)
   if (input.resume === undefined) yield* open(turn, progress)
   else yield* resume(turn, progress, input.resume)
+  if (turn.structured !== undefined && turn.toolSet.direct.has(StructuredOutput.toolName) && !progress.finished) {
+    progress.error = `the agent has a tool of its own named ${StructuredOutput.toolName}; it cannot take an ` +
+      "output schema"
+    progress.code = "output_invalid"
+    progress.finished = true
+  }
   const maxRounds = input.config.maxTurns ?? defaultMaxRounds
   for (let round = 0; round < maxRounds && !progress.finished && !progress.handoff; round++) {
     if (!(yield* step(turn, progress))) break

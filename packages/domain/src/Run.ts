@@ -6,7 +6,7 @@
 import { Schema } from "effect"
 import { StringMap, Timestamp } from "./Common.ts"
 import { Input, Sender } from "./Input.ts"
-import { base64DecodedBytes, MiB } from "./Validation.ts"
+import { base64DecodedBytes, jsonBytes, JsonObject, KiB, MiB } from "./Validation.ts"
 
 /**
  * A spend limit: counts from when it is set; a new value restarts at zero.
@@ -82,6 +82,25 @@ export const inlineBytes = (files: ReadonlyArray<PromptFile>) =>
   files.reduce((sum, file) => sum + ("data" in file ? base64DecodedBytes(file.data) : 0), 0)
 export type PromptFiles = typeof PromptFiles.Type
 
+/** How large an output schema may be, as JSON. */
+export const maxOutputSchemaBytes = 64 * KiB
+
+/**
+ * A structured answer: the model answers by calling `final_output`, whose arguments are this JSON Schema,
+ * checked by the runtime. The schema describes an object; whether it compiles is checked when it arrives.
+ */
+export class OutputSpec extends Schema.Class<OutputSpec>("OutputSpec")(
+  Schema.Struct({
+    schema: JsonObject.pipe(
+      Schema.filter((schema) => {
+        if (schema.type !== "object") return 'must describe an object (type: "object"); wrap a list or a value'
+        const size = jsonBytes(schema)
+        return size <= maxOutputSchemaBytes || `is ${size} bytes of JSON; at most ${maxOutputSchemaBytes}`
+      })
+    ).annotations({ description: "a JSON Schema (draft 2020-12 or 07) of type object, at most 64 KB as JSON" })
+  }).annotations({ parseOptions: { onExcessProperty: "error" } })
+) {}
+
 /** queue: runs as the next turn; steer: the running turn takes it after its current step. */
 export const WhileRunning = Schema.Literal("queue", "steer")
 export type WhileRunning = typeof WhileRunning.Type
@@ -103,7 +122,12 @@ export class PromptInput extends Schema.Class<PromptInput>("PromptInput")({
   whileRunning: Schema.optional(WhileRunning.annotations({ description: "queue (default) or steer" })),
   spendLimit: Schema.optional(SpendLimitInput),
   metadata: Schema.optional(PromptMetadata),
-  files: Schema.optional(PromptFiles)
+  files: Schema.optional(PromptFiles),
+  output: Schema.optional(
+    OutputSpec.annotations({
+      description: "answer through final_output with arguments of this schema; outcome.result.output holds them"
+    })
+  )
 }) {}
 
 /** Code run with the agent's code-mode tools, without the model (request method execute). */
@@ -189,6 +213,9 @@ export class PresentedFile extends Schema.Class<PresentedFile>("PresentedFile")(
 /** The result of a model run (prompt, continue, steer, resume): `outcome.result`. */
 export class RunResult extends Schema.Class<RunResult>("RunResult")({
   reply: Schema.optional(Schema.String.annotations({ description: "final assistant message text" })),
+  output: Schema.optional(
+    Schema.Unknown.annotations({ description: "a structured prompt's answer: final_output's arguments" })
+  ),
   replyIndex: Schema.optional(Schema.Number.annotations({ description: "the reply's index in history" })),
   messages: Schema.optional(Schema.Number.annotations({ description: "history size after the run" })),
   error: Schema.optional(
@@ -250,6 +277,11 @@ export class RequestRecord extends Schema.Class<RequestRecord>("RequestRecord")(
   outcome: Schema.optional(RunOutcome),
   error: Schema.optional(
     Schema.String.annotations({ description: "the ended request's error; absent on success" })
+  ),
+  code: Schema.optional(
+    Schema.String.annotations({
+      description: "the run failure code of an ended request's error, when it has one (see RunErrorCode)"
+    })
   ),
   stopped: Schema.optional(StoppedReason),
   trace: Schema.optional(TraceContext)

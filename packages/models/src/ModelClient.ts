@@ -63,6 +63,11 @@ export interface Call {
    * all its calls, so a provider changed meanwhile applies from the next turn. Resolved per call when absent.
    */
   readonly target?: Target | undefined
+  /**
+   * The tool the model must call (see `forcedChoice`), where its provider's protocol can say so; a provider
+   * that cannot is asked without it, and the call says nothing different.
+   */
+  readonly forceTool?: string | undefined
   /** What the fields above do not say: the gateway's tool choice, thinking budgets and payload edits. */
   readonly options?: Pick<Pi.SimpleStreamOptions, "toolChoice" | "thinkingBudgets" | "onPayload"> | undefined
   readonly usage: {
@@ -191,6 +196,34 @@ const kept = (message: Pi.AssistantMessage): Pi.AssistantMessage => {
   return Storable.value(changed ? { ...message, content } : message)
 }
 
+/**
+ * How each protocol forces a call of the tool `name`, when it can: Anthropic by name unless thinking is on
+ * (it refuses a forced tool with extended thinking), the OpenAI protocols and Mistral by name, Google only
+ * as "any tool", so only when `name` is the only tool. The protocol library types its option as auto or none
+ * but sends each protocol's own value as given.
+ */
+export const forcedChoice = (
+  api: string,
+  name: string,
+  context: Pi.Context,
+  reasoning: Pi.ThinkingLevel | undefined
+): unknown => {
+  const onlyTool = context.tools?.length === 1 && context.tools[0]!.name === name
+  switch (api) {
+    case "anthropic-messages":
+      return reasoning === undefined ? { type: "tool", name } : undefined
+    case "openai-responses":
+      return { type: "function", name }
+    case "openai-completions":
+    case "mistral-conversations":
+      return { type: "function", function: { name } }
+    case "google-generative-ai":
+      return onlyTool ? "any" : undefined
+    default:
+      return undefined
+  }
+}
+
 export interface Service {
   /** The provider, model (with its limits) and key a call for `model` would use. */
   readonly resolve: (
@@ -265,8 +298,14 @@ export const make = Effect.gen(function*() {
           }
         )
       const apiKey = apiKeyFor(target)
+      const toolChoice = call.forceTool === undefined
+        ? undefined
+        : forcedChoice(target.model.api, call.forceTool, call.context, call.reasoning)
       const events = Pi.streamSimple(target.model, call.context, {
         ...call.options,
+        ...(toolChoice === undefined
+          ? {}
+          : { toolChoice: toolChoice as NonNullable<Pi.SimpleStreamOptions["toolChoice"]> }),
         ...(apiKey === undefined ? {} : { apiKey }),
         headers: headersFor(target, call.modelHeaders),
         fetch,

@@ -6,6 +6,7 @@
  */
 import type { ModelClient } from "@agent-runtime/models"
 import { Effect, Either, Option } from "effect"
+import * as StructuredOutput from "../StructuredOutput.ts"
 import { modelContext } from "./modelContext.ts"
 import { stopOnDatabaseFault, type TurnRun, usageOf } from "./turnRun.ts"
 
@@ -58,47 +59,74 @@ const streamer = (run: TurnRun, index: number) => {
 }
 
 /**
+ * Whether this request of a structured turn forces its tool: from the first request when it is the only
+ * tool, else once the model was reminded; never after the provider refused it, nor more than
+ * `StructuredOutput.maxForced` times.
+ */
+const forcesTool = (run: TurnRun) => {
+  const structured = run.structured
+  return structured !== undefined && !structured.forceRefused && structured.forced < StructuredOutput.maxForced &&
+    (run.modelTools.length === 1 || structured.reminded)
+}
+
+/**
  * Asks the model for the response at history `index`. A failure is the model's error, its streamed part
  * already taken back from watchers; an abort keeps what was said so far, a node stopping keeps nothing
- * (the next owner asks again).
+ * (the next owner asks again). A provider that refuses a forced tool is asked again without it, and not
+ * asked to force it again this turn.
  */
 export const respond = Effect.fn("Turn.modelCall")(function*(run: TurnRun, index: number) {
-  const { hooks, input, systemPrompt } = run
-  yield* Effect.annotateCurrentSpan({ "gen_ai.request.model": input.config.model })
-  const stream = streamer(run, index)
-  const context: ModelClient.Context = {
-    ...(systemPrompt === "" ? {} : { systemPrompt }),
-    messages: modelContext(hooks.history()),
-    ...(run.modelTools.length === 0 ? {} : { tools: [...run.modelTools] })
+  yield* Effect.annotateCurrentSpan({ "gen_ai.request.model": run.input.config.model })
+  const forced = forcesTool(run)
+  if (forced) run.structured!.forced++
+  const response = yield* ask(run, index, forced)
+  if (forced && Either.isLeft(response) && response.left._tag === "ModelRequestRefused") {
+    run.structured!.forceRefused = true
+    return yield* ask(run, index, false)
   }
-  const response = yield* Effect.flatMap(run.target, (resolved) =>
-    run.models.respond({
-      target: resolved,
-      tenantId: input.tenantId,
-      keyScope: Option.fromNullable(input.config.keyScope),
-      model: input.config.model,
-      context,
-      reasoning: input.config.thinkingLevel === undefined || input.config.thinkingLevel === "off"
-        ? undefined
-        : input.config.thinkingLevel as ModelClient.ThinkingLevel,
-      modelHeaders: input.config.modelHeaders,
-      usage: { kind: "response", ...usageOf(input) }
-    }, stream.onEvent)).pipe(
-      stopOnDatabaseFault,
-      Effect.either,
-      Effect.onInterrupt(() => {
-        const partial = stream.partial()
-        return !hooks.aborting() || partial === undefined || partial.content.length === 0
-          ? Effect.void
-          : Effect.gen(function*() {
-            const kept = { ...partial, stopReason: "aborted" as const }
-            yield* hooks.append(index, kept)
-            yield* run.event("message_end", { index, message: kept })
-            yield* run.event("turn_end", { aborted: true })
-            yield* run.event("agent_end")
-          })
-      })
-    )
-  if (Either.isLeft(response) && stream.started()) yield* run.event("message_retracted", { index })
   return response
 })
+
+const ask = (run: TurnRun, index: number, forced: boolean) =>
+  Effect.gen(function*() {
+    const { hooks, input, systemPrompt } = run
+    const stream = streamer(run, index)
+    const context: ModelClient.Context = {
+      ...(systemPrompt === "" ? {} : { systemPrompt }),
+      messages: modelContext(hooks.history()),
+      ...(run.modelTools.length === 0 ? {} : { tools: [...run.modelTools] })
+    }
+    const response = yield* Effect.flatMap(run.target, (resolved) =>
+      run.models.respond({
+        target: resolved,
+        tenantId: input.tenantId,
+        keyScope: Option.fromNullable(input.config.keyScope),
+        model: input.config.model,
+        context,
+        reasoning: input.config.thinkingLevel === undefined || input.config.thinkingLevel === "off"
+          ? undefined
+          : input.config.thinkingLevel as ModelClient.ThinkingLevel,
+        maxTokens: input.config.maxOutputTokens,
+        temperature: input.config.temperature,
+        ...(forced ? { forceTool: StructuredOutput.toolName } : {}),
+        modelHeaders: input.config.modelHeaders,
+        usage: { kind: "response", ...usageOf(input) }
+      }, stream.onEvent)).pipe(
+        stopOnDatabaseFault,
+        Effect.either,
+        Effect.onInterrupt(() => {
+          const partial = stream.partial()
+          return !hooks.aborting() || partial === undefined || partial.content.length === 0
+            ? Effect.void
+            : Effect.gen(function*() {
+              const kept = { ...partial, stopReason: "aborted" as const }
+              yield* hooks.append(index, kept)
+              yield* run.event("message_end", { index, message: kept })
+              yield* run.event("turn_end", { aborted: true })
+              yield* run.event("agent_end")
+            })
+        })
+      )
+    if (Either.isLeft(response) && stream.started()) yield* run.event("message_retracted", { index })
+    return response
+  })

@@ -19,7 +19,7 @@ import { hooksFor } from "./turnHooks.ts"
 type RequestInput =
   & { readonly text?: string; readonly actor?: string; readonly suspension?: string; readonly code?: string }
   & { readonly allowDisconnected?: boolean }
-  & Pick<Turn.TurnInput, "metadata" | "from" | "files">
+  & Pick<Turn.TurnInput, "metadata" | "from" | "files" | "output">
 
 /**
  * A turn another node began: the journal says so (turn_resumed, or turn_recovered when this runner began it
@@ -82,6 +82,7 @@ const turnInput = (
     metadata: input.metadata,
     from: input.from,
     files: input.files,
+    output: input.output,
     actor: input.actor,
     origin: row.method,
     application: declared.length === 0 ? undefined : {

@@ -10,6 +10,7 @@ import { ModelClient } from "@agent-runtime/models"
 import { Storable } from "@agent-runtime/store"
 import { Effect } from "effect"
 import { argumentsHash } from "../Inputs.ts"
+import * as StructuredOutput from "../StructuredOutput.ts"
 import * as Tools from "../Tools.ts"
 import type { SentCall, StoredMessage } from "../Turn.ts"
 import { recordCall, type ToolCall, toolCallsOf, type TurnRun } from "./turnRun.ts"
@@ -245,6 +246,10 @@ const runCall = Effect.fn("Turn.toolCall")(function*(
         runCode(run, code, call.id, sent, call.id),
         (ran) => Tools.text(Codemode.format(ran), !ran.ok, ran.ok ? undefined : "failed")
       )
+  } else if (
+    call.name === StructuredOutput.toolName && run.structured !== undefined && !toolSet.direct.has(call.name)
+  ) {
+    result = StructuredOutput.check(run.structured.schema, call.arguments)
   } else {
     const tool = toolSet.direct.get(call.name)
     if (tool === undefined) {

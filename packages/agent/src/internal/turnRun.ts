@@ -13,6 +13,7 @@ import { ModelClient } from "@agent-runtime/models"
 import { PersistenceError } from "@agent-runtime/store"
 import { type Context, Effect, Either, Option } from "effect"
 import type { AttachedFile } from "../Agent.ts"
+import * as StructuredOutput from "../StructuredOutput.ts"
 import * as Tools from "../Tools.ts"
 import type { Steered, StoredMessage, ToolCallRecord, TurnHooks, TurnInput, Waiting } from "../Turn.ts"
 import * as Workspace from "../Workspace.ts"
@@ -33,6 +34,17 @@ export interface Tally {
 
 type Models = Context.Tag.Service<typeof ModelClient.ModelClient>
 
+/** A structured turn's output schema, and how forcing its tool has gone. */
+export interface Structured {
+  readonly schema: Record<string, unknown>
+  /** Requests of the turn that forced the tool (at most `StructuredOutput.maxForced`). */
+  forced: number
+  /** The provider refused a forced tool: the rest of the turn asks without forcing. */
+  forceRefused: boolean
+  /** The model answered in prose once and was reminded. */
+  reminded: boolean
+}
+
 export interface TurnRun {
   readonly input: TurnInput
   readonly hooks: TurnHooks
@@ -43,6 +55,8 @@ export interface TurnRun {
   readonly toolSet: Tools.ToolSet
   readonly modelTools: ReadonlyArray<ModelClient.Tool>
   readonly systemPrompt: string
+  /** Set for a turn whose prompt asks for structured output. */
+  readonly structured: Structured | undefined
   readonly tally: Tally
   readonly needsApproval: (tool: Tools.Tool) => boolean
   /** Emits one display event of this run. */
@@ -91,6 +105,10 @@ export const make = Effect.fn("Turn.start")(function*(input: TurnInput, hooks: T
     parameters: tool.parameters as any
   }))
   if (toolSet.code.length > 0) modelTools.push(codemodeTool(toolSet.code))
+  // A tool of the agent's own by that name keeps it; the turn then ends output_invalid (see Turn.run).
+  if (input.output !== undefined && !toolSet.direct.has(StructuredOutput.toolName)) {
+    modelTools.push(StructuredOutput.tool(input.output.schema))
+  }
   const approvals = input.config.humanInput?.approvals ?? []
   const run: TurnRun = {
     input,
@@ -100,8 +118,14 @@ export const make = Effect.fn("Turn.start")(function*(input: TurnInput, hooks: T
     volumes,
     toolSet,
     modelTools,
-    systemPrompt: [input.config.systemPrompt, input.config.systemPromptAppend]
-      .filter((part) => part !== undefined && part !== "").join("\n\n"),
+    systemPrompt: [
+      input.config.systemPrompt,
+      input.config.systemPromptAppend,
+      input.output === undefined ? undefined : StructuredOutput.instruction
+    ].filter((part) => part !== undefined && part !== "").join("\n\n"),
+    structured: input.output === undefined
+      ? undefined
+      : { schema: input.output.schema, forced: 0, forceRefused: false, reminded: false },
     tally: {
       toolCalls: [],
       written: new Map(),
