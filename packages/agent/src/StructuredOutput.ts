@@ -7,10 +7,13 @@
  * gets one reminder, with the tool forced where the provider can force it;
  * a second is `output_missing`.
  */
+import type { ModelClient } from "@agent-runtime/models"
 import { Either } from "effect"
 import * as JsonSchema from "./internal/jsonSchema.ts"
 import * as ToolResult from "./ToolResult.ts"
-import type { StoredMessage } from "./Turn.ts"
+
+/** A history entry as read here: a protocol message, or compaction's summary. */
+type Entry = ModelClient.Message | { readonly role: "compactionSummary" }
 
 /** The tool's name; an agent with a tool of its own by this name cannot take an output schema. */
 export const toolName = "final_output"
@@ -51,7 +54,7 @@ export const check = (schema: Record<string, unknown>, args: unknown): ToolResul
  * The accepted answer in `history` from `from` on: the arguments of the first call of the tool whose result
  * was not an error. Read from history, so a turn resumed on another node finds what the lost node accepted.
  */
-export const acceptedIn = (history: ReadonlyArray<StoredMessage>, from: number): Either.Either<unknown, void> => {
+export const acceptedIn = (history: ReadonlyArray<Entry>, from: number): Either.Either<unknown, void> => {
   const accepted = new Set<string>()
   for (let i = from; i < history.length; i++) {
     const message = history[i]!
@@ -71,5 +74,5 @@ export const acceptedIn = (history: ReadonlyArray<StoredMessage>, from: number):
 }
 
 /** How many reminders the turn from `from` on has had (none or one). */
-export const remindedIn = (history: ReadonlyArray<StoredMessage>, from: number) =>
+export const remindedIn = (history: ReadonlyArray<Entry>, from: number) =>
   history.slice(from).some((message) => message.role === "user" && message.content === reminder)
