@@ -266,7 +266,11 @@ export class RequestRecord extends Schema.Class<RequestRecord>("RequestRecord")(
   began: Schema.optional(Schema.Number),
   endedAt: Schema.optional(Timestamp),
   prompt: Schema.optional(Schema.String),
-  code: Schema.optional(Schema.String),
+  code: Schema.optional(
+    Schema.String.annotations({
+      description: "the run failure code of an ended request's error, when it has one (see RunErrorCode)"
+    })
+  ),
   suspension: Schema.optional(
     Schema.String.annotations({ description: "for resume: the request whose turn waited" })
   ),
@@ -277,11 +281,6 @@ export class RequestRecord extends Schema.Class<RequestRecord>("RequestRecord")(
   outcome: Schema.optional(RunOutcome),
   error: Schema.optional(
     Schema.String.annotations({ description: "the ended request's error; absent on success" })
-  ),
-  code: Schema.optional(
-    Schema.String.annotations({
-      description: "the run failure code of an ended request's error, when it has one (see RunErrorCode)"
-    })
   ),
   stopped: Schema.optional(StoppedReason),
   trace: Schema.optional(TraceContext)
