@@ -18,6 +18,7 @@ import {
   FileNotices,
   Inputs,
   type RunnerReports,
+  Runs,
   ScheduleFiring,
   Schedules,
   Settlements,
@@ -85,6 +86,7 @@ import * as InputsHttp from "./http/Inputs.ts"
 import * as Me from "./http/Me.ts"
 import * as Models from "./http/Models.ts"
 import * as Page from "./http/Page.ts"
+import * as RunsHttp from "./http/Runs.ts"
 import * as SchedulesHttp from "./http/Schedules.ts"
 import * as Tokens_ from "./http/Tokens.ts"
 import * as VolumesHttp from "./http/Volumes.ts"
@@ -137,6 +139,7 @@ const layerApi = HttpApiBuilder.api(Api.Api).pipe(
     Models.layerKeys,
     Models.layerKeyScopes,
     AgentsHttp.layer,
+    RunsHttp.layer,
     DefinitionsHttp.layer,
     InputsHttp.layer,
     SchedulesHttp.layer,
@@ -185,6 +188,7 @@ export const layerRestApp: Layer.Layer<
   | KeyScopes.KeyScopes
   | CustomProviders.CustomProviders
   | Agents.Agents
+  | Runs.Runs
   | BrowserTokens.BrowserTokens
   | Definitions.Definitions
   | Schedules.Schedules
@@ -298,8 +302,15 @@ const layerClusterRunner = layerCluster.pipe(Layer.provide(layerClusterTables), 
 
 /** The agent runtime: the entity on `cluster`'s runner and the service the API calls. */
 const layerAgentsOn = <ROut, E, RIn>(cluster: Layer.Layer<ROut, E, RIn>) =>
-  Layer.mergeAll(layerWakeups, Arrivals.layer, ScheduleFiring.layer, Inputs.layerExpiry, FileNotices.layer).pipe(
-    Layer.provideMerge(Layer.mergeAll(Agents.layer, BrowserTokens.layer, Runners.layer)),
+  Layer.mergeAll(
+    layerWakeups,
+    Arrivals.layer,
+    ScheduleFiring.layer,
+    Inputs.layerExpiry,
+    FileNotices.layer,
+    Runs.layerSweep
+  ).pipe(
+    Layer.provideMerge(Layer.mergeAll(Agents.layer, Runs.layer, BrowserTokens.layer, Runners.layer)),
     Layer.provideMerge(Layer.mergeAll(AgentEvents.layer, AgentTokens.layer)),
     Layer.provideMerge(AgentRuntime.layer),
     Layer.provideMerge(Layer.mergeAll(EventLog.layerLocalLogs, Tools.layer, Settlements.layer)),

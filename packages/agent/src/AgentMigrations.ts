@@ -188,6 +188,18 @@ const inputs = Effect.gen(function*() {
   yield* sql`CREATE INDEX agent_inputs_expiring ON agent_inputs (expires_at) WHERE state = 'pending'`
 })
 
+/**
+ * Stateless runs: an agent row that is a run (its retention after it ends is set), keyed by its own
+ * Idempotency-Key apart from agents' keys, and left out of everything that lists or finds agents.
+ */
+const runs = Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
+  yield* sql`ALTER TABLE agents ADD COLUMN retention_seconds integer, ADD COLUMN run_key text`
+  yield* sql`CREATE UNIQUE INDEX agents_run_key ON agents (tenant_id, run_key)
+    WHERE run_key IS NOT NULL AND deleted_at IS NULL`
+  yield* sql`CREATE INDEX agents_runs ON agents (tenant_id, id) WHERE retention_seconds IS NOT NULL`
+})
+
 export const migrations = Migrations.make("agent_migrations", {
   "1_agents": Migrations.legacy(3, agents),
   "2_journal": Migrations.legacy(4, journal),
@@ -197,5 +209,6 @@ export const migrations = Migrations.make("agent_migrations", {
   "5_definitions": definitions,
   "6_schedules": schedules,
   "7_delegation": delegation,
-  "8_inputs": inputs
+  "8_inputs": inputs,
+  "9_runs": runs
 })

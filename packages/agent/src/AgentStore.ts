@@ -376,6 +376,8 @@ export class AgentStore extends Context.Tag("@agent-runtime/agent/AgentStore")<A
 
 export const make = Effect.gen(function*() {
   const sql = yield* SqlClient.SqlClient
+  // Tenant-facing reads leave out stateless runs (`retention_seconds` set): they are agent rows the tenant does
+  // not see as agents (see Runs). The runtime's own reads, by id, find them like any agent.
   const agentFields = sql.unsafe(agentColumns)
   const requestFields = sql.unsafe(requestColumns)
 
@@ -417,7 +419,8 @@ export const make = Effect.gen(function*() {
 
   const findFor = (tenant: Statement.Fragment, id: string) =>
     sql`SELECT ${agentFields} FROM (${tenant}) AS k (reader)
-      LEFT JOIN agents ON id = ${id} AND tenant_id = k.reader AND deleted_at IS NULL`.pipe(
+      LEFT JOIN agents ON id = ${id} AND tenant_id = k.reader AND deleted_at IS NULL
+        AND retention_seconds IS NULL`.pipe(
       Effect.map((rows) =>
         Option.map(Option.fromNullable(rows[0]), (row) => row.id === null ? Option.none() : Option.some(toAgent(row)))
       )
@@ -444,7 +447,7 @@ export const make = Effect.gen(function*() {
     )
 
   const list = (tenantId: string, after: string | undefined, limit: number) =>
-    sql`SELECT ${agentFields} FROM agents WHERE tenant_id = ${tenantId} AND deleted_at IS NULL
+    sql`SELECT ${agentFields} FROM agents WHERE tenant_id = ${tenantId} AND deleted_at IS NULL AND retention_seconds IS NULL
       ${after === undefined ? sql`` : sql`AND id > ${after}`}
       ORDER BY id LIMIT ${limit}`.pipe(Effect.map((rows) => rows.map(toAgent)))
 
@@ -499,7 +502,8 @@ export const make = Effect.gen(function*() {
     sql<{ readonly id: string | null; readonly accepting: boolean; readonly request: Record<string, unknown> | null }>`
       WITH agent AS (
         SELECT a.* FROM (${tenant}) AS k (reader)
-        LEFT JOIN agents a ON a.id = ${request.agentId} AND a.tenant_id = k.reader AND a.deleted_at IS NULL),
+        LEFT JOIN agents a ON a.id = ${request.agentId} AND a.tenant_id = k.reader AND a.deleted_at IS NULL
+          AND a.retention_seconds IS NULL),
       accepting AS (
         SELECT id FROM agent WHERE id IS NOT NULL AND (expires_at IS NULL OR expires_at > now())
           AND config -> 'spendLimit' IS NULL
@@ -546,6 +550,7 @@ export const make = Effect.gen(function*() {
       SELECT a.id IS NOT NULL AS agent_found, ${sql.unsafe(epoch("a.expires_at"))} AS agent_expires_at, r.*
       FROM (${tenant}) AS k (reader)
       LEFT JOIN agents a ON a.id = ${agentId} AND a.tenant_id = k.reader AND a.deleted_at IS NULL
+        AND a.retention_seconds IS NULL
       LEFT JOIN LATERAL (SELECT ${requestFields} FROM agent_requests WHERE agent_id = a.id AND id = ${id}) r ON true`
       .pipe(
         Effect.map((rows) =>

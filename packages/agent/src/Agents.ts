@@ -24,7 +24,6 @@ import { AgentStore, findLive, liveRequestOf, type RequestRow } from "./AgentSto
 import * as AgentTokens from "./AgentTokens.ts"
 import type { Definitions } from "./Definitions.ts"
 import type * as EventLog from "./EventLog.ts"
-import * as HistoryPage from "./HistoryPage.ts"
 import * as Inputs from "./Inputs.ts"
 import * as AgentSetup from "./internal/agentSetup.ts"
 import * as AgentViews from "./internal/agentViews.ts"
@@ -481,31 +480,11 @@ export const make = Effect.gen(function*() {
       })
     })
 
-  /**
-   * A page of history, oldest first, ending before `before`: whole turns of
-   * about `limit` messages, at most about 4 MB, unless one turn alone is
-   * larger (then the page starts inside it and says `split`).
-   */
   const history = (
     tenantId: string,
     agentId: string,
     page: { readonly before?: number | undefined; readonly limit?: number | undefined } = {}
-  ) =>
-    Effect.gen(function*() {
-      yield* live(tenantId, agentId)
-      const total = yield* store.messageCount(agentId)
-      const rows = yield* store.messagesBefore(agentId, Math.min(page.before ?? total, total))
-      const { split, start } = HistoryPage.start(rows, { limit: page.limit })
-      const entries = rows.slice(start)
-      return new Session.HistoryPage({
-        entries: entries.map((row) =>
-          new Session.HistoryEntry({ index: row.index, message: row.message as Session.HistoryMessage })
-        ),
-        next: start > 0 ? entries[0]?.index ?? null : null,
-        total,
-        split
-      })
-    })
+  ) => Effect.zipRight(live(tenantId, agentId), AgentViews.historyPage(store, agentId, page))
 
   const poll = (tenantId: string, agentId: string, cursor: number, wait: Duration.Duration) =>
     Effect.zipRight(live(tenantId, agentId), events.poll(agentId, cursor, wait))

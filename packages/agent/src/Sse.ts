@@ -20,7 +20,6 @@ export const ready = (data: unknown, cursor: number): Uint8Array =>
 /** One event frame; `json` never holds a raw line break (JSON.stringify escapes them). */
 export const frame = (id: number, json: string): Uint8Array => encoder.encode(`id: ${id}\ndata: ${json}\n\n`)
 
-/** An event log entry as its frame, from the JSON serialized once at publish. */
 /** Encoded frames by entry: every watcher of a local log shares one encoding of each entry. */
 const encoded = new WeakMap<object, Uint8Array>()
 
@@ -32,6 +31,26 @@ export const encode = (entry: { readonly id: number; readonly json: string }): U
   }
   return bytes
 }
+
+/** A frame without an id: an ended stream's record of its last event, never replayed from. */
+export const unnumbered = (json: string): Uint8Array => encoder.encode(`data: ${json}\n\n`)
+
+/**
+ * `bytes` (an SSE body) up to and including the first frame holding `marker`, then its end: a run's stream
+ * ends with the run's response frame. Frames are cut apart where they end (a blank line), whatever chunks
+ * they came in.
+ */
+export const until = <E>(bytes: Stream.Stream<Uint8Array, E>, marker: string): Stream.Stream<Uint8Array, E> =>
+  Stream.decodeText(bytes).pipe(
+    Stream.mapAccum("", (pending, text) => {
+      const frames = (pending + text).split("\n\n")
+      const rest = frames.pop()!
+      return [rest, frames.map((frame) => `${frame}\n\n`)]
+    }),
+    Stream.flattenIterables,
+    Stream.takeUntil((frame) => frame.includes(marker)),
+    Stream.encodeText
+  )
 
 /** A comment: keeps proxies from closing an idle stream and lets the client tell a live stream from a dead one. */
 export const heartbeat: Uint8Array = encoder.encode(": heartbeat\n\n")

@@ -38,6 +38,7 @@ import { Answered, AnsweredAll, ExecuteInput, PromptInput, RequestRecord } from 
 import { DrainStarted, RunnerList } from "./Runner.ts"
 import { Schedule, ScheduleInput } from "./Schedule.ts"
 import { BrowserToken, BrowserTokenInput, EventPoll, HistoryPage, SessionState, Upload } from "./Session.ts"
+import { RunAccepted, RunInput, RunParams, StatelessRun } from "./StatelessRun.ts"
 import { Tenant, TenantCreated, TenantInput } from "./Tenant.ts"
 import { Token, TokenCreated, TokenInput } from "./Token.ts"
 import {
@@ -596,6 +597,81 @@ export class AgentsGroup extends HttpApiGroup.make("agents")
   .annotate(OpenApi.Title, "Agents")
 {}
 
+const runParam = HttpApiSchema.param("id", Schema.String)
+
+/** Stateless runs: one call with an agent's configuration and an input, one answer out (see docs/runs.md). */
+export class RunsGroup extends HttpApiGroup.make("runs")
+  .add(
+    HttpApiEndpoint.post("create", "/v1/runs")
+      .setPayload(payload(RunInput))
+      .setHeaders(Schema.Struct({
+        "idempotency-key": Schema.optional(AgentKey.annotations({
+          description: "the same key and body are the same run while it is kept; another body is 409"
+        }))
+      }))
+      .addSuccess(StatelessRun)
+      .addSuccess(RunAccepted, { status: promptAccepted })
+      .addError(ApiError.SpendLimit.Wire)
+      .addError(ApiError.IdempotencyConflict.Wire)
+      .addError(ApiError.IdempotencyInProgress.Wire)
+      .annotate(
+        OpenApi.Description,
+        "Starts a run: the agent configuration given (or a definition's, with overrides) on `input`, with no " +
+          "history. 200 with the ended run when it ends within `wait`, else 202 with it running: read it with " +
+          "GET /v1/runs/{id}?wait=25. Not an agent: not listed among agents; kept retentionSeconds after it " +
+          "ends, then deleted with its messages, events and files."
+      )
+  )
+  .add(HttpApiEndpoint.get("list", "/v1/runs").setUrlParams(PageParams).addSuccess(Page(StatelessRun)))
+  .add(
+    HttpApiEndpoint.get("get")`/v1/runs/${runParam}`
+      .setUrlParams(RunParams)
+      .addSuccess(StatelessRun)
+      .addError(ApiError.NotFound.Wire)
+      .annotate(OpenApi.Description, "The run; with `wait`, once it ends or the wait (at most 25 s) is over.")
+  )
+  .add(
+    HttpApiEndpoint.get("messages")`/v1/runs/${runParam}/messages`
+      .setUrlParams(HistoryParams)
+      .addSuccess(HistoryPage)
+      .addError(ApiError.NotFound.Wire)
+      .annotate(OpenApi.Description, "The run's messages: its input, the model's responses, the tool results.")
+  )
+  .add(
+    HttpApiEndpoint.get("events")`/v1/runs/${runParam}/events`
+      .setUrlParams(Schema.Struct({
+        poll: Schema.optional(Schema.Literal("1", "true")),
+        wait: Schema.optional(waitSeconds)
+      }))
+      .setHeaders(Schema.Struct({
+        "last-event-id": Schema.optional(Schema.NumberFromString.annotations({ description: "the last cursor seen" }))
+      }))
+      .addSuccess(EventPoll)
+      .addError(ApiError.NotFound.Wire)
+      .addError(ApiError.ReplayGap.Wire)
+      .annotate(
+        OpenApi.Description,
+        "The run's events as server-sent events, as an agent's (ready, id/data frames, heartbeats), ending " +
+          "after the run's `response` frame; a stream cut before it resumes with Last-Event-ID. A run that " +
+          "ended answers its response frame alone. With poll=1, one JSON EventPoll."
+      )
+  )
+  .add(
+    HttpApiEndpoint.post("abort")`/v1/runs/${runParam}/abort`
+      .addSuccess(StatelessRun)
+      .addError(ApiError.NotFound.Wire)
+      .annotate(OpenApi.Description, "Stops the run: it ends failed, code aborted. An ended run is answered as it is.")
+  )
+  .add(
+    HttpApiEndpoint.del("delete")`/v1/runs/${runParam}`
+      .addSuccess(Deleted)
+      .addError(ApiError.NotFound.Wire)
+      .annotate(OpenApi.Description, "Deletes the run now (a running one is aborted first), with all it wrote.")
+  )
+  .middleware(Authentication)
+  .annotate(OpenApi.Title, "Runs")
+{}
+
 const clientParam = HttpApiSchema.param("id", Schema.String)
 
 /** A request to an agent over its own token: a prompt, a steer, an abort, a configure or a status. */
@@ -1126,6 +1202,7 @@ export class Api extends HttpApi.make("agent-runtime")
   .add(KeysGroup)
   .add(KeyScopesGroup)
   .add(AgentsGroup)
+  .add(RunsGroup)
   .add(InputsGroup)
   .add(DefinitionsGroup)
   .add(SchedulesGroup)

@@ -57,7 +57,10 @@ export interface Service {
    * A jsonb expression for another statement: `{usage}`, the run's usage as run.completed and run.failed
    * carry it ({responses, input, output, cacheRead, cacheWrite, costUsd}), or null when it made no response.
    */
-  readonly runUsage: (agentId: string, requestId: string) => Statement.Fragment
+  readonly runUsage: (
+    agentId: string | Statement.Fragment,
+    requestId: string | Statement.Fragment
+  ) => Statement.Fragment
 }
 
 export class UsageLog extends Context.Tag("@agent-runtime/models/UsageLog")<UsageLog, Service>() {}
@@ -140,7 +143,7 @@ export const make = Effect.gen(function*() {
       PersistenceError.PersistenceError.refail
     )
 
-  const runUsage = (agentId: string, requestId: string) =>
+  const runUsage = (agentId: string | Statement.Fragment, requestId: string | Statement.Fragment) =>
     sql`jsonb_build_object('usage', (SELECT CASE WHEN count(*) = 0 THEN 'null'::jsonb
         ELSE jsonb_build_object('responses', count(*), 'input', sum(input), 'output', sum(output),
           'cacheRead', sum(cache_read), 'cacheWrite', sum(cache_write), 'costUsd', sum(cost_usd)) END

@@ -25,6 +25,24 @@ export const ownRecord = (method: "abort" | "configure", sent: string) => (recor
     ? Effect.fail(conflictOf(record.id))
     : Effect.succeed(record)
 
+/** What a new agent's settings are made from (a stateless run's too). */
+export type NewSettings = Pick<
+  AgentSchemas.AgentInput,
+  | "definition"
+  | "model"
+  | "systemPrompt"
+  | "systemPromptAppend"
+  | "thinkingLevel"
+  | "keyScope"
+  | "modelHeaders"
+  | "subject"
+  | "context"
+  | "builtins"
+  | "delegate"
+  | "fileTools"
+  | "spendLimit"
+>
+
 export const make = Effect.gen(function*() {
   const store = yield* AgentStore
   const definitions = yield* Definitions
@@ -34,6 +52,36 @@ export const make = Effect.gen(function*() {
   const volumes = yield* Volumes.Volumes
   const prompts = yield* Prompts
   const live = (tenantId: string, id: string) => findLive(store, tenantId, id)
+
+  /**
+   * The settings a new agent (or a stateless run) starts with: its own over its definition's latest revision,
+   * the tenant's default model when neither names one, a spend limit counted from now.
+   */
+  const configFor = (tenantId: string, settings: NewSettings) =>
+    Effect.gen(function*() {
+      const definition = settings.definition === undefined
+        ? undefined
+        : yield* definitionSettings(tenantId, settings.definition)
+      const own = (["model", "thinkingLevel", "fileTools"] as const).filter((field) => settings[field] !== undefined)
+      const model = settings.model ?? definition?.model
+      return applyChanges({
+        model: model ?? (yield* listing.defaultModel(tenantId, Option.fromNullable(settings.keyScope))),
+        ...(settings.systemPrompt === undefined ? {} : { systemPrompt: settings.systemPrompt }),
+        ...(settings.systemPromptAppend === undefined ? {} : { systemPromptAppend: settings.systemPromptAppend }),
+        ...(settings.thinkingLevel === undefined ? {} : { thinkingLevel: settings.thinkingLevel }),
+        ...(settings.keyScope === undefined ? {} : { keyScope: settings.keyScope }),
+        ...(settings.modelHeaders === undefined ? {} : { modelHeaders: settings.modelHeaders }),
+        ...(settings.subject === undefined ? {} : { subject: settings.subject }),
+        ...(settings.context === undefined ? {} : { context: settings.context }),
+        ...(settings.builtins === undefined ? {} : { builtins: settings.builtins }),
+        ...(settings.delegate === undefined ? {} : { delegate: settings.delegate }),
+        ...(settings.fileTools === undefined ? {} : { fileTools: settings.fileTools }),
+        ...(settings.spendLimit === undefined
+          ? {}
+          : { spendLimit: { usd: settings.spendLimit.usd, since: Math.floor(Date.now() / 1000) } }),
+        ...(own.length === 0 || definition === undefined ? {} : { own })
+      }, definition === undefined ? {} : { definition })
+    })
 
   const create = (tenantId: string, input: AgentSchemas.AgentInput, idempotencyKey: Option.Option<string>) =>
     Effect.gen(function*() {
@@ -50,28 +98,7 @@ export const make = Effect.gen(function*() {
         }
         agent = existing.value
       } else {
-        const definition = settings.definition === undefined
-          ? undefined
-          : yield* definitionSettings(tenantId, settings.definition)
-        const own = (["model", "thinkingLevel", "fileTools"] as const).filter((field) => settings[field] !== undefined)
-        const model = settings.model ?? definition?.model
-        const config: AgentConfig = applyChanges({
-          model: model ?? (yield* listing.defaultModel(tenantId, Option.fromNullable(settings.keyScope))),
-          ...(settings.systemPrompt === undefined ? {} : { systemPrompt: settings.systemPrompt }),
-          ...(settings.systemPromptAppend === undefined ? {} : { systemPromptAppend: settings.systemPromptAppend }),
-          ...(settings.thinkingLevel === undefined ? {} : { thinkingLevel: settings.thinkingLevel }),
-          ...(settings.keyScope === undefined ? {} : { keyScope: settings.keyScope }),
-          ...(settings.modelHeaders === undefined ? {} : { modelHeaders: settings.modelHeaders }),
-          ...(settings.subject === undefined ? {} : { subject: settings.subject }),
-          ...(settings.context === undefined ? {} : { context: settings.context }),
-          ...(settings.builtins === undefined ? {} : { builtins: settings.builtins }),
-          ...(settings.delegate === undefined ? {} : { delegate: settings.delegate }),
-          ...(settings.fileTools === undefined ? {} : { fileTools: settings.fileTools }),
-          ...(settings.spendLimit === undefined
-            ? {}
-            : { spendLimit: { usd: settings.spendLimit.usd, since: Math.floor(Date.now() / 1000) } }),
-          ...(own.length === 0 || definition === undefined ? {} : { own })
-        }, definition === undefined ? {} : { definition })
+        const config = yield* configFor(tenantId, settings)
         if (settings.mounts !== undefined) yield* Workspace.validate(volumes, tenantId, settings.mounts)
         // Its own workspace, made in the agent's transaction, unless its mounts say otherwise.
         const workspaceId = settings.mounts === undefined ? Ids.make("vol") : undefined
@@ -415,5 +442,5 @@ export const make = Effect.gen(function*() {
       return yield* sendConfigure(agentId, input.requestId, sent, changes)
     })
 
-  return { create, upsert, fork, configure, applyDefinition }
+  return { configFor, create, upsert, fork, configure, applyDefinition }
 })

@@ -5,12 +5,37 @@
  */
 import { Agent as AgentSchemas, Session } from "@agent-runtime/domain"
 import { UsageLog } from "@agent-runtime/models"
-import { Effect } from "effect"
+import { type Context, Effect } from "effect"
 import { toRecord } from "../Agent.ts"
 import * as AgentEvents from "../AgentEvents.ts"
 import { type AgentRow, AgentStore, findLive } from "../AgentStore.ts"
 import * as ApplicationConnection from "../ApplicationConnection.ts"
+import * as HistoryPage from "../HistoryPage.ts"
 import { Tools } from "../Tools.ts"
+
+/**
+ * A page of the agent's history, oldest first, ending before `before`: whole turns of about `limit` messages,
+ * at most about 4 MB, unless one turn alone is larger (then the page starts inside it and says `split`).
+ */
+export const historyPage = (
+  store: Context.Tag.Service<AgentStore>,
+  agentId: string,
+  page: { readonly before?: number | undefined; readonly limit?: number | undefined }
+) =>
+  Effect.gen(function*() {
+    const total = yield* store.messageCount(agentId)
+    const rows = yield* store.messagesBefore(agentId, Math.min(page.before ?? total, total))
+    const { split, start } = HistoryPage.start(rows, { limit: page.limit })
+    const entries = rows.slice(start)
+    return new Session.HistoryPage({
+      entries: entries.map((row) =>
+        new Session.HistoryEntry({ index: row.index, message: row.message as Session.HistoryMessage })
+      ),
+      next: start > 0 ? entries[0]?.index ?? null : null,
+      total,
+      split
+    })
+  })
 
 export const resumeOf = (agent: AgentRow) =>
   agent.resumeFailures === 0 || agent.resumeAfter === null
