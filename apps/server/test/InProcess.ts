@@ -51,10 +51,11 @@ const DatabaseLive = Layer.unwrapEffect(
   Effect.map(TestDatabase.make, (url) => Database.layerClient(Redacted.make(url), { migrations }))
 )
 
+/** The node; its services and database client are the tests' too (to run a sweep, or age a row). */
 export const ServerLive = Server.layerRestApp.pipe(
-  Layer.provide(Server.layerServicesOn(Layer.mergeAll(TestRunner.layer, ShardingConfig.layer()))),
+  Layer.provideMerge(Server.layerServicesOn(Layer.mergeAll(TestRunner.layer, ShardingConfig.layer()))),
   Layer.provide(Layer.mergeAll(Readiness.layer, DatabaseHealth.layer)),
-  Layer.provide(DatabaseLive),
+  Layer.provideMerge(DatabaseLive),
   Layer.provide(ServerConfig.layer),
   Layer.provideMerge(NodeHttpServer.layerTest),
   Layer.merge(Layer.scoped(Upstream, FakeUpstream.start())),

@@ -199,6 +199,11 @@ const promptOf = (input: StatelessRun.RunInputValue) => {
 /** A run has no built-ins that wait on a person, even when its definition names them. */
 const personal = new Set(["ask_user", "schedule"])
 
+const isResponse = (data: unknown, runId: string) => {
+  const frame = data as { readonly type?: unknown; readonly id?: unknown } | null
+  return frame?.type === "response" && frame.id === runId
+}
+
 const seconds = (wait: StatelessRun.RunInput["wait"]) =>
   wait === true ? StatelessRun.maxCreateWaitSeconds : wait === false || wait === undefined ? 0 : wait
 
@@ -381,10 +386,19 @@ export const make = Effect.gen(function*() {
   const eventBody = (tenantId: string, runId: string, cursor: Option.Option<number>, ready: unknown) =>
     Effect.gen(function*() {
       const row = yield* read(tenantId, runId)
+      const after = Option.getOrElse(cursor, () => 0)
       if (row.state === "completed") {
+        // Ended: what its owner still holds after the cursor, to its response frame; else that frame alone.
+        const held = yield* events.poll(runId, after, Duration.zero).pipe(
+          Effect.map((polled) => polled.events),
+          Effect.catchTags({ ReplayGap: () => Effect.succeed([]), Unavailable: () => Effect.succeed([]) })
+        )
+        const end = held.findIndex((entry) => isResponse(entry.data, runId))
         return Stream.make(
-          Sse.ready(ready, Option.getOrElse(cursor, () => 0)),
-          Sse.unnumbered(JSON.stringify({ type: "response", id: runId, outcome: row.outcome }))
+          Sse.ready(ready, after),
+          ...(end === -1
+            ? [Sse.unnumbered(JSON.stringify({ type: "response", id: runId, outcome: row.outcome }))]
+            : held.slice(0, end + 1).map((entry) => Sse.frame(entry.id, JSON.stringify(entry.data))))
         )
       }
       const body = yield* events.eventBody(runId, Option.orElse(cursor, () => Option.some(0)), {

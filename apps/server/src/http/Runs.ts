@@ -16,10 +16,13 @@ export const layer: Layer.Layer<
     return Errors.handlers(handlers)
       .handle("create", ({ headers, payload }) =>
         Effect.flatMap(tenant, (tenantId) =>
-          Effect.map(
+          Effect.flatMap(
             runs.create(tenantId, payload, Option.fromNullable(headers["idempotency-key"])),
-            // Still running when the wait ended: 202, the same fields.
-            (run) => run.status === "running" ? new StatelessRun.RunAccepted(run, { disableValidation: true }) : run
+            // Still running when the wait ended: 202 (RunAccepted in the API), the same fields.
+            (run): Effect.Effect<StatelessRun.StatelessRun | HttpServerResponse.HttpServerResponse> =>
+              run.status === "running"
+                ? Effect.orDie(HttpServerResponse.schemaJson(StatelessRun.StatelessRun)(run, { status: 202 }))
+                : Effect.succeed(run)
           )))
       .handle("list", ({ urlParams }) => Effect.flatMap(tenant, (tenantId) => runs.list(tenantId, urlParams)))
       .handle("get", ({ path, urlParams }) =>
