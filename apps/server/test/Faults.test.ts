@@ -19,7 +19,10 @@
  * also writes a file on its agent's workspace and edits it (the file tools,
  * see FileWrites): no write ran twice, each file agrees with its calls'
  * results, and a write whose outcome is unknown is counted as uncertain,
- * never passed as missing.
+ * never passed as missing. Stateless runs go beside the agents' turns (each
+ * fetching a page, created with an Idempotency-Key and retried on another
+ * node when the answer is lost): every accepted run ends completed, once,
+ * and none fetched its page twice.
  */
 import { Serve } from "@agent-runtime/sdk"
 import {
@@ -94,6 +97,16 @@ it.scopedLive(
         )
       }
       const { api, token } = yield* TestWorld.tenantWithModel({ node: cluster.members[0]!.node, upstream }, "faults")
+      // Runs have a model of their own, so they take only the steps scripted for them.
+      const runsModel = yield* api.put("/v1/providers/fakeruns", {
+        token,
+        json: {
+          type: "openai-completions",
+          baseUrl: `${upstream.url}/v1`,
+          models: [{ id: "r1", contextWindow: 100_000 }]
+        }
+      })
+      expect(runsModel.status, runsModel.text).toBe(200)
       const receiver = yield* WebhookReceiver.start
       const hook = yield* api.post("/v1/webhooks", {
         token,
@@ -120,12 +133,16 @@ it.scopedLive(
        * did not answer in time on a crowded machine: a watcher that took the 503's body for the state once read
        * from an undefined cursor for the whole run).
        */
-      const call = (method: string, path: string, json?: unknown) =>
+      const call = (method: string, path: string, json?: unknown, headers?: Record<string, string>) =>
         Effect.suspend(() => {
           const base = pick()
           return base === undefined
             ? Effect.fail(new Error("no live node"))
-            : Http.attempt(base, method, path, { token, ...(json === undefined ? {} : { json }) }, 30_000)
+            : Http.attempt(base, method, path, {
+              token,
+              ...(json === undefined ? {} : { json }),
+              ...(headers === undefined ? {} : { headers })
+            }, 30_000)
         }).pipe(
           Effect.filterOrFail((response) => response.status !== 503, () => new Error("503")),
           Effect.retry({ times: 200, schedule: Schedule.spaced("200 millis") })
@@ -297,8 +314,36 @@ it.scopedLive(
           entry.accepted = true
         }
       })
+      // --- Stateless runs beside them: every fifth tick, one fetching a page; a lost answer is sent again, with
+      // the same Idempotency-Key, to another node.
+      const runKeys = new Map<string, { accepted: boolean; id?: string; body: unknown }>()
+      const postRun = (key: string, body: unknown) =>
+        Effect.either(call("POST", "/v1/runs", body, { "idempotency-key": key }).pipe(Effect.timeout("60 seconds")))
+      let runSequence = 0
+      const createRun = Effect.gen(function*() {
+        const n = runSequence++
+        const key = `run-fault-${n}`
+        const body = { model: "fakeruns/r1", builtins: ["web_fetch"], input: `run ${n}` }
+        upstream.script([
+          { toolCalls: [{ id: `rcall_${n}`, name: "web_fetch", arguments: { url: `${pages.url}/r/${n}?delay=600` } }] },
+          { text: `run ${n} done`, tokenDelayMs: 60 }
+        ], { model: "r1" })
+        const entry: { accepted: boolean; id?: string; body: unknown } = { accepted: false, body }
+        runKeys.set(key, entry)
+        const answer = yield* postRun(key, body)
+        if (answer._tag === "Right" && (answer.right.status === 202 || answer.right.status === 200)) {
+          entry.accepted = true
+          entry.id = answer.right.body.id
+        }
+      })
+      let tick = 0
       const workload = yield* Effect.forkScoped(
-        Effect.forever(Effect.zipRight(Effect.forkScoped(sendOne), Effect.sleep(Duration.millis(promptEveryMs))))
+        Effect.forever(
+          Effect.zipRight(
+            Effect.forkScoped(Effect.suspend(() => tick++ % 5 === 4 ? Effect.zipRight(sendOne, createRun) : sendOne)),
+            Effect.sleep(Duration.millis(promptEveryMs))
+          )
+        )
       )
 
       // --- Faults.
@@ -355,6 +400,44 @@ it.scopedLive(
         expect(record.outcome.error, requestId).toBeUndefined()
         expect(record.outcome.result.error, requestId).toBeNull()
       }
+
+      // --- Every accepted run ended, completed, as one run per key (retries found the same run).
+      const runsEnded = new Map<string, any>()
+      for (const [key, entry] of runKeys) {
+        if (entry.id === undefined) {
+          // Its answer was lost: the same key and body again find the run, or start it if it never arrived.
+          const again = yield* postRun(key, entry.body)
+          if (again._tag === "Left" || again.right.body?.id === undefined) continue
+          entry.accepted = true
+          entry.id = again.right.body.id
+        }
+        while (Date.now() < deadline) {
+          const run = yield* call("GET", `/v1/runs/${entry.id}?wait=20`)
+          if (run.status === 200 && run.body.status !== "running") {
+            runsEnded.set(key, run.body)
+            break
+          }
+        }
+      }
+      const runsAccepted = [...runKeys.values()].filter((entry) => entry.accepted)
+      expect(runsAccepted.length).toBeGreaterThan(0)
+      expect([...runKeys].filter(([key, entry]) => entry.accepted && !runsEnded.has(key)).map(([key]) => key))
+        .toEqual([])
+      for (const [key, run] of runsEnded) {
+        expect(run.status, `${key}: ${JSON.stringify(run.error)}`).toBe("completed")
+        expect(run.text, key).toMatch(/^run \d+ done$/)
+      }
+      const listedRuns: Array<{ id: string }> = []
+      for (let after: string | null = ""; after !== null;) {
+        const page: Http.Response = yield* call("GET", `/v1/runs?limit=100${after === "" ? "" : `&after=${after}`}`)
+        expect(page.status, page.text).toBe(200)
+        listedRuns.push(...page.body.data)
+        after = page.body.next
+      }
+      expect(new Set(listedRuns.map((run) => run.id))).toEqual(
+        new Set([...runKeys.values()].flatMap((entry) => entry.id === undefined ? [] : [entry.id]))
+      )
+      const runsUncertain = [...runsEnded.values()].filter((run) => run.error?.uncertain === true).length
 
       yield* phase("requests settled; checking histories")
       // --- Histories are whole and in order: every prompt once, every tool call answered once, right after its call.
@@ -467,16 +550,25 @@ it.scopedLive(
       yield* phase("checking webhooks")
       // --- Webhooks: every settled run's run.completed arrives, signed; it was written once, however the run
       // moved; no run ended twice or failed; every moved turn's run.started names its resumption.
+      const isRun = (requestId: string) => requestId.startsWith("run_")
       const ended = (deliveries: ReadonlyArray<WebhookReceiver.Delivery>) =>
         new Set(
-          deliveries.filter((delivery) => delivery.event.type === "run.completed").map((delivery) =>
-            delivery.event.data.requestId
-          )
+          deliveries.filter((delivery) =>
+            delivery.event.type === "run.completed" && !isRun(delivery.event.data.requestId)
+          ).map((delivery) => delivery.event.data.requestId)
         )
       const delivered = yield* receiver.waitFor("/runs", (got) => ended(got).size >= outcomes.size, 90_000)
       expect(delivered.filter((delivery) => delivery.verifiedWith.length === 0)).toEqual([])
       const events = new Map(delivered.map((delivery) => [delivery.event.id, delivery.event]))
-      const endings = [...events.values()].filter((event) => event.type !== "run.started")
+      const endings = [...events.values()].filter((event) =>
+        event.type !== "run.started" && !isRun(event.data.requestId)
+      )
+      // Each ended run's own ending was told once too.
+      const runEndings = [...events.values()].filter((event) =>
+        event.type !== "run.started" && isRun(event.data.requestId)
+      )
+      expect(runEndings.map((event) => event.data.requestId).sort())
+        .toEqual([...runsEnded.values()].map((run) => run.id).sort())
       expect(endings.filter((event) => event.type === "run.failed")).toEqual([])
       expect(endings.map((event) => event.data.requestId).sort()).toEqual([...outcomes.keys()].sort())
       for (const event of endings) {
@@ -501,7 +593,8 @@ it.scopedLive(
             streams.reduce((sum, watcher) => sum + watcher.stalls, 0)
           } stalls; drained runners ` +
           `exited in ${drainTimes.map((ms) => (ms / 1000).toFixed(1)).join(", ")} s; webhook events ${events.size} ` +
-          `(deliveries ${delivered.length}); ${FileWrites.summary(files)}`
+          `(deliveries ${delivered.length}); ${FileWrites.summary(files)}; stateless runs accepted ` +
+          `${runsAccepted.length}, ended ${runsEnded.size} (uncertain ${runsUncertain})`
       )
       expect(moved.length).toBeGreaterThan(0)
       expect(appCalls.size).toBeGreaterThan(0)

@@ -22,6 +22,7 @@ import { randomUUID } from "node:crypto"
 import * as EventStream from "./EventStream.ts"
 import * as Http from "./internal/http.ts"
 import { run } from "./internal/promise.ts"
+import * as Runs from "./Runs.ts"
 import type { ApiError, TransportError } from "./SdkError.ts"
 import * as Serve from "./Serve.ts"
 
@@ -110,6 +111,8 @@ const awaitRecord = (
 export class AgentRuntime {
   readonly #target: Http.Target
   readonly #fetch: typeof globalThis.fetch | undefined
+  /** Stateless runs: one input in, one answer out (see Runs). */
+  readonly runs: Runs.Runs
 
   /** Throws InvalidOptions for a base URL that is not https (http only for localhost and 127.0.0.1). */
   constructor(options: {
@@ -120,6 +123,7 @@ export class AgentRuntime {
   }) {
     this.#target = targetOrThrow(options.baseUrl, options.apiKey)
     this.#fetch = options.fetch
+    this.runs = new Runs.Runs(this.#target, this.#fetch)
   }
 
   get baseUrl(): string {

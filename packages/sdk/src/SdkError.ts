@@ -54,5 +54,18 @@ export class ApplicationReplaced extends Schema.TaggedError<ApplicationReplaced>
   }
 }
 
+/**
+ * A structured run's output fit the JSON Schema the runtime checked, but not the Effect Schema it was made
+ * from (a refinement, a transformation): the wire's `output_invalid`.
+ */
+export class OutputInvalid extends Schema.TaggedError<OutputInvalid>()("OutputInvalid", {
+  message: Schema.String,
+  runId: Schema.String
+}) {
+  get code(): "output_invalid" {
+    return "output_invalid"
+  }
+}
+
 /** Everything the SDK reports. */
-export type SdkError = ApiError | TransportError | InvalidOptions | ApplicationReplaced
+export type SdkError = ApiError | TransportError | InvalidOptions | ApplicationReplaced | OutputInvalid

@@ -1,5 +1,6 @@
 export * as AgentRuntime from "./AgentRuntime.ts"
 export * as EventStream from "./EventStream.ts"
+export * as Runs from "./Runs.ts"
 export * as RuntimeClient from "./RuntimeClient.ts"
 export * as SdkError from "./SdkError.ts"
 export * as Serve from "./Serve.ts"
