@@ -431,7 +431,7 @@ it.scopedLive(
       for (let after: string | null = ""; after !== null;) {
         const page: Http.Response = yield* call("GET", `/v1/runs?limit=100${after === "" ? "" : `&after=${after}`}`)
         expect(page.status, page.text).toBe(200)
-        listedRuns.push(...page.body.data)
+        for (const run of page.body.data) listedRuns.push(run)
         after = page.body.next
       }
       expect(new Set(listedRuns.map((run) => run.id))).toEqual(

@@ -15,7 +15,7 @@
  * Effect users call `client.runs.create(...)` of the typed RuntimeClient with `outputSpec(schema)` and decode
  * with `decodeOutput(schema)`.
  */
-import type { Session, StatelessRun } from "@agent-runtime/domain"
+import { Run as RunSchemas, type Session, type StatelessRun } from "@agent-runtime/domain"
 import type { HttpClient } from "@effect/platform"
 import { Duration, Effect, Either, JSONSchema, ParseResult, Schema } from "effect"
 import { randomUUID } from "node:crypto"
@@ -47,10 +47,9 @@ const jsonSchemaOf = (schema: Schema.Schema.Any): Record<string, unknown> => {
   return Object.keys(definitions).length === 0 ? { ...root } : { ...root, $defs: definitions }
 }
 
-/** The `output` field of a run or a prompt for `schema`. */
-export const outputSpec = <A>(schema: OutputSchema<A>): { readonly schema: Record<string, unknown> } => ({
-  schema: isEffectSchema(schema) ? jsonSchemaOf(schema) : { ...schema }
-})
+/** The `output` field of a run or a prompt for `schema` (for the Promise API's JSON and the typed client alike). */
+export const outputSpec = <A>(schema: OutputSchema<A>): RunSchemas.OutputSpec =>
+  new RunSchemas.OutputSpec({ schema: isEffectSchema(schema) ? jsonSchemaOf(schema) : { ...schema } })
 
 /**
  * The run (as the Promise API or the typed client answers it) with its output decoded by `schema` (an Effect
