@@ -101,8 +101,15 @@ layer(ServerLive, { timeout: 90_000, excludeTestServices: true })("stateless run
       expect((yield* get(`/v1/agents/${id}/history`, token)).status).toBe(404)
       // Nor another tenant's.
       const other = yield* tenantWithModel("runs-other")
-      expect((yield* get(`/v1/runs/${id}`, other.tenant.token)).status).toBe(404)
+      for (const path of [`/v1/runs/${id}`, `/v1/runs/${id}/messages`, `/v1/runs/${id}/events`]) {
+        expect((yield* get(path, other.tenant.token)).status, path).toBe(404)
+      }
+      expect((yield* post(`/v1/runs/${id}/abort`, {}, other.tenant.token)).status).toBe(404)
+      expect((yield* raw(HttpClientRequest.del(`/v1/runs/${id}`), other.tenant.token)).status).toBe(404)
       expect((yield* get("/v1/runs", other.tenant.token)).body.data).toEqual([])
+      // A cursor from another tenant's list reveals nothing.
+      expect((yield* get(`/v1/runs?after=run_0`, other.tenant.token)).body.data).toEqual([])
+      expect((yield* get(`/v1/runs/${id}`, token)).body.status).toBe("completed")
     }))
 
   it.effect("a run that outlives its wait is 202 running, and GET with wait answers it ended", () =>
@@ -248,6 +255,40 @@ layer(ServerLive, { timeout: 90_000, excludeTestServices: true })("stateless run
         error: { code: "output_missing" }
       })
       expect(prose.body.output).toBeUndefined()
+    }))
+
+  it.effect("a definition's approval ends a run input_required, for good: the sweep cancels what it asked", () =>
+    Effect.gen(function*() {
+      const { token, upstream } = yield* fresh
+      const runs = yield* Runs.Runs
+      const definition = yield* post("/v1/definitions", {
+        name: "careful",
+        model: "fake/m1",
+        builtins: ["web_fetch", "ask_user"],
+        humanInput: { approvals: [{ tool: "web_fetch" }] }
+      }, token)
+      expect(definition.status, JSON.stringify(definition.body)).toBe(201)
+      upstream.script({ toolCalls: [{ name: "web_fetch", arguments: { url: "http://127.0.0.1:9/never" } }] })
+      const created = yield* post("/v1/runs", { definition: definition.body.id, input: "fetch it", wait: 10 }, token)
+      expect(created.body).toMatchObject({ status: "input_required", inputs: [{ kind: "approval", state: "pending" }] })
+      // The definition's ask_user is no run's: the model had web_fetch (and code mode to call it).
+      const tools = (upstream.requests()[0]!.body as { tools: Array<{ function: { name: string } }> }).tools
+      expect(tools.map((tool) => tool.function.name)).toEqual(["web_fetch", "codemode"])
+
+      yield* runs.sweep
+      const inputs = yield* Effect.gen(function*() {
+        const sql = yield* SqlClient.SqlClient
+        for (let i = 0; i < 50; i++) {
+          const rows = yield* sql<{ state: string }>`SELECT state FROM agent_inputs WHERE agent_id = ${created.body.id}`
+          if (rows.every((row) => row.state !== "pending")) return rows
+          yield* Effect.sleep("100 millis")
+        }
+        return []
+      })
+      expect(inputs.map((row) => row.state)).toEqual(["cancelled"])
+      // Nothing resumed it: one model request, and the run is as it ended.
+      expect(upstream.requests()).toHaveLength(1)
+      expect((yield* get(`/v1/runs/${created.body.id}`, token)).body.status).toBe("input_required")
     }))
 
   it.effect("bad input is refused with its error and leaves nothing behind", () =>
