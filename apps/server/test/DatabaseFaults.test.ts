@@ -14,7 +14,10 @@
  * Every other turn fetching a page also writes a file on its agent's
  * workspace and edits it (see FileWrites): no write ran twice, each file agrees with its
  * calls' results (a write refused for the outage wrote nothing), and a write
- * whose outcome is unknown is counted as uncertain.
+ * whose outcome is unknown is counted as uncertain. Stateless runs go beside
+ * the agents' turns (each fetching a page; a 503 sent again with the same
+ * Idempotency-Key after its Retry-After): every accepted run ends completed,
+ * once per key, and no page is fetched twice.
  */
 import { EmbeddedPostgres } from "@agent-runtime/store"
 import {
@@ -149,7 +152,11 @@ it.scopedLive(
         json: {
           type: "openai-completions",
           baseUrl: `${upstream.url}/v1`,
-          models: [{ id: "m1", contextWindow: 100_000 }, { id: "m2", contextWindow: 100_000 }]
+          models: [
+            { id: "m1", contextWindow: 100_000 },
+            { id: "m2", contextWindow: 100_000 },
+            { id: "r1", contextWindow: 100_000 }
+          ]
         }
       })
       const makeAgent = (model: string) =>
@@ -258,8 +265,49 @@ it.scopedLive(
         Effect.ensuring(Effect.sync(() => inFlight--)),
         (send) => Effect.zipRight(Effect.sync(() => inFlight++), send)
       )
+      // --- Stateless runs beside them, every fourth tick, on a model of their own: created as a client would,
+      // again with the same Idempotency-Key after a 503 or a lost answer.
+      const runKeys = new Map<string, { id?: string; body: unknown }>()
+      let runSequence = 0
+      const createRun = Effect.gen(function*() {
+        const n = runSequence++
+        const key = `run-db-${n}`
+        const body = { model: "fake/r1", builtins: ["web_fetch"], input: `run ${n}` }
+        upstream.script([
+          { toolCalls: [{ id: `rcall_${n}`, name: "web_fetch", arguments: { url: `${pages.url}/r/${n}?delay=600` } }] },
+          { text: `run ${n} done`, tokenDelayMs: 60 }
+        ], { model: "r1" })
+        const entry: { id?: string; body: unknown } = { body }
+        runKeys.set(key, entry)
+        const giveUp = Date.now() + 60_000
+        while (entry.id === undefined && Date.now() < giveUp) {
+          const answer = yield* Effect.either(
+            Http.attempt(pick(), "POST", "/v1/runs", { token, json: body, headers: { "idempotency-key": key } }, 15_000)
+          )
+          if (answer._tag === "Left") {
+            yield* Effect.sleep("500 millis")
+          } else if (answer.right.status === 200 || answer.right.status === 202) {
+            entry.id = answer.right.body.id
+          } else if (answer.right.status === 503 || answer.right.body?.code === "IDEMPOTENCY_IN_PROGRESS") {
+            // 409 IDEMPOTENCY_IN_PROGRESS: the first request with this key still runs (its answer was lost).
+            yield* Effect.sleep(Duration.seconds(Number(answer.right.headers.get("retry-after") ?? 1)))
+          } else {
+            answers.other.set(answer.right.status, (answers.other.get(answer.right.status) ?? 0) + 1)
+            return
+          }
+        }
+      }).pipe(
+        Effect.ensuring(Effect.sync(() => inFlight--)),
+        (send) => Effect.zipRight(Effect.sync(() => inFlight++), send)
+      )
+      let tick = 0
       const workload = yield* Effect.forkScoped(
-        Effect.forever(Effect.zipRight(Effect.forkScoped(sendOne), Effect.sleep(Duration.millis(promptEveryMs))))
+        Effect.forever(
+          Effect.zipRight(
+            Effect.forkScoped(Effect.suspend(() => tick++ % 4 === 3 ? Effect.zipRight(createRun, sendOne) : sendOne)),
+            Effect.sleep(Duration.millis(promptEveryMs))
+          )
+        )
       )
 
       const began = Date.now()
@@ -535,6 +583,29 @@ it.scopedLive(
         expect(record.outcome.error, requestId).toBeUndefined()
         expect(record.outcome.result.error, requestId).toBeNull()
       }
+      // --- Every run created ended completed, one per key.
+      const runsEnded = new Map<string, any>()
+      const runsDeadline = Date.now() + 60_000
+      yield* Effect.forEach(runKeys, ([key, entry]) =>
+        Effect.gen(function*() {
+          if (entry.id === undefined) return
+          while (Date.now() < runsDeadline) {
+            const run = yield* call("GET", `/v1/runs/${entry.id}?wait=20`)
+            if (run.status === 200 && run.body.status !== "running") {
+              runsEnded.set(key, run.body)
+              return
+            }
+          }
+        }), { concurrency: 6, discard: true })
+      const runsCreated = [...runKeys].filter(([, entry]) => entry.id !== undefined)
+      expect(runsCreated.length).toBeGreaterThan(0)
+      expect(runsCreated.filter(([key]) => !runsEnded.has(key)).map(([key]) => key)).toEqual([])
+      for (const [key, run] of runsEnded) {
+        expect(run.status, `${key}: ${JSON.stringify(run.error)}`).toBe("completed")
+      }
+      expect(new Set(runsCreated.map(([, entry]) => entry.id)).size).toBe(runsCreated.length)
+      const runsUncertain = [...runsEnded.values()].filter((run) => run.error?.uncertain === true).length
+
       // A node that could not reach the database said so: never a 500.
       expect([...answers.other.keys()]).toEqual([])
       expect([...unavailableBodies].filter((body) => !/^UNAVAILABLE retry-after=\d+$/.test(body))).toEqual([])
@@ -623,7 +694,8 @@ it.scopedLive(
           `lost ${lost.length}, duplicated tool calls ${duplicated.length}; watchers ${all.length}: reconnects ` +
           `${sum((w) => w.reconnects)}, cut off ${sum((w) => w.cutOff)}, stalls ${sum((w) => w.stalls)}, gaps ${
             sum((w) => w.marks.filter((mark) => mark._tag === "gap").length)
-          }, unreachable ${sum((w) => w.unreachable)}; ${FileWrites.summary(files)}\n${figures.join("\n")}`
+          }, unreachable ${sum((w) => w.unreachable)}; ${FileWrites.summary(files)}; stateless runs created ` +
+          `${runsCreated.length}, ended completed ${runsEnded.size} (uncertain ${runsUncertain})\n${figures.join("\n")}`
       )
       expect(violations).toEqual({ wentBack: [], skipped: [], missedResumes: [] })
       expect(moved.length).toBeGreaterThan(0)

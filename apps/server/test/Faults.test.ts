@@ -403,6 +403,7 @@ it.scopedLive(
 
       // --- Every accepted run ended, completed, as one run per key (retries found the same run).
       const runsEnded = new Map<string, any>()
+      const runsDeadline = Date.now() + 120_000
       for (const [key, entry] of runKeys) {
         if (entry.id === undefined) {
           // Its answer was lost: the same key and body again find the run, or start it if it never arrived.
@@ -411,7 +412,7 @@ it.scopedLive(
           entry.accepted = true
           entry.id = again.right.body.id
         }
-        while (Date.now() < deadline) {
+        while (Date.now() < runsDeadline) {
           const run = yield* call("GET", `/v1/runs/${entry.id}?wait=20`)
           if (run.status === 200 && run.body.status !== "running") {
             runsEnded.set(key, run.body)

@@ -324,6 +324,51 @@ describe("Turn", () => {
       expect(recording.eventTypes()).toEqual(["agent_end"])
     }).pipe(Effect.provide(TurnLive)))
 
+  it.scopedLive("a resumed structured turn whose answer the lost node accepted ends with it, not asking again", () =>
+    Effect.gen(function*() {
+      const model = yield* ScriptedModel
+      const output = { schema: { type: "object", properties: { n: { type: "integer" } }, required: ["n"] } }
+      const accepted: Turn.StoredMessage = {
+        role: "toolResult",
+        toolCallId: "call_out",
+        toolName: "final_output",
+        content: [{ type: "text", text: "Answer recorded." }],
+        isError: false,
+        timestamp: 1
+      }
+      const recording = recordingHooks({
+        history: [
+          user("req_1", "count"),
+          assistant("Here.", [{ id: "call_out", name: "final_output", arguments: { n: 3 } }]),
+          accepted
+        ]
+      })
+      const outcome = yield* Turn.run(input({ output, resume: { began: 0, unjournaled: [] } }), recording.hooks)
+      expect(outcome.result).toMatchObject({ output: { n: 3 }, reply: "Here.", error: null })
+      expect(model.calls()).toEqual([])
+      expect(recording.appended).toEqual([])
+    }).pipe(Effect.provide(TurnLive)))
+
+  it.scopedLive("a resumed structured turn cut after its prose is reminded once, forced, then answers", () =>
+    Effect.gen(function*() {
+      const model = yield* ScriptedModel
+      model.script({ toolCalls: [{ id: "call_out", name: "final_output", arguments: { n: 4 } }] })
+      const output = { schema: { type: "object", properties: { n: { type: "integer" } }, required: ["n"] } }
+      const recording = recordingHooks({ history: [user("req_1", "count"), assistant("Four.")] })
+      const outcome = yield* Turn.run(
+        input({ config: { model: "fake/m1" }, output, resume: { began: 0, unjournaled: [] } }),
+        recording.hooks
+      )
+      expect(outcome.result).toMatchObject({ output: { n: 4 }, error: null })
+      // The reminder joined history, and the one request after it forced final_output (its only tool).
+      expect(appendedSummary(recording)).toEqual([
+        expect.stringMatching(/^2 user req_1 Your answer was not recorded/),
+        "3 assistant call:call_out",
+        "4 toolResult call_out"
+      ])
+      expect(model.calls().map((call) => call.forceTool)).toEqual(["final_output"])
+    }).pipe(Effect.provide(TurnLive)))
+
   it.scopedLive("a resumed turn whose prompts never reached history adds them before the model is asked", () =>
     Effect.gen(function*() {
       const model = yield* ScriptedModel
