@@ -33,7 +33,9 @@ const json = async (url: string, token: string, init: { method?: string; body?: 
     ...(init.body === undefined ? {} : { body: JSON.stringify(init.body) })
   })
   const body = await response.json() as any
-  if (response.status >= 400) throw new Error(`${init.method ?? "GET"} ${url}: ${response.status} ${JSON.stringify(body)}`)
+  if (response.status >= 400) {
+    throw new Error(`${init.method ?? "GET"} ${url}: ${response.status} ${JSON.stringify(body)}`)
+  }
   return body
 }
 
@@ -75,10 +77,13 @@ const program = Effect.scoped(Effect.gen(function*() {
   const base = node.rest
   const pid = node.process.pid!
   const agents = yield* Effect.promise(() =>
-    Promise.all(Array.from({ length: clients }, () =>
-      json(`${base}/v1/agents`, token, { method: "POST", body: { model: "fake/m1", mounts: [] } }).then(
-        (created) => created.id as string
-      )))
+    Promise.all(
+      Array.from({ length: clients }, () =>
+        json(`${base}/v1/agents`, token, { method: "POST", body: { model: "fake/m1", mounts: [] } }).then(
+          (created) =>
+            created.id as string
+        ))
+    )
   )
   let n = 0
   const turn = async (client: number) => {

@@ -304,6 +304,21 @@ export const Agent = Entity.make("Agent", [
 ])
 
 /**
+ * A stateless run's entity (see Runs): the agent's protocol and behaviour under another entity type, so its
+ * runner lets it go soon after it goes idle instead of holding every ended run for minutes.
+ */
+export const StatelessRun = Entity.fromRpcGroup("StatelessRun", Agent.protocol)
+
+/** Whether `id` names a stateless run rather than an agent. */
+export const isRunId = (id: string) => id.startsWith("run_")
+
+/** The entity client of an agent or a stateless run, by its id. */
+export const entityClient = Effect.map(
+  Effect.zip(Agent.client, StatelessRun.client),
+  ([agent, run]) => (id: string) => isRunId(id) ? run(id) : agent(id)
+)
+
+/**
  * Sends a volatile message again when its handler was cut short because the agent moved to another runner
  * (a drain, a rebalance): the reply is then an interruption, and the next owner answers the next send. Only
  * for messages that are idempotent, such as a Prompt under its request id.

@@ -13,7 +13,7 @@ import type { Sharding } from "@effect/cluster"
 import type { Scope } from "effect"
 import { Cause, Context, Deferred, Duration, Effect, Exit, Layer, Option, Sink, Stream } from "effect"
 import { Buffer } from "node:buffer"
-import { Agent, sentUntilAnswered, type Status } from "./Agent.ts"
+import { entityClient, sentUntilAnswered, type Status } from "./Agent.ts"
 import type { ReplayGap } from "./AgentError.ts"
 import * as ApplicationConnection from "./ApplicationConnection.ts"
 import { Drain } from "./Drain.ts"
@@ -141,7 +141,7 @@ export class AgentEvents extends Context.Tag("@agent-runtime/agent/AgentEvents")
 export const make = Effect.gen(function*() {
   const drain = yield* Drain
   const health = yield* DatabaseHealth.DatabaseHealth
-  const makeClient = yield* Agent.client
+  const makeClient = yield* entityClient
   const localLogs = yield* EventLog.LocalLogs
   const settlements = yield* Settlements
 

@@ -16,7 +16,7 @@ import { Entity, ShardingConfig } from "@effect/cluster"
 import type { Sharding } from "@effect/cluster"
 import { Cause, Deferred, Duration, Effect, Exit, Fiber, Layer, Option, Queue, Schedule, Stream } from "effect"
 import type { AnswerPayload, PromptPayload } from "./Agent.ts"
-import { Agent, applyChanges, toRecord, watchKeepAlive } from "./Agent.ts"
+import { Agent, applyChanges, entityClient, StatelessRun, toRecord, watchKeepAlive } from "./Agent.ts"
 import { type ApplicationConnected, Draining, Fenced, PersistenceError } from "./AgentError.ts"
 import { AgentStore, type RequestRow } from "./AgentStore.ts"
 import * as ApplicationConnection from "./ApplicationConnection.ts"
@@ -281,147 +281,151 @@ export const layer: Layer.Layer<
   | ModelClient.ModelClient
   | Volumes.Volumes
   | Tools.Tools
-> = Layer.unwrapEffect(Effect.map(Agent.client, (makeClient) =>
-  Agent.toLayer(
-    Effect.gen(function*() {
-      const instance = yield* start
-      const { agentId, application, drain, journal, requests } = instance
-      const entityScope = yield* Effect.scope
-      // A draining node tells the application: no new calls come on its connection.
-      yield* Effect.forkScoped(Effect.zipRight(drain.begun, application.drain))
-      // Stopped on purpose (drain, rebalance, idle): the next owner's log goes on from this one's, without a gap.
-      // Open work is announced so another node wakes it; a draining runner announces only once its shards are
-      // gone (layerReleaseAnnouncements), since a wake-up sent now would meet this runner on its way out.
-      yield* Effect.addFinalizer(() =>
-        Effect.gen(function*() {
-          const { epoch, log } = journal.term()
-          yield* instance.store.release(agentId, epoch, yield* log.cursor, yield* log.buffered)
-          if (drain.isDraining()) drain.released(agentId)
-          else yield* instance.store.announceReleased([agentId])
-        }).pipe(Effect.ignore)
-      )
-      const runnerBody = runner(instance, makeClient(agentId).Wake())
-      // Kept to start the runner again after a reclaim, from a message handler.
-      const running = Effect.provide(runnerBody, yield* Effect.context<Effect.Effect.Context<typeof runnerBody>>())
-      yield* Effect.forkScoped(running)
-      // Runs before the runner is interrupted (finalizers run in reverse): a turn moved with its shard
-      // finishes its current step and hands on, rather than being cut and resumed as after a crash.
-      yield* Effect.addFinalizer(() =>
-        Effect.suspend(() => {
-          instance.turn.releasing = true
-          return Effect.repeat(Effect.sync(() => requests.active), {
-            until: (active) => active === null,
-            schedule: Schedule.spaced("50 millis")
-          }).pipe(Effect.timeout(handOnTimeout), Effect.ignore)
-        })
-      )
-      /**
-       * A message reached this instance after it stopped serving the agent (Journal.supersede): the cluster
-       * places the agent here, so it claims it again (Journal.reclaim), reloads it from the journal and runs
-       * its open work, a cut turn resumed.
-       */
-      const reclaim = Effect.gen(function*() {
-        yield* journal.reclaim
-        Object.assign(instance.agent, yield* loadAgent(instance))
-        instance.history.splice(0, instance.history.length, ...yield* loadHistory(instance))
-        requests.clear()
-        yield* Effect.logInfo("claimed the agent again").pipe(
-          Effect.annotateLogs({ agentId, epoch: journal.term().epoch })
-        )
-        yield* Effect.forkIn(running, entityScope)
-        yield* loadOpenWork(instance)
+> = Layer.unwrapEffect(Effect.map(entityClient, (makeClient) => {
+  const behaviour = Effect.gen(function*() {
+    const instance = yield* start
+    const { agentId, application, drain, journal, requests } = instance
+    const entityScope = yield* Effect.scope
+    // A draining node tells the application: no new calls come on its connection.
+    yield* Effect.forkScoped(Effect.zipRight(drain.begun, application.drain))
+    // Stopped on purpose (drain, rebalance, idle): the next owner's log goes on from this one's, without a gap.
+    // Open work is announced so another node wakes it; a draining runner announces only once its shards are
+    // gone (layerReleaseAnnouncements), since a wake-up sent now would meet this runner on its way out.
+    yield* Effect.addFinalizer(() =>
+      Effect.gen(function*() {
+        const { epoch, log } = journal.term()
+        yield* instance.store.release(agentId, epoch, yield* log.cursor, yield* log.buffered)
+        if (drain.isDraining()) drain.released(agentId)
+        else yield* instance.store.announceReleased([agentId])
+      }).pipe(Effect.ignore)
+    )
+    const runnerBody = runner(instance, makeClient(agentId).Wake())
+    // Kept to start the runner again after a reclaim, from a message handler.
+    const running = Effect.provide(runnerBody, yield* Effect.context<Effect.Effect.Context<typeof runnerBody>>())
+    yield* Effect.forkScoped(running)
+    // Runs before the runner is interrupted (finalizers run in reverse): a turn moved with its shard
+    // finishes its current step and hands on, rather than being cut and resumed as after a crash.
+    yield* Effect.addFinalizer(() =>
+      Effect.suspend(() => {
+        instance.turn.releasing = true
+        return Effect.repeat(Effect.sync(() => requests.active), {
+          until: (active) => active === null,
+          schedule: Schedule.spaced("50 millis")
+        }).pipe(Effect.timeout(handOnTimeout), Effect.ignore)
       })
-      const reclaiming = yield* Effect.makeSemaphore(1)
-      const current = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
-        Effect.zipRight(
-          reclaiming.withPermits(1)(Effect.suspend(() => journal.superseded() ? reclaim : Effect.void)),
-          effect
-        )
+    )
+    /**
+     * A message reached this instance after it stopped serving the agent (Journal.supersede): the cluster
+     * places the agent here, so it claims it again (Journal.reclaim), reloads it from the journal and runs
+     * its open work, a cut turn resumed.
+     */
+    const reclaim = Effect.gen(function*() {
+      yield* journal.reclaim
+      Object.assign(instance.agent, yield* loadAgent(instance))
+      instance.history.splice(0, instance.history.length, ...yield* loadHistory(instance))
+      requests.clear()
+      yield* Effect.logInfo("claimed the agent again").pipe(
+        Effect.annotateLogs({ agentId, epoch: journal.term().epoch })
+      )
+      yield* Effect.forkIn(running, entityScope)
       yield* loadOpenWork(instance)
-      const log = () => journal.term().log
+    })
+    const reclaiming = yield* Effect.makeSemaphore(1)
+    const current = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
+      Effect.zipRight(
+        reclaiming.withPermits(1)(Effect.suspend(() => journal.superseded() ? reclaim : Effect.void)),
+        effect
+      )
+    yield* loadOpenWork(instance)
+    const log = () => journal.term().log
 
-      return {
-        Prompt: ({ payload }) => current(prompt(instance, payload)),
-        Abort: ({ payload }) => current(immediate(instance, payload, "abort", {}, abort(instance, payload.requestId))),
-        Configure: ({ payload }) =>
-          current(immediate(
-            instance,
-            payload,
-            "configure",
-            { changes: payload.changes },
-            Effect.gen(function*() {
-              instance.agent.config = applyChanges(instance.agent.config, payload.changes)
-              yield* journal.write(instance.store.updateConfig(agentId, instance.agent.config))
-              return { config: instance.agent.config }
-            })
-          )),
-        Answer: ({ payload }) => current(answer(instance, payload)),
-        ExpireInputs: () =>
-          current(Effect.flatMap(
-            journal.retrying(instance.inputStore.expire(agentId)),
-            (settled) => afterSettled(instance, settled)
-          )),
-        Wake: () => current(loadOpenWork(instance)),
-        Status: () =>
-          current(Effect.map(Effect.suspend(() => log().cursor), (cursor) => ({
+    return Agent.of({
+      Prompt: ({ payload }) => current(prompt(instance, payload)),
+      Abort: ({ payload }) => current(immediate(instance, payload, "abort", {}, abort(instance, payload.requestId))),
+      Configure: ({ payload }) =>
+        current(immediate(
+          instance,
+          payload,
+          "configure",
+          { changes: payload.changes },
+          Effect.gen(function*() {
+            instance.agent.config = applyChanges(instance.agent.config, payload.changes)
+            yield* journal.write(instance.store.updateConfig(agentId, instance.agent.config))
+            return { config: instance.agent.config }
+          })
+        )),
+      Answer: ({ payload }) => current(answer(instance, payload)),
+      ExpireInputs: () =>
+        current(Effect.flatMap(
+          journal.retrying(instance.inputStore.expire(agentId)),
+          (settled) => afterSettled(instance, settled)
+        )),
+      Wake: () => current(loadOpenWork(instance)),
+      Status: () =>
+        current(Effect.map(Effect.suspend(() => log().cursor), (cursor) => ({
+          cursor,
+          running: requests.active !== null,
+          connected: application.connected(),
+          activeRequest: requests.active,
+          queued: requests.pending.map((row) => row.id)
+        }))),
+      Snapshot: () =>
+        current(Effect.map(Effect.suspend(() => log().cursor), (cursor) => {
+          const { history } = instance
+          const began = requests.active === null ? history.length : (requests.activeBegan ?? history.length)
+          const partial = instance.streaming.partial
+          return {
             cursor,
-            running: requests.active !== null,
-            connected: application.connected(),
-            activeRequest: requests.active,
-            queued: requests.pending.map((row) => row.id)
-          }))),
-        Snapshot: () =>
-          current(Effect.map(Effect.suspend(() => log().cursor), (cursor) => {
-            const { history } = instance
-            const began = requests.active === null ? history.length : (requests.activeBegan ?? history.length)
-            const partial = instance.streaming.partial
-            return {
-              cursor,
-              requestId: requests.active,
-              turn: [...history.slice(began), ...(partial === undefined ? [] : [partial])]
-            }
-          })),
-        Watch: ({ payload }) =>
-          Stream.unwrapScoped(
-            Effect.map(
-              current(Effect.suspend(() => log().subscribe(Option.fromNullable(payload.cursor)))),
-              (entries) =>
-                entries.pipe(
-                  Stream.map((entry) => ({ id: entry.id, data: entry.data })),
-                  // A lagging watcher's stream just ends; the client reconnects from its cursor. So does
-                  // every stream when the node closes its streams to hand the agent on.
-                  Stream.catchAll(() => Stream.empty),
-                  Stream.merge(Stream.as(Stream.tick(watchKeepAlive), { id: -1, data: null }), {
-                    haltStrategy: "left"
-                  }),
-                  Stream.interruptWhen(drain.closed)
-                )
-            )
-          ),
-        Connect: ({ payload }) =>
-          Stream.unwrap(
-            Effect.suspend(() =>
-              drain.isDraining()
-                ? Effect.fail<ApplicationConnected | Draining>(new Draining())
-                : current(application.connect(payload))
-            )
-          ).pipe(
-            // A draining node ends its streams; the application reconnects to the agent's next owner.
-            Stream.interruptWhen(drain.closed)
-          ),
-        Mcp: ({ payload }) => current(application.receive(payload.connection, payload.message)),
-        Heartbeat: ({ payload }) => application.heartbeat(payload.connection),
-        AwaitConnected: ({ payload }) => application.awaitConnected(Duration.millis(payload.waitMillis)),
-        AwaitResponse: ({ payload }) => current(awaitResponse(instance, payload.requestId, payload.waitMillis)),
-        Poll: ({ payload }) =>
-          current(Effect.raceFirst(
-            Effect.suspend(() => log().poll(payload.cursor, `${payload.waitMillis} millis`)),
-            Effect.zipRight(drain.closed, Effect.suspend(() => log().poll(payload.cursor, 0)))
-          ))
-      }
-    }),
-    { concurrency: "unbounded", maxIdleTime: "5 minutes" }
-  )))
+            requestId: requests.active,
+            turn: [...history.slice(began), ...(partial === undefined ? [] : [partial])]
+          }
+        })),
+      Watch: ({ payload }) =>
+        Stream.unwrapScoped(
+          Effect.map(
+            current(Effect.suspend(() => log().subscribe(Option.fromNullable(payload.cursor)))),
+            (entries) =>
+              entries.pipe(
+                Stream.map((entry) => ({ id: entry.id, data: entry.data })),
+                // A lagging watcher's stream just ends; the client reconnects from its cursor. So does
+                // every stream when the node closes its streams to hand the agent on.
+                Stream.catchAll(() => Stream.empty),
+                Stream.merge(Stream.as(Stream.tick(watchKeepAlive), { id: -1, data: null }), {
+                  haltStrategy: "left"
+                }),
+                Stream.interruptWhen(drain.closed)
+              )
+          )
+        ),
+      Connect: ({ payload }) =>
+        Stream.unwrap(
+          Effect.suspend(() =>
+            drain.isDraining()
+              ? Effect.fail<ApplicationConnected | Draining>(new Draining())
+              : current(application.connect(payload))
+          )
+        ).pipe(
+          // A draining node ends its streams; the application reconnects to the agent's next owner.
+          Stream.interruptWhen(drain.closed)
+        ),
+      Mcp: ({ payload }) => current(application.receive(payload.connection, payload.message)),
+      Heartbeat: ({ payload }) => application.heartbeat(payload.connection),
+      AwaitConnected: ({ payload }) => application.awaitConnected(Duration.millis(payload.waitMillis)),
+      AwaitResponse: ({ payload }) => current(awaitResponse(instance, payload.requestId, payload.waitMillis)),
+      Poll: ({ payload }) =>
+        current(Effect.raceFirst(
+          Effect.suspend(() => log().poll(payload.cursor, `${payload.waitMillis} millis`)),
+          Effect.zipRight(drain.closed, Effect.suspend(() => log().poll(payload.cursor, 0)))
+        ))
+    })
+  })
+  // An agent waits a while for its next prompt; a stateless run ends with its one request, and is let go
+  // soon after, so a steady stream of runs does not hold every ended one in memory.
+  return Layer.merge(
+    Agent.toLayer(behaviour, { concurrency: "unbounded", maxIdleTime: "5 minutes" }),
+    StatelessRun.toLayer(behaviour, { concurrency: "unbounded", maxIdleTime: "10 seconds" })
+  )
+}))
 
 /**
  * Announces the agents a draining runner let go with open work, when this

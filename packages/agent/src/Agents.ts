@@ -18,7 +18,7 @@ import type { Listing, UsageLog } from "@agent-runtime/models"
 import { Ids, PersistenceError } from "@agent-runtime/store"
 import type { Sharding } from "@effect/cluster"
 import { Context, Duration, Effect, Layer, Option, type Scope, type Stream } from "effect"
-import { Agent, fingerprint, toRecord } from "./Agent.ts"
+import { entityClient, fingerprint, toRecord } from "./Agent.ts"
 import * as AgentEvents from "./AgentEvents.ts"
 import { AgentStore, findLive, liveRequestOf, type RequestRow } from "./AgentStore.ts"
 import * as AgentTokens from "./AgentTokens.ts"
@@ -279,7 +279,7 @@ export const make = Effect.gen(function*() {
   const store = yield* AgentStore
   const tokens = yield* AgentTokens.AgentTokens
   const events = yield* AgentEvents.AgentEvents
-  const makeClient = yield* Agent.client
+  const makeClient = yield* entityClient
   const volumes = yield* Volumes.Volumes
   const prompts = yield* Prompts.Prompts
   const setup = yield* AgentSetup.make

@@ -19,7 +19,7 @@ import type { DatabaseHealth } from "@agent-runtime/store"
 import { EntityId, ShardId, Sharding, ShardingConfig } from "@effect/cluster"
 import type { PgClient } from "@effect/sql-pg"
 import { Deferred, Duration, Effect, Either, Layer, Option, Schedule } from "effect"
-import { Agent } from "./Agent.ts"
+import { Agent, entityClient } from "./Agent.ts"
 import { ownerAnswerLimit } from "./AgentEvents.ts"
 import { AgentStore, fromJsonRow, type RequestRow } from "./AgentStore.ts"
 import { queuedChannel } from "./Announcements.ts"
@@ -65,7 +65,7 @@ export const layer: Layer.Layer<
   const config = yield* ShardingConfig.ShardingConfig
   const store = yield* AgentStore
   const drain = yield* Drain
-  const makeClient = yield* Agent.client
+  const makeClient = yield* entityClient
   const scope = yield* Effect.scope
 
   const group = Agent.getShardGroup(EntityId.make(""))

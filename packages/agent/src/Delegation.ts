@@ -15,7 +15,7 @@ import { Agent as AgentSchemas, Input } from "@agent-runtime/domain"
 import { Ids, PersistenceError } from "@agent-runtime/store"
 import type { Sharding } from "@effect/cluster"
 import { Context, Duration, Effect, Layer, Option, Schedule } from "effect"
-import { Agent, applyChanges, definitionSettings, fingerprint, requestOf } from "./Agent.ts"
+import { applyChanges, definitionSettings, entityClient, fingerprint, requestOf } from "./Agent.ts"
 import { AgentStore } from "./AgentStore.ts"
 import type { AgentConfig } from "./AgentStore.ts"
 import { Definitions } from "./Definitions.ts"
@@ -82,7 +82,7 @@ const chainOf = (config: AgentConfig) => config.delegation ?? { ancestors: [], m
 export const make = Effect.gen(function*() {
   const store = yield* AgentStore
   const definitions = yield* Definitions
-  const makeClient = yield* Agent.client
+  const makeClient = yield* entityClient
 
   const maxDepthOf = (config: AgentConfig) =>
     chainOf(config).maxDepth ?? settingsOf(config)?.maxDepth ?? defaultMaxDepth

@@ -15,7 +15,7 @@ import type { Sharding } from "@effect/cluster"
 import { SqlClient } from "@effect/sql"
 import { Context, Duration, Effect, flow, Layer, Schedule } from "effect"
 import * as Crypto from "node:crypto"
-import { Agent } from "./Agent.ts"
+import { entityClient } from "./Agent.ts"
 import { AnswerRefused, PersistenceError } from "./AgentError.ts"
 import { ownerAnswerLimit } from "./AgentEvents.ts"
 import { AgentStore, type RequestRow, type Write } from "./AgentStore.ts"
@@ -474,7 +474,7 @@ export const layerExpiry: Layer.Layer<
   const inputs = yield* InputStore
   const drain = yield* Drain
   const health = yield* DatabaseHealth.DatabaseHealth
-  const makeClient = yield* Agent.client
+  const makeClient = yield* entityClient
   const sweep = Effect.suspend(() =>
     drain.isDraining() || !health.current().reachable ? Effect.succeed([]) : inputs.expiring
   ).pipe(

@@ -12,7 +12,7 @@ import { UsageLog } from "@agent-runtime/models"
 import { Ids } from "@agent-runtime/store"
 import type { Statement } from "@effect/sql"
 import { Context, Effect, Either, Layer, Option } from "effect"
-import { Agent, type AttachedFile, fingerprint, type PromptRequest, requestOf, toRecord } from "./Agent.ts"
+import { type AttachedFile, entityClient, fingerprint, type PromptRequest, requestOf, toRecord } from "./Agent.ts"
 import type { PersistenceError } from "./AgentError.ts"
 import * as AgentEvents from "./AgentEvents.ts"
 import { type AgentRow, AgentStore, liveOf, type RequestRow } from "./AgentStore.ts"
@@ -170,7 +170,7 @@ export const make = Effect.gen(function*() {
   const store = yield* AgentStore
   const volumes = yield* Volumes.Volumes
   const usage = yield* UsageLog.UsageLog
-  const makeClient = yield* Agent.client
+  const makeClient = yield* entityClient
 
   /** New prompts are refused with 402 once the agent's spend limit is reached. */
   const checkBudget = (agent: AgentRow) =>
@@ -382,5 +382,5 @@ export const make = Effect.gen(function*() {
 export const layer: Layer.Layer<
   Prompts,
   never,
-  AgentStore | Volumes.Volumes | UsageLog.UsageLog | Effect.Effect.Context<typeof Agent.client>
+  AgentStore | Volumes.Volumes | UsageLog.UsageLog | Effect.Effect.Context<typeof entityClient>
 > = Layer.effect(Prompts, make)

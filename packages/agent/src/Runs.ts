@@ -16,7 +16,7 @@ import { DatabaseHealth, Ids, Storable } from "@agent-runtime/store"
 import type { Sharding } from "@effect/cluster"
 import { SqlClient, type Statement } from "@effect/sql"
 import { Context, Duration, Effect, Layer, Option, Schedule, type Scope, Stream } from "effect"
-import { Agent, fingerprint } from "./Agent.ts"
+import { entityClient, fingerprint } from "./Agent.ts"
 import { PersistenceError } from "./AgentError.ts"
 import * as AgentEvents from "./AgentEvents.ts"
 import { type AgentRow, AgentStore } from "./AgentStore.ts"
@@ -215,7 +215,7 @@ export const make = Effect.gen(function*() {
   const events = yield* AgentEvents.AgentEvents
   const prompts = yield* Prompts.Prompts
   const setup = yield* AgentSetup.make
-  const makeClient = yield* Agent.client
+  const makeClient = yield* entityClient
 
   const epoch = (column: string) => sql.unsafe(`floor(extract(epoch from ${column}))::float8`)
 

@@ -11,7 +11,7 @@ import { DatabaseHealth } from "@agent-runtime/store"
 import type { Sharding } from "@effect/cluster"
 import { PgClient } from "@effect/sql-pg"
 import { Duration, Effect, Layer, Schedule, Stream } from "effect"
-import { Agent } from "./Agent.ts"
+import { entityClient } from "./Agent.ts"
 import { ownerAnswerLimit } from "./AgentEvents.ts"
 import { AgentStore } from "./AgentStore.ts"
 import { releasedChannel } from "./Announcements.ts"
@@ -36,7 +36,7 @@ export const layer = (options: Options): Layer.Layer<
   Layer.scopedDiscard(Effect.gen(function*() {
     const store = yield* AgentStore
     const drain = yield* Drain
-    const makeClient = yield* Agent.client
+    const makeClient = yield* entityClient
     const sql = yield* PgClient.PgClient
     const health = yield* DatabaseHealth.DatabaseHealth
 

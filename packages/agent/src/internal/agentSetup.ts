@@ -9,7 +9,7 @@ import { Volumes } from "@agent-runtime/files"
 import { Listing } from "@agent-runtime/models"
 import { Ids } from "@agent-runtime/store"
 import { Effect, Option } from "effect"
-import { Agent, applyChanges, definitionSettings as toSettings, fingerprint, toRecord } from "../Agent.ts"
+import { applyChanges, definitionSettings as toSettings, entityClient, fingerprint, toRecord } from "../Agent.ts"
 import { type AgentConfig, type AgentRow, AgentStore, findLive } from "../AgentStore.ts"
 import * as AgentTokens from "../AgentTokens.ts"
 import { Definitions } from "../Definitions.ts"
@@ -48,7 +48,7 @@ export const make = Effect.gen(function*() {
   const definitions = yield* Definitions
   const tokens = yield* AgentTokens.AgentTokens
   const listing = yield* Listing.Listing
-  const makeClient = yield* Agent.client
+  const makeClient = yield* entityClient
   const volumes = yield* Volumes.Volumes
   const prompts = yield* Prompts
   const live = (tenantId: string, id: string) => findLive(store, tenantId, id)
