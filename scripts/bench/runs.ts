@@ -8,6 +8,8 @@
  * - runs/s: the same clients, each creating runs with `wait` (one call: the run answered ended), one after
  *   another
  * - the node's CPU per turn and per run, and each phase's latency p50/p99
+ * - the agents (runs included) the runner holds right after the phases and 30 s later: ended runs are let go
+ *   10 s after they go idle, the agents stay
  *
  * The phases go turns, runs, turns, runs after a warm-up of both, and each figure is the better of its two
  * phases. Environment: BENCH_CLIENTS (default 16), BENCH_PER_PHASE (operations per phase, default 800),
@@ -115,6 +117,12 @@ const program = Effect.scoped(Effect.gen(function*() {
     await phase(pid, perPhase, turn),
     await phase(pid, perPhase, run)
   ])
+  // Ended runs are let go soon after (their entity's idle time): the agents the runner holds, as it reports them.
+  const held = () =>
+    json(`${base}/v1/admin/runners`, node.operatorToken).then((listing) => listing.data[0]?.agents as number)
+  const heldAfterPhases = yield* Effect.promise(held)
+  yield* Effect.sleep("30 seconds")
+  const heldSettled = yield* Effect.promise(held)
   const turns = better(turnsA!, turnsB!)
   const runs = better(runsA!, runsB!)
   yield* Console.log(JSON.stringify(
@@ -125,6 +133,7 @@ const program = Effect.scoped(Effect.gen(function*() {
       runs,
       runsPerTurnThroughput: Math.round((runs.perSecond / turns.perSecond) * 100) / 100,
       runCpuPerTurnCpu: Math.round((runs.cpuMsPer / turns.cpuMsPer) * 100) / 100,
+      agentsHeld: { afterPhases: heldAfterPhases, settled30sLater: heldSettled },
       phases: { turns: [turnsA, turnsB], runs: [runsA, runsB] }
     },
     null,
