@@ -67,6 +67,8 @@ layer(ServerLive, { timeout: 90_000, excludeTestServices: true })("stateless run
         systemPrompt: "Answer in one word.",
         input: "Capital of France?",
         metadata: { ticket: "T-1" },
+        temperature: 0.2,
+        maxOutputTokens: 64,
         wait: 10
       }, token)
       expect(created.status).toBe(200)
@@ -86,6 +88,8 @@ layer(ServerLive, { timeout: 90_000, excludeTestServices: true })("stateless run
       // No tools at all: a classifier's model sees only the instructions and the input.
       const [call] = upstream.requests()
       expect((call!.body as { tools?: unknown }).tools).toBeUndefined()
+      // Its output limit and temperature reach the model.
+      expect(call!.body).toMatchObject({ temperature: 0.2, max_completion_tokens: 64 })
 
       const messages = yield* get(`/v1/runs/${id}/messages`, token)
       expect(messages.body.entries.map((entry: { message: { role: string } }) => entry.message.role)).toEqual([
@@ -302,6 +306,8 @@ layer(ServerLive, { timeout: 90_000, excludeTestServices: true })("stateless run
         [{ model: "fake/m1", input: "x", definition: "def_missing" }, 400, "definition"],
         [{ model: "fake/m1", input: "x", wait: 61 }, 400, "wait"],
         [{ model: "fake/m1", input: "x", colour: "red" }, 400, "colour"],
+        // A budget already spent refuses the run as it would a prompt, leaving nothing.
+        [{ model: "fake/m1", input: "x", spendLimit: { usd: 0 } }, 402, "spend limit"],
         [
           { model: "fake/m1", input: [{ type: "file", name: "big", data: "A".repeat(6 * 1024 * 1024) }] },
           413,
