@@ -314,7 +314,7 @@ it.scopedLive(
           entry.accepted = true
         }
       })
-      // --- Stateless runs beside them: every fifth tick, one fetching a page; a lost answer is sent again, with
+      // --- Stateless runs beside them: every tenth tick, one fetching a page; a lost answer is sent again, with
       // the same Idempotency-Key, to another node.
       const runKeys = new Map<string, { accepted: boolean; id?: string; body: unknown }>()
       const postRun = (key: string, body: unknown) =>
@@ -340,7 +340,7 @@ it.scopedLive(
       const workload = yield* Effect.forkScoped(
         Effect.forever(
           Effect.zipRight(
-            Effect.forkScoped(Effect.suspend(() => tick++ % 5 === 4 ? Effect.zipRight(sendOne, createRun) : sendOne)),
+            Effect.forkScoped(Effect.suspend(() => tick++ % 10 === 9 ? Effect.zipRight(sendOne, createRun) : sendOne)),
             Effect.sleep(Duration.millis(promptEveryMs))
           )
         )

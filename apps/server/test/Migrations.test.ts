@@ -40,11 +40,13 @@ const sinceTheList = [
   "file_usage"
 ]
 
-/** Columns added since the list to tables it made (agents' application tools): likewise left out. */
-const columnsSinceTheList = ["application_tools", "tools_hash", "connection"].map((column) => `agents.${column}`)
+/** Columns added since the list to tables it made (agents' application tools, stateless runs): likewise left out. */
+const columnsSinceTheList = ["application_tools", "tools_hash", "connection", "retention_seconds", "run_key"].map((
+  column
+) => `agents.${column}`)
 
-/** Indexes added since the list to tables it made (sub-agents by their ancestors, usage by agent): likewise. */
-const indexesSinceTheList = ["agents_delegated", "usage_records_agent"]
+/** Indexes added since the list to tables it made (sub-agents by their ancestors, usage by agent, runs): likewise. */
+const indexesSinceTheList = ["agents_delegated", "usage_records_agent", "agents_run_key", "agents_runs"]
 
 /** SQL: the table named by `column` is compared (neither a migration record nor made since the list). */
 const compared = (column: string) =>
@@ -158,8 +160,8 @@ describe("migrations", () => {
       expect(added).toHaveLength(sinceTheList.length)
       const addedColumns = yield* TestDatabase.query(
         url,
-        `SELECT column_name FROM information_schema.columns WHERE table_name = 'agents'
-          AND column_name IN ('application_tools', 'tools_hash', 'connection')`
+        `SELECT column_name FROM information_schema.columns WHERE table_schema = 'public'
+          AND table_name || '.' || column_name IN ('${columnsSinceTheList.join("', '")}')`
       )
       expect(addedColumns).toHaveLength(columnsSinceTheList.length)
       // Every step is recorded in its package's table, so none runs again.

@@ -35,6 +35,16 @@ const nameOf = (text: string) => {
 export class PreparingClient extends Pg.Client {
   readonly #prepared = new Set<string>()
 
+  constructor(config?: string | Pg.ClientConfig) {
+    super(config)
+    // A connection that breaks (the database restarting, a network cut) emits 'error'; with no listener at that
+    // moment Node ends the process. Between the pool's and a transaction's own listeners there are such moments
+    // (a client just released with its error, a checked-out client between statements), and a node crashed in
+    // the database-fault suite. The error reaches whoever uses the client next, through its query; here it is
+    // only kept from being fatal.
+    this.on("error", () => {})
+  }
+
   // pg's own overloads (text or config, values, callback): only (text, values, callback) is changed.
   override query(config: any, values?: any, callback?: any): any {
     if (typeof config === "string" && Array.isArray(values) && values.length > 0 && preparable.test(config)) {
