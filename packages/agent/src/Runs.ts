@@ -7,7 +7,7 @@
  * reads leave these rows out. Once it ends, a run is kept for its retention
  * window, then deleted with everything it wrote (see `sweep`).
  */
-import type { Session } from "@agent-runtime/domain"
+import type { Session, Webhook } from "@agent-runtime/domain"
 import { Agent as AgentSchemas, ApiError, Common, Run, StatelessRun } from "@agent-runtime/domain"
 import { Volumes } from "@agent-runtime/files"
 import type { Listing } from "@agent-runtime/models"
@@ -113,7 +113,7 @@ interface RunRow {
   readonly outcome: unknown
   readonly metadata: Record<string, string> | null
   readonly endedAt: number | null
-  readonly usage: { readonly usage: StatelessRun.RunUsage | null }
+  readonly usage: { readonly usage: Webhook.RunUsage | null }
 }
 
 interface StoredOutcome {

@@ -98,6 +98,31 @@ const systemPromptText = Schema.String.pipe(
 )
 
 /** Body of POST /v1/agents (and of the upsert by key). */
+/**
+ * What may not be given beside a definition, which supplies it: a systemPrompt (systemPromptAppend adds to
+ * the definition's) and builtins. True when nothing conflicts; `what` names what is made (an agent, a run).
+ */
+export const definitionConflict = (
+  input: {
+    readonly definition?: string | undefined
+    readonly systemPrompt?: string | undefined
+    readonly builtins?: ReadonlyArray<string> | undefined
+  },
+  what: string
+) => {
+  if (input.definition === undefined) return true
+  if (input.systemPrompt !== undefined) {
+    return {
+      path: ["systemPrompt"],
+      message: "systemPrompt cannot be combined with a definition; use systemPromptAppend"
+    }
+  }
+  if (input.builtins !== undefined) {
+    return { path: ["builtins"], message: `builtins are only for ${what} without a definition` }
+  }
+  return true
+}
+
 export class AgentInput extends Schema.Class<AgentInput>("AgentInput")(
   Schema.Struct({
     definition: Schema.optional(
@@ -153,21 +178,7 @@ export class AgentInput extends Schema.Class<AgentInput>("AgentInput")(
     spendLimit: Schema.optional(SpendLimitInput),
     modelHeaders: Schema.optional(ModelHeaders),
     prompt: Schema.optional(PromptInput)
-  }).pipe(
-    Schema.filter((input) => {
-      if (input.definition === undefined) return true
-      if (input.systemPrompt !== undefined) {
-        return {
-          path: ["systemPrompt"],
-          message: "systemPrompt cannot be combined with a definition; use systemPromptAppend"
-        }
-      }
-      if (input.builtins !== undefined) {
-        return { path: ["builtins"], message: "builtins are only for an agent without a definition" }
-      }
-      return true
-    })
-  )
+  }).pipe(Schema.filter((input) => definitionConflict(input, "an agent")))
 ) {}
 
 /** Loads of unfinished work that failed or found no room, and when the next attempt may happen. */

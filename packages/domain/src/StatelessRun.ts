@@ -5,7 +5,7 @@
  * everything it wrote.
  */
 import { Schema } from "effect"
-import { AgentContext, AgentInput, DelegateSettings, ThinkingLevel } from "./Agent.ts"
+import { AgentContext, AgentInput, definitionConflict, DelegateSettings, ThinkingLevel } from "./Agent.ts"
 import { Timestamp } from "./Common.ts"
 import { Input, Sender } from "./Input.ts"
 import {
@@ -17,6 +17,7 @@ import {
   ToolCallSummary,
   WrittenFile
 } from "./Run.ts"
+import { RunUsage } from "./Webhook.ts"
 
 /** A run's id: `run_` and 26 characters. */
 export const RunId = Schema.String.pipe(Schema.pattern(/^run_[A-Za-z0-9]+$/)).annotations({
@@ -99,21 +100,7 @@ export class RunInput extends Schema.Class<RunInput>("RunInput")(
         description: "true (60 s) or seconds to wait for the run's end: 200 with the ended run, else 202"
       })
     )
-  }).pipe(
-    Schema.filter((input) => {
-      if (input.definition === undefined) return true
-      if (input.systemPrompt !== undefined) {
-        return {
-          path: ["systemPrompt"],
-          message: "systemPrompt cannot be combined with a definition; use systemPromptAppend"
-        }
-      }
-      if (input.builtins !== undefined) {
-        return { path: ["builtins"], message: "builtins are only for a run without a definition" }
-      }
-      return true
-    })
-  )
+  }).pipe(Schema.filter((input) => definitionConflict(input, "a run")))
 ) {}
 
 export const RunStatus = Schema.Literal("running", "completed", "failed", "input_required")
@@ -130,16 +117,6 @@ export class RunFailure extends Schema.Class<RunFailure>("RunFailure")({
   )
 }) {}
 
-/** What the run's model responses used and cost, as its run.completed webhook says it. */
-export class RunUsage extends Schema.Class<RunUsage>("RunUsage")({
-  responses: Schema.Number,
-  input: Schema.Number,
-  output: Schema.Number,
-  cacheRead: Schema.Number,
-  cacheWrite: Schema.Number,
-  costUsd: Schema.Number
-}) {}
-
 const runFields = {
   id: RunId,
   status: RunStatus,
@@ -147,7 +124,9 @@ const runFields = {
   text: Schema.optional(Schema.String.annotations({ description: "the model's last text" })),
   output: Schema.optional(Schema.Unknown.annotations({ description: "the structured answer, with `output`" })),
   error: Schema.optional(RunFailure),
-  usage: Schema.NullOr(RunUsage).annotations({ description: "null until a model response is recorded" }),
+  usage: Schema.NullOr(RunUsage).annotations({
+    description: "what its model responses used and cost, as its run.completed webhook says; null until one is recorded"
+  }),
   toolCalls: Schema.Array(ToolCallSummary).annotations({ description: "the first 100 calls" }),
   toolErrors: Schema.Number,
   inputs: Schema.optional(
