@@ -129,7 +129,7 @@ export const make = Effect.gen(function*() {
         }
       }
       const config = applyChanges(base, { definition: definitionSettings(definition) })
-      const id = Ids.make("client")
+      const id = Ids.agent()
       const inserted = yield* store.insertAgent({
         id,
         tenantId: call.tenantId,

@@ -325,7 +325,7 @@ export const make = Effect.gen(function*() {
       const base = yield* setup.configFor(tenantId, settings)
       const builtins = base.builtins?.filter((name) => !personal.has(name))
       // A workspace only when there are files to hold or file tools asked for: a classifier has no tools at all.
-      const workspaceId = files.length > 0 || settings.fileTools === true ? Ids.make("vol") : undefined
+      const workspaceId = files.length > 0 || settings.fileTools === true ? Ids.volume() : undefined
       const config = {
         ...base,
         ...(builtins === undefined ? {} : { builtins }),

@@ -14,7 +14,7 @@ import { jsonBytes, JsonObject, KiB, MiB } from "./Validation.ts"
 export { SpendLimitInput } from "./Run.ts"
 
 export const AgentId = Schema.String.pipe(Schema.pattern(/^client_[A-Za-z0-9]+$/)).annotations({
-  description: "agent id (client_...)"
+  description: "agent id: client_ and 40 lowercase hex digits (the first 12 its creation time)"
 })
 export type AgentId = typeof AgentId.Type
 

@@ -329,7 +329,7 @@ export const make = (options: Options = {}) =>
 
     const create = (tenantId: string, input: NewVolume) =>
       sql<VolumeRow>`INSERT INTO volumes AS v (id, tenant_id, name, agent_id)
-        VALUES (${input.id ?? Ids.make("vol")}, ${tenantId}, ${input.name ?? null}, ${input.agentId ?? null})
+        VALUES (${input.id ?? Ids.volume()}, ${tenantId}, ${input.name ?? null}, ${input.agentId ?? null})
         RETURNING ${volumeFields}`.pipe(Effect.map(([row]) => toVolume(row!)), PersistenceError.PersistenceError.refail)
 
     const list = (tenantId: string, page: Common.PageParams) =>
@@ -354,7 +354,7 @@ export const make = (options: Options = {}) =>
       Effect.gen(function*() {
         const { used, volume } = yield* lockVolume(tenantId, volumeId)
         yield* overQuota(used, volume.bytes)
-        const id = input.id ?? Ids.make("vol")
+        const id = input.id ?? Ids.volume()
         const [row] = yield* sql<VolumeRow>`INSERT INTO volumes AS v
             (id, tenant_id, name, agent_id, forked_from, files, bytes)
           VALUES (${id}, ${tenantId}, ${input.name ?? null}, ${input.agentId ?? null}, ${volumeId},

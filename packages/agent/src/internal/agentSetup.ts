@@ -101,11 +101,11 @@ export const make = Effect.gen(function*() {
         const config = yield* configFor(tenantId, settings)
         if (settings.mounts !== undefined) yield* Workspace.validate(volumes, tenantId, settings.mounts)
         // Its own workspace, made in the agent's transaction, unless its mounts say otherwise.
-        const workspaceId = settings.mounts === undefined ? Ids.make("vol") : undefined
+        const workspaceId = settings.mounts === undefined ? Ids.volume() : undefined
         const mounts = settings.mounts ?? [
           new AgentSchemas.Mount({ volumeId: workspaceId!, path: Workspace.workspacePath, mode: "rw" })
         ]
-        const id = Ids.make("client")
+        const id = Ids.agent()
         const ttlSeconds = settings.ttlSeconds !== undefined
           ? settings.ttlSeconds
           : key === null
@@ -313,7 +313,7 @@ export const make = Effect.gen(function*() {
         ...(input.context === undefined ? {} : { context: input.context }),
         forkedFrom: { agentId: sourceId, atMessage: end }
       }
-      const id = Ids.make("client")
+      const id = Ids.agent()
       // Its own copy (copy-on-write) of each workspace of the source; volumes the source shares stay shared.
       const copies = new Map<string, string>()
       for (const mount of source.config.mounts ?? []) {
@@ -321,7 +321,7 @@ export const make = Effect.gen(function*() {
           Effect.asSome,
           Effect.catchTag("NotFound", () => Effect.succeedNone)
         )
-        if (Option.isSome(volume) && volume.value.agentId === sourceId) copies.set(mount.volumeId, Ids.make("vol"))
+        if (Option.isSome(volume) && volume.value.agentId === sourceId) copies.set(mount.volumeId, Ids.volume())
       }
       const mounts = source.config.mounts?.map((mount) =>
         copies.has(mount.volumeId) ? new AgentSchemas.Mount({ ...mount, volumeId: copies.get(mount.volumeId)! }) : mount
