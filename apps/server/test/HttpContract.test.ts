@@ -208,6 +208,55 @@ layer(ServerLive, { timeout: 60_000, excludeTestServices: true })("HTTP contract
       expect((yield* api.agents.state({ path: { id: agent.id } })).requests).toEqual([])
     }))
 
+  it.effect("the camelRun client's wire: ids it accepts, /clients/{id}/state, the connection header under its name", () =>
+    Effect.gen(function*() {
+      const upstream = yield* Upstream
+      const { api } = yield* tenantWithModel("camelrun-wire")
+      const agent = yield* api.agents.create({
+        headers: {},
+        payload: new AgentSchemas.AgentInput({ model: "fake/m1" })
+      })
+      // The ids its AgentClient and VolumeHandle check.
+      expect(agent.id).toMatch(/^client_[a-f0-9]{40}$/)
+      const detail = yield* api.agents.get({ path: { id: agent.id } })
+      expect(detail.mounts[0]!.volumeId).toMatch(/^vol_[a-f0-9]{24}$/)
+
+      upstream.script({ text: "stated" })
+      yield* api.agents.prompt({
+        path: { id: agent.id },
+        payload: new Run.PromptInput({ text: "hi", requestId: "req_s" })
+      })
+      yield* api.agents.request({ path: { id: agent.id, requestId: "req_s" }, urlParams: { wait: 20 } })
+      const state = yield* raw(HttpClientRequest.get(`/clients/${agent.id}/state`), agent.token)
+      expect(state.status).toBe(200)
+      expect(state.body).toMatchObject({
+        cursor: expect.any(Number),
+        requests: [{ id: "req_s", state: "completed", outcome: { result: { reply: "stated" } } }]
+      })
+      expect((yield* raw(HttpClientRequest.get(`/clients/${agent.id}/state`), "aat_wrong")).status).toBe(401)
+
+      // POST /clients/{id}/mcp names its connection under either header; an unknown one is 404, none is 400.
+      const mcp = (headers: Record<string, string>) =>
+        Effect.map(
+          raw(
+            HttpClientRequest.post(`/clients/${agent.id}/mcp`).pipe(
+              HttpClientRequest.setHeaders(headers),
+              HttpClientRequest.bodyUnsafeJson({ jsonrpc: "2.0", id: 1, result: {} })
+            ),
+            agent.token
+          ),
+          (answer) => answer as { readonly status: number; readonly body: any }
+        )
+      expect((yield* mcp({ "x-agent-connection": "conn_gone" })).body.code).toBe("NOT_FOUND")
+      expect((yield* mcp({ "agent-runtime-connection": "conn_gone" })).body.code).toBe("NOT_FOUND")
+      const none = yield* mcp({})
+      expect(none.status).toBe(400)
+      expect(none.body.error).toContain("agent-runtime-connection")
+      const both = yield* mcp({ "agent-runtime-connection": "conn_a", "x-agent-connection": "conn_b" })
+      expect(both.status).toBe(400)
+      expect(both.body.error).toContain("x-agent-connection")
+    }))
+
   it.effect("a tenant cannot see or use another tenant's agent: it does not exist for it", () =>
     Effect.gen(function*() {
       const upstream = yield* Upstream

@@ -83,6 +83,7 @@ const routes = [
   ["get", "/clients/{id}/requests/{requestId}"],
   ["get", "/clients/{id}/events"],
   ["post", "/clients/{id}/mcp"],
+  ["get", "/clients/{id}/state"],
   ["get", "/clients/{id}/history"],
   ["get", "/clients/{id}/inputs"],
   ["post", "/clients/{id}/inputs/{inputId}/answer"],

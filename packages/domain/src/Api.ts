@@ -17,7 +17,7 @@ import {
   ForkInput
 } from "./Agent.ts"
 import * as ApiError from "./ApiError.ts"
-import { connectionHeader, JsonRpcMessage, McpAccepted } from "./Application.ts"
+import { ConnectionHeaders, JsonRpcMessage, McpAccepted } from "./Application.ts"
 import { AgentAuthentication, Authentication, OperatorAuthentication } from "./Auth.ts"
 import { created, Deleted, Page, PageParams } from "./Common.ts"
 import { Definition, DefinitionApply, DefinitionInput, DefinitionUpdate } from "./Definition.ts"
@@ -811,7 +811,7 @@ export class ClientsGroup extends HttpApiGroup.make("clients")
   .add(
     HttpApiEndpoint.post("mcp")`/clients/${clientParam}/mcp`
       .setPayload(JsonRpcMessage)
-      .setHeaders(Schema.Struct({ [connectionHeader]: Schema.String }))
+      .setHeaders(ConnectionHeaders)
       .addSuccess(McpAccepted, { status: 202 })
       .addError(ApiError.InvalidRequest.Wire)
       .addError(ApiError.NotFound.Wire)
@@ -821,6 +821,17 @@ export class ClientsGroup extends HttpApiGroup.make("clients")
       .annotate(
         OpenApi.Description,
         "The application's MCP messages (answers to tools/call, progress, draining), naming its connection"
+      )
+  )
+  .add(
+    HttpApiEndpoint.get("state")`/clients/${clientParam}/state`
+      .addSuccess(SessionState)
+      .addError(ApiError.NotFound.Wire)
+      .addError(ApiError.Gone.Wire)
+      .annotate(
+        OpenApi.Description,
+        "The agent's cursor and its latest requests with their outcomes, as GET /v1/agents/{id}/state: what a " +
+          "client reconnecting reads to settle the requests it waits on"
       )
   )
   .add(

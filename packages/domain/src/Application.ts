@@ -10,6 +10,27 @@ import * as CanonicalJson from "./CanonicalJson.ts"
 /** The header naming the connection a message belongs to (the `connection` of its ready frame). */
 export const connectionHeader = "agent-runtime-connection"
 
+/** The same header under the name the camelRun client sends; either is taken. */
+export const connectionHeaderAlias = "x-agent-connection"
+
+/** The headers of `POST /clients/{id}/mcp`: the connection, under either name (one is required). */
+export const ConnectionHeaders = Schema.Struct({
+  [connectionHeader]: Schema.optional(Schema.String),
+  [connectionHeaderAlias]: Schema.optional(Schema.String.annotations({ description: "the same, as camelRun names it" }))
+}).pipe(
+  Schema.filter((headers) =>
+    headers[connectionHeader] !== undefined || headers[connectionHeaderAlias] !== undefined
+      ? headers[connectionHeader] === undefined || headers[connectionHeaderAlias] === undefined ||
+        headers[connectionHeader] === headers[connectionHeaderAlias] ||
+        { path: [connectionHeaderAlias], message: `names another connection than ${connectionHeader}` }
+      : { path: [connectionHeader], message: `is required (or ${connectionHeaderAlias})` }
+  )
+)
+
+/** The connection the headers name. */
+export const connectionOf = (headers: typeof ConnectionHeaders.Type): string =>
+  headers[connectionHeader] ?? headers[connectionHeaderAlias]!
+
 const JsonRpcId = Schema.Union(Schema.String, Schema.Number)
 
 const Params = Schema.optional(Schema.Record({ key: Schema.String, value: Schema.Unknown }))

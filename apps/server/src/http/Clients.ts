@@ -79,9 +79,12 @@ export const layer: Layer.Layer<
       .handle("mcp", ({ headers, payload }) =>
         Effect.flatMap(Auth.CurrentAgent, ({ agentId, tenantId }) =>
           Effect.as(
-            agents.mcp(tenantId, agentId, headers[Application.connectionHeader], payload),
+            agents.mcp(tenantId, agentId, Application.connectionOf(headers), payload),
             new Application.McpAccepted({ accepted: true })
           )))
+      .handle("state", () =>
+        Effect.flatMap(Auth.CurrentAgent, ({ agentId, tenantId }) =>
+          agents.state(tenantId, agentId)))
       .handle("history", ({ urlParams }) =>
         Effect.flatMap(Auth.CurrentAgent, ({ agentId, tenantId }) =>
           agents.history(tenantId, agentId, urlParams)))
