@@ -206,6 +206,28 @@ layer(ServerLive, { timeout: 60_000, excludeTestServices: true })("HTTP contract
         'method: Expected "prompt" | "steer" | "execute" | "abort" | "status" | "continue" | "configure", actual "reboot"'
       ))
       expect((yield* api.agents.state({ path: { id: agent.id } })).requests).toEqual([])
+
+      // The camelRun client's envelope {id, method, params}: the id is the request's, problems named the same way.
+      expect(yield* request({ id: "f3b1c2d4-0000-4000-8000-000000000001", method: "prompt", params: {} })).toEqual(
+        refused("text: is missing")
+      )
+      expect(yield* request({ id: "x", method: "prompt", params: { text: "hi", colour: "red" } })).toEqual(
+        refused("colour: unknown field")
+      )
+      const id = "f3b1c2d4-0000-4000-8000-000000000002"
+      const prompt = { id, method: "prompt", params: { text: "hi", metadata: { via: "envelope" } } }
+      const accepted = (yield* request(prompt)).body as {
+        id: string
+        method: string
+        prompt: string
+        metadata: unknown
+      }
+      expect(accepted).toMatchObject({ id, method: "prompt", prompt: "hi", metadata: { via: "envelope" } })
+      // Sent again (a retry), it is the same request.
+      expect(((yield* request(prompt)).body as { id: string }).id).toBe(id)
+      const status = (yield* request({ id: "st-1", method: "status", params: {} })).body as { method: string }
+      expect(status.method).toBe("status")
+      expect((yield* api.agents.state({ path: { id: agent.id } })).requests.map((record) => record.id)).toEqual([id])
     }))
 
   it.effect("the camelRun client's wire: ids it accepts, /clients/{id}/state, the connection header under its name", () =>

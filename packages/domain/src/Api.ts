@@ -3,7 +3,7 @@
  * implements the groups and the OpenAPI document is generated from here.
  */
 import { HttpApi, HttpApiEndpoint, HttpApiGroup, HttpApiSchema, OpenApi } from "@effect/platform"
-import { Schema } from "effect"
+import { Effect, JSONSchema, ParseResult, Schema } from "effect"
 import type { ParseOptions } from "effect/SchemaAST"
 import {
   AgentCreated,
@@ -764,10 +764,61 @@ export const ClientRequest = Schema.Union(
     "IDEMPOTENCY_CONFLICT."
 })
 
+/**
+ * The request envelope the camelRun client sends: `{id, method, params}`, its id the request's id. Taken as the
+ * flat request it names (`{method, requestId: id, ...params}`; a status request has no id of its own), then
+ * decoded as that, so a problem is named as it would be in the flat form (`text: is missing`).
+ */
+const ClientRequestEnvelope = Schema.Struct({
+  id: Schema.String.pipe(Schema.minLength(1)),
+  method: Schema.String,
+  params: Schema.optional(Schema.Record({ key: Schema.String, value: Schema.Unknown }))
+})
+
+const isEnvelope = (body: unknown): boolean =>
+  typeof body === "object" && body !== null && "id" in body && !("requestId" in body)
+
+/**
+ * The document's view of the body: the flat request or the envelope. Its named parts are the ones the other
+ * routes put in the document's components, so they are referred to there.
+ */
+const clientRequestDocument = {
+  oneOf: [
+    JSONSchema.fromAST(ClientRequest.ast, {
+      definitions: {},
+      definitionPath: "#/components/schemas/",
+      topLevelReferenceStrategy: "skip"
+    }),
+    JSONSchema.fromAST(ClientRequestEnvelope.ast, { definitions: {} })
+  ]
+}
+
+/** A request to an agent over its own token, flat or in camelRun's envelope. */
+export const ClientRequestBody = Schema.transformOrFail(
+  Schema.Unknown.annotations({ jsonSchema: clientRequestDocument }),
+  Schema.typeSchema(ClientRequest),
+  {
+    strict: true,
+    decode: (body, options) =>
+      isEnvelope(body)
+        ? ParseResult.decodeUnknown(ClientRequestEnvelope)(body, options).pipe(
+          Effect.flatMap(({ id, method, params }) =>
+            ParseResult.decodeUnknown(ClientRequest)({
+              ...params,
+              method,
+              ...(method === "status" ? {} : { requestId: id })
+            }, options)
+          )
+        )
+        : ParseResult.decodeUnknown(ClientRequest)(body, options),
+    encode: (request) => ParseResult.encode(ClientRequest)(request)
+  }
+)
+
 export class ClientsGroup extends HttpApiGroup.make("clients")
   .add(
     HttpApiEndpoint.post("request")`/clients/${clientParam}/requests`
-      .setPayload(payload(ClientRequest))
+      .setPayload(payload(ClientRequestBody))
       .addSuccess(RequestRecord)
       .addError(ApiError.ApplicationNotConnected.Wire)
       .addError(ApiError.SpendLimit.Wire)
