@@ -100,7 +100,7 @@ layer(TestWorld.layer(), { excludeTestServices: true })("application connection,
       })
 
       // Every message the runtime sent is MCP as the official SDK's schemas define it.
-      const sent = app.frames.filter((frame) => frame.event === "mcp").map((frame) => JSON.parse(frame.data!))
+      const sent = app.frames.filter((frame) => frame.event === "mcp").map((frame) => JSON.parse(frame.data!).message)
       expect(sent.map((message) => message.method)).toEqual([
         "initialize",
         "notifications/initialized",

@@ -58,8 +58,12 @@ export const heartbeat: Uint8Array = encoder.encode(": heartbeat\n\n")
 /** The runtime closes the stream on purpose; the client reconnects at once with Last-Event-ID. */
 export const reconnect: Uint8Array = encoder.encode("event: reconnect\ndata: {}\n\n")
 
-/** A message of the runtime's MCP session with the application: no id, never replayed, never moves the cursor. */
-export const mcp = (message: unknown): Uint8Array => encoder.encode(`event: mcp\ndata: ${JSON.stringify(message)}\n\n`)
+/**
+ * A message of the runtime's MCP session with the application: no id, never replayed, never moves the cursor.
+ * Its data is `{type: "mcp", message}`, the frame the camelRun client reads (and ours).
+ */
+export const mcp = (message: unknown): Uint8Array =>
+  encoder.encode(`event: mcp\ndata: ${JSON.stringify({ type: "mcp", message })}\n\n`)
 
 /** The connection was taken over and its calls are done; the stream ends without a reconnect. */
 export const closed: Uint8Array = encoder.encode(

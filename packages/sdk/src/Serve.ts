@@ -374,14 +374,16 @@ export const make = (
         }
         case "mcp": {
           if (state.connection === undefined) return Effect.void
-          const data = frame.data as { readonly id?: unknown; readonly method?: unknown } | undefined
+          const data = (frame.data as { readonly message?: unknown } | undefined)?.message as
+            | { readonly id?: unknown; readonly method?: unknown }
+            | undefined
           if (
             (data?.method === "initialize" || data?.method === "tools/list") &&
             (typeof data.id === "string" || typeof data.id === "number")
           ) {
             state.handshake.set(data.id, data.method)
           }
-          return dispatcher.handle(frame.data, state.connection)
+          return dispatcher.handle(data, state.connection)
         }
         case "closed": {
           const error = new ApplicationReplaced({

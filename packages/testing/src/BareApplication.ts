@@ -88,7 +88,7 @@ export const connect = (options: Options) =>
         Deferred.unsafeDone(ready, Effect.void)
       }
       if (frame.event !== "mcp") return
-      const message = JSON.parse(frame.data!)
+      const message = JSON.parse(frame.data!).message
       if (message.id === undefined || message.method === undefined) return
       const receivedAt = now()
       const call: Call | undefined = message.method === "tools/call"
