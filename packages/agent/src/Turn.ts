@@ -251,7 +251,8 @@ const structuredAfter = (run: TurnRun.TurnRun, progress: Progress, calls: number
 
 /** Whether the turn goes on after a step of `calls` calls (see `structuredAfter` and `afterStep`). */
 const goesOn = (run: TurnRun.TurnRun, progress: Progress, calls: number) =>
-  Effect.flatMap(
+  // A plain turn (most of them) takes no extra step on its hot path.
+  run.structured === undefined ? afterStep(run, progress, calls) : Effect.flatMap(
     structuredAfter(run, progress, calls),
     (decided) => decided === undefined ? afterStep(run, progress, calls) : Effect.succeed(decided)
   )
