@@ -27,9 +27,9 @@ const forecast = {
 const request = (app: BareApplication.BareApplication, method: string) =>
   Effect.gen(function*() {
     const find = () =>
-      app.frames.filter((frame) => frame.event === "mcp").map((frame) => JSON.parse(frame.data!).message).find((message) =>
-        message.method === method
-      )
+      app.frames.filter((frame) => frame.event === "mcp").map((frame) => JSON.parse(frame.data!).message).find((
+        message
+      ) => message.method === method)
     yield* Http.waitFor(() => Effect.succeed(find() !== undefined), `the runtime sends ${method}`)
     return find()
   })
