@@ -186,9 +186,7 @@ const program = Effect.gen(function*() {
     })
   const idle = yield* delaysOf("/idle", 1, Math.min(runs, 100))
   // The idle endpoint would be served beside the loaded one: it is removed first.
-  const idleEndpoint = (yield* api.get("/v1/webhooks", { token })).body.data.find((hook: any) =>
-    hook.url.endsWith("/idle")
-  )
+  const idleEndpoint = (yield* api.get("/v1/webhooks", { token })).body.find((hook: any) => hook.url.endsWith("/idle"))
   yield* api.delete(`/v1/webhooks/${idleEndpoint.id}`, { token })
   const delays = yield* delaysOf("/runs", 8, runs)
 

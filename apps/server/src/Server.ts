@@ -5,6 +5,7 @@
 import { Operator, Tenants, Tokens } from "@agent-runtime/accounts"
 import {
   AgentEvents,
+  AgentFiles,
   AgentRuntime,
   Agents,
   AgentStore,
@@ -146,6 +147,7 @@ const layerApi = HttpApiBuilder.api(Api.Api).pipe(
     Clients.layer,
     Admin.layer,
     VolumesHttp.layer,
+    VolumesHttp.layerClientFiles,
     VolumesHttp.layerDownloads,
     WebhooksHttp.layer,
     WellKnown.layer
@@ -188,6 +190,7 @@ export const layerRestApp: Layer.Layer<
   | KeyScopes.KeyScopes
   | CustomProviders.CustomProviders
   | Agents.Agents
+  | AgentFiles.AgentFiles
   | Runs.Runs
   | BrowserTokens.BrowserTokens
   | Definitions.Definitions
@@ -310,7 +313,7 @@ const layerAgentsOn = <ROut, E, RIn>(cluster: Layer.Layer<ROut, E, RIn>) =>
     FileNotices.layer,
     Runs.layerSweep
   ).pipe(
-    Layer.provideMerge(Layer.mergeAll(Agents.layer, Runs.layer, BrowserTokens.layer, Runners.layer)),
+    Layer.provideMerge(Layer.mergeAll(Agents.layer, Runs.layer, BrowserTokens.layer, Runners.layer, AgentFiles.layer)),
     Layer.provideMerge(Layer.mergeAll(AgentEvents.layer, AgentTokens.layer)),
     Layer.provideMerge(AgentRuntime.layer),
     Layer.provideMerge(Layer.mergeAll(EventLog.layerLocalLogs, Tools.layer, Settlements.layer)),

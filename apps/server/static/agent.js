@@ -638,7 +638,7 @@ const refreshInputs = async () => {
           listAgain = true
           continue
         }
-        showInputs(Array.isArray(listed.data) ? listed.data : [])
+        showInputs(Array.isArray(listed) ? listed : [])
       } catch (error) {
         if (isRefusal(error)) return refused(/** @type {HttpError} */ (error))
         if (isMissingScope(error)) byId("inputs").hidden = true

@@ -287,10 +287,13 @@ layer(WorldLive, { excludeTestServices: true })("agents", (it) => {
       expect(again.body.prompt.id).toBe(first.body.prompt.id)
       expect(again.body.prompt.state).toBe("completed")
       expect(modelCalls(world.upstream) - callsBefore).toBe(1)
-      expect(yield* api.post("/v1/agents", { token, json: { ...body, name: "other" }, headers })).toMatchObject({
-        status: 409,
-        body: { code: "IDEMPOTENCY_CONFLICT" }
-      })
+      // The key with another body reconfigures the same agent (camelRun's upsert); it sends no prompt it lacks.
+      const renamed = yield* api.post("/v1/agents", { token, json: { model: "fake/m1", name: "other" }, headers })
+      // The name is the agent's row, no setting of its turns: no configure request was needed.
+      expect(renamed.body).toMatchObject({ id: first.body.id, token: first.body.token })
+      expect(renamed.body).not.toHaveProperty("reconfigured")
+      expect(renamed.body).not.toHaveProperty("prompt")
+      expect((yield* api.get(`/v1/agents/${first.body.id}`, { token })).body.name).toBe("other")
 
       const agentId = first.body.id as string
       const prompt = { text: "exactly once", requestId: "client-req-1" }
@@ -324,7 +327,7 @@ layer(WorldLive, { excludeTestServices: true })("agents", (it) => {
       const status =
         (yield* api.post(`/clients/${id}/requests`, { token: agentToken, json: { method: "status" } })).body
       expect(status).toMatchObject({ method: "status", state: "completed", outcome: { result: { running: false } } })
-      expect((yield* api.get(`/clients/${id}/history`, { token: agentToken })).body.total).toBe(2)
+      expect((yield* api.get(`/clients/${id}/history?limit=50`, { token: agentToken })).body.total).toBe(2)
       const polled =
         (yield* api.get(`/clients/${id}/events?poll=1`, { token: agentToken, headers: { "last-event-id": "0" } }))
           .body
@@ -673,7 +676,7 @@ layer(WorldLive, { excludeTestServices: true })("agents", (it) => {
       expect(detail.resume.failures).toBe(3)
       expect(Math.abs(detail.resume.after - after)).toBeLessThanOrEqual(1)
       expect((yield* api.get(`/v1/agents/${agent.id}/state`, { token })).body.resume).toEqual(detail.resume)
-      const listed = (yield* api.get("/v1/agents", { token })).body.data.find((summary: any) => summary.id === agent.id)
+      const listed = (yield* api.get("/v1/agents", { token })).body.find((summary: any) => summary.id === agent.id)
       expect(listed.resume).toEqual(detail.resume)
     }))
 
@@ -820,8 +823,8 @@ layer(WorldLive, { excludeTestServices: true })("agents", (it) => {
           : yield* b.api.get(path, { token: b.token })
         expect(response.status, path).toBe(404)
       }
-      expect((yield* b.api.get("/v1/agents", { token: b.token })).body.data).toEqual([])
-      expect((yield* a.api.get("/v1/agents", { token: a.token })).body.data.map((s: any) => s.id)).toEqual([agent.id])
+      expect((yield* b.api.get("/v1/agents", { token: b.token })).body).toEqual([])
+      expect((yield* a.api.get("/v1/agents", { token: a.token })).body.map((s: any) => s.id)).toEqual([agent.id])
 
       yield* TestDatabase.query(
         world.databaseUrl,

@@ -82,10 +82,10 @@ layer(TestWorld.layer(), { excludeTestServices: true })("application connection,
       expect(meta["agent-runtime/idempotencyKey"]).toMatch(/^[A-Za-z0-9_-]{43}$/)
       expect(meta.progressToken).toBe(app.calls[0]!.message.id)
       expect(meta["agent-runtime/actor"]).toBe("alice")
-      // The call carries the runtime's identity token, verifiable against the JWKS.
+      // The call carries the runtime's identity: its claims, and the token of them, verifiable against the JWKS.
       const jwks = Jose.createRemoteJWKSet(new URL(`${world.node.rest}/.well-known/jwks.json`))
       const verified = yield* Effect.promise(() =>
-        Jose.jwtVerify(meta["agent-runtime/identity"], jwks, {
+        Jose.jwtVerify(meta["agent-runtime/identity"].token, jwks, {
           audience: `urn:agent-runtime:application:${created.id}`,
           algorithms: ["EdDSA"]
         })

@@ -64,7 +64,7 @@ layer(ServerLive, { timeout: 60_000, excludeTestServices: true })("authenticatio
       })
       // The first key is untouched, and the revoked one is gone from the list.
       const list = yield* api.tokens.list({ urlParams: {} })
-      expect(list.data.map((token) => token.id)).not.toContain(second.id)
+      expect(list.map((token) => token.id)).not.toContain(second.id)
       expect(yield* raw(HttpClientRequest.del(`/v1/tokens/${second.id}`), acme.token)).toEqual({
         status: 404,
         body: { error: `no token ${second.id}`, code: "NOT_FOUND" }

@@ -302,9 +302,7 @@ const standIn = (inputs: ReadonlyArray<Record<string, unknown>>) =>
           if (path === `${agent}/state`) return json(response, { cursor: 0, requests: [] })
           if (path === `${agent}/history`) return json(response, { entries: [], next: null, total: 0, split: false })
           if (path === `${agent}/inputs`) {
-            return json(response, {
-              data: inputs.filter((input) => !answers.some((done) => done.inputId === input.id))
-            })
+            return json(response, inputs.filter((input) => !answers.some((done) => done.inputId === input.id)))
           }
           if (path === `${agent}/events`) {
             streams.push(request.headers["last-event-id"] as string | undefined)
@@ -529,7 +527,7 @@ layer(TestWorld.layer(), { excludeTestServices: true })("the agent page", (it) =
       expect(app.forwarded[0]!.answer.input.state).toBe("declined")
       const resumed = yield* Http.settled(api, token, agentId, app.forwarded[0]!.answer.request.id)
       expect(resumed.outcome.result.reply).toBe("Understood, nothing scheduled.")
-      expect((yield* api.get(`/v1/agents/${agentId}/schedules`, { token })).body.data).toHaveLength(0)
+      expect((yield* api.get(`/v1/agents/${agentId}/schedules`, { token })).body).toHaveLength(0)
       yield* visible(page, "li.message-assistant", "Understood, nothing scheduled.")
       yield* visible(page, "li.notice", "An input was declined.")
       yield* visible(page, "li.notice-run-end", "The run finished.")

@@ -505,7 +505,7 @@ layer(TestWorld.layer(), { excludeTestServices: true })("code mode", (it) => {
       // Once: nothing more after a while, the schedule gone, no model call, no history.
       yield* Effect.sleep("3 seconds")
       expect(mcp.count("record")).toBe(1)
-      expect((yield* api.get(`/v1/agents/${agentId}/schedules`, { token })).body.data).toEqual([])
+      expect((yield* api.get(`/v1/agents/${agentId}/schedules`, { token })).body).toEqual([])
       expect(modelRequests(world).length).toBe(modelBefore)
       expect(yield* historyTotal(api, token, agentId)).toBe(historyBefore)
     }))

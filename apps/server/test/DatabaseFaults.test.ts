@@ -668,12 +668,11 @@ it.scopedLive(
         for (const violation of found.skipped) violations.skipped.push(violation)
         // A turn resumed, then lost again with its new owner's buffer at the next fault before any watcher read
         // it: nobody saw that turn_resumed. Allowed only if every watcher of the agent was told it missed events
-        // after the last event of that request it saw (a gap mark after it).
+        // while that request ran: a gap mark after the first event of it the watcher saw (any, if it saw none).
+        // Not after the last: the resumed turn goes on, and a watcher back after the gap sees its later events.
         const toldAfter = (watcher: Watchers.Watcher, requestId: string) => {
-          const last = watcher.marks.findLastIndex((mark) =>
-            mark._tag === "event" && mark.data?.requestId === requestId
-          )
-          return watcher.marks.slice(last + 1).some((mark) => mark._tag === "gap")
+          const first = watcher.marks.findIndex((mark) => mark._tag === "event" && mark.data?.requestId === requestId)
+          return watcher.marks.slice(first + 1).some((mark) => mark._tag === "gap")
         }
         for (const missed of found.missedResumes) {
           const unseen = /: nobody saw turn_resumed of (\S+)$/.exec(missed)

@@ -6,7 +6,8 @@
  * thinkingLevel and fileTools surviving a move to a newer revision,
  * systemPromptAppend kept, a configured systemPrompt replaced, builtins
  * refused on such an agent; the definition's system prompt is what the
- * model gets. Another tenant sees none of it.
+ * model gets. Another tenant sees none of it. An Idempotency-Key makes the
+ * create an upsert by key (camelRun's upsertDefinition).
  */
 import { TestWorld } from "@agent-runtime/testing"
 import { expect, layer } from "@effect/vitest"
@@ -74,7 +75,7 @@ layer(TestWorld.layer(), { excludeTestServices: true })("definitions", (it) => {
       expect((yield* api.get(`/v1/definitions/${first.id}?revision=3`, { token })).status).toBe(404)
 
       const listed = (yield* api.get("/v1/definitions", { token })).body
-      expect(listed.data.map((definition: any) => [definition.id, definition.revision])).toEqual([[first.id, 2]])
+      expect(listed.map((definition: any) => [definition.id, definition.revision])).toEqual([[first.id, 2]])
 
       // Bad input changes nothing: a new source without its secret, a private address, a duplicate name.
       for (
@@ -101,7 +102,7 @@ layer(TestWorld.layer(), { excludeTestServices: true })("definitions", (it) => {
       )
         .toBe(404)
       expect((yield* other.api.delete(`/v1/definitions/${first.id}`, { token: other.token })).status).toBe(404)
-      expect((yield* other.api.get("/v1/definitions", { token: other.token })).body.data).toEqual([])
+      expect((yield* other.api.get("/v1/definitions", { token: other.token })).body).toEqual([])
       const foreign = yield* other.api.post("/v1/agents", { token: other.token, json: { definition: first.id } })
       expect(foreign.status).toBe(400)
 
@@ -113,7 +114,7 @@ layer(TestWorld.layer(), { excludeTestServices: true })("definitions", (it) => {
       expect((yield* api.get(`/v1/definitions/${first.id}`, { token })).status).toBe(404)
       expect((yield* api.get(`/v1/definitions/${first.id}?revision=2`, { token })).status).toBe(200)
       expect((yield* api.post("/v1/agents", { token, json: { definition: first.id } })).status).toBe(400)
-      expect((yield* api.get("/v1/definitions", { token })).body.data).toEqual([])
+      expect((yield* api.get("/v1/definitions", { token })).body).toEqual([])
     }))
 
   it.scoped("a private tool source address is refused before anything is written", () =>
@@ -126,7 +127,7 @@ layer(TestWorld.layer(), { excludeTestServices: true })("definitions", (it) => {
         json: { name: "s", toolSources: [{ kind: "mcp", name: "m", url: "file:///etc/passwd" }] }
       })
       expect(refused.status).toBe(400)
-      expect((yield* api.get("/v1/definitions", { token })).body.data).toEqual([])
+      expect((yield* api.get("/v1/definitions", { token })).body).toEqual([])
     }))
 
   it.scoped("combining with an agent: creation rules, own settings survive a move, append kept, prompt replaced", () =>
@@ -290,5 +291,78 @@ layer(TestWorld.layer(), { excludeTestServices: true })("definitions", (it) => {
         systemPrompt: "Two.",
         systemPromptAppend: "Append."
       })
+    }))
+
+  it.scoped("Idempotency-Key upserts by key: one definition per key and tenant, a changed body is its next revision", () =>
+    Effect.gen(function*() {
+      const world = yield* TestWorld.TestWorld
+      const { api, token } = yield* TestWorld.tenantWithModel(world, "definitions-keyed")
+      const upsert = (key: string, json: unknown, as = token) =>
+        api.post("/v1/definitions", { token: as, json, headers: { "idempotency-key": key } })
+      const key = "7f0c1b9e-3a52-4c1e-9d2b-6a1f0e8c4d21"
+      const input = { name: "triage", model: "fake/m1", toolSources: [mcp("crm", "crm-secret-token-1234")] }
+
+      const made = yield* upsert(key, input)
+      expect(made.status, made.text).toBe(201)
+      expect(made.body).toMatchObject({ id: expect.stringMatching(/^def_/), revision: 1, name: "triage" })
+      // A retry with the same body (its secret too) is the same definition, unchanged.
+      const again = yield* upsert(key, input)
+      expect(again.status, again.text).toBe(200)
+      expect(again.body).toEqual(made.body)
+      expect((yield* api.get(`/v1/definitions/${made.body.id}?revision=2`, { token })).status).toBe(404)
+
+      // Another body under the key: the next revision of the same definition, holding that body.
+      const changed = yield* upsert(key, { name: "triage", systemPrompt: "Sort tickets.", builtins: ["web_fetch"] })
+      expect(changed.status, changed.text).toBe(200)
+      expect(changed.body).toMatchObject({
+        id: made.body.id,
+        revision: 2,
+        systemPrompt: "Sort tickets.",
+        builtins: ["web_fetch"],
+        toolSources: []
+      })
+      expect(changed.body).not.toHaveProperty("model")
+      expect((yield* api.get(`/v1/definitions/${made.body.id}?revision=1`, { token })).body).toEqual(made.body)
+      expect((yield* api.get("/v1/definitions", { token })).body.map((d: any) => [d.id, d.revision])).toEqual([
+        [made.body.id, 2]
+      ])
+
+      // Concurrent first calls under a new key make one definition.
+      const raced = yield* Effect.all(Array.from({ length: 6 }, () => upsert("race-1", { name: "raced" })), {
+        concurrency: "unbounded"
+      })
+      expect(raced.map((response) => response.status).sort()).toEqual([200, 200, 200, 200, 200, 201])
+      expect(new Set(raced.map((response) => response.body.id)).size).toBe(1)
+      expect(raced.every((response) => response.body.revision === 1)).toBe(true)
+
+      // A bad key is refused before anything is written.
+      for (const bad of ["", "has space", "x".repeat(81), "semi;colon"]) {
+        const refused = yield* upsert(bad, { name: "bad" })
+        expect(refused.status, bad).toBe(400)
+        expect(refused.body).toEqual({ error: expect.stringContaining("idempotency-key"), code: "INVALID_REQUEST" })
+      }
+      // A keyed call with a bad body is refused the same way, and the key stays free.
+      expect(
+        (yield* upsert("fresh", { name: "x", toolSources: [{ kind: "mcp", name: "m", url: "file:///x" }] })).status
+      )
+        .toBe(400)
+      expect((yield* api.get("/v1/definitions", { token })).body).toHaveLength(2)
+
+      // Another tenant's same key is another definition; neither sees the other's.
+      const other = yield* TestWorld.tenantWithModel(world, "definitions-keyed-other")
+      const theirs = yield* upsert(key, input, other.token)
+      expect(theirs.status, theirs.text).toBe(201)
+      expect(theirs.body.id).not.toBe(made.body.id)
+      expect((yield* upsert(key, input, other.token)).body.id).toBe(theirs.body.id)
+      expect((yield* other.api.get("/v1/definitions", { token: other.token })).body.map((d: any) => d.id)).toEqual([
+        theirs.body.id
+      ])
+      expect((yield* api.get(`/v1/definitions/${made.body.id}`, { token })).body.revision).toBe(2)
+
+      // Deleting the definition frees its key: the next call makes a new one.
+      expect((yield* api.delete(`/v1/definitions/${made.body.id}`, { token })).status).toBe(200)
+      const remade = yield* upsert(key, input)
+      expect(remade.status, remade.text).toBe(201)
+      expect(remade.body.id).not.toBe(made.body.id)
     }))
 })

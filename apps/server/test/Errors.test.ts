@@ -35,7 +35,7 @@ layer(NodeLive)("errors", (it) => {
   it.effect("schema failures name the field and why, and change nothing", () =>
     Effect.gen(function*() {
       const { api, key } = yield* setup
-      const before = (yield* api.get("/v1/tokens", { token: key })).body.data.length
+      const before = (yield* api.get("/v1/tokens", { token: key })).body.length
       expect(yield* api.post("/v1/tokens", { token: key, json: {} })).toMatchObject({
         status: 400,
         body: { error: "invalid request: name: is missing", code: "INVALID_REQUEST" }
@@ -49,7 +49,7 @@ layer(NodeLive)("errors", (it) => {
       expect(tooLong.body.code).toBe("INVALID_REQUEST")
       expect(tooLong.body.error).toMatch(/^invalid request: name: Expected a string at most 80 character\(s\) long/)
       expect(Object.keys(tooLong.body).sort()).toEqual(["code", "error"])
-      expect((yield* api.get("/v1/tokens", { token: key })).body.data.length).toBe(before)
+      expect((yield* api.get("/v1/tokens", { token: key })).body.length).toBe(before)
     }))
 
   it.effect("token names take 1 to 80 characters", () =>
@@ -80,31 +80,42 @@ layer(NodeLive)("errors", (it) => {
   it.effect("query parameters are checked", () =>
     Effect.gen(function*() {
       const { api, key } = yield* setup
-      for (const limit of ["0", "101", "abc", "1.5"]) {
+      for (const limit of ["0", "1001", "abc", "1.5"]) {
         const response = yield* api.get(`/v1/tokens?limit=${limit}`, { token: key })
         expect(response.status).toBe(400)
         expect(response.body.code).toBe("INVALID_REQUEST")
         expect(response.body.error).toMatch(/^invalid request: limit: /)
       }
-      expect((yield* api.get("/v1/tokens?limit=100", { token: key })).status).toBe(200)
+      expect((yield* api.get("/v1/tokens?limit=1000", { token: key })).status).toBe(200)
     }))
 
-  it.effect("pages follow the next cursor", () =>
+  it.effect("pages follow the Link header's next page", () =>
     Effect.gen(function*() {
       const { api, key } = yield* setup
       for (const name of ["a", "b", "c", "d"]) yield* api.post("/v1/tokens", { token: key, json: { name } })
       const seen: Array<string> = []
-      let after = ""
-      for (let i = 0; i < 10; i++) {
-        const page = yield* api.get(`/v1/tokens?limit=2${after}`, { token: key })
-        expect(page.body.data.length).toBeLessThanOrEqual(2)
-        for (const token of page.body.data as Array<{ id: string }>) seen.push(token.id)
-        if (page.body.next === null) break
-        after = `&after=${page.body.next}`
+      let path: string | null = "/v1/tokens?limit=2"
+      for (let i = 0; i < 10 && path !== null; i++) {
+        const page: Http.Response = yield* api.get(path, { token: key })
+        expect(page.status, page.text).toBe(200)
+        expect(page.body.length).toBeLessThanOrEqual(2)
+        for (const token of page.body as Array<{ id: string }>) seen.push(token.id)
+        const link = page.headers.get("link")
+        // A full page may have more after it; the last page (here 1 of 5) has no Link.
+        if (page.body.length < 2) expect(link).toBeNull()
+        else expect(link).toBe(`</v1/tokens?limit=2&after=${seen.at(-1)}>; rel="next"`)
+        path = link === null ? null : /^<([^>]+)>; rel="next"$/.exec(link)![1]!
       }
       expect(seen.length).toBe(5)
       expect(new Set(seen).size).toBe(5)
       expect([...seen].sort()).toEqual(seen)
+      // Without limit the whole list comes at once (up to 1000), with no Link.
+      const whole = yield* api.get("/v1/tokens", { token: key })
+      expect(whole.body.map((token: { id: string }) => token.id)).toEqual(seen)
+      expect(whole.headers.get("link")).toBeNull()
+      // Other query parameters are kept in the next page's URL.
+      const kept = yield* api.get("/v1/tokens?limit=4&x=1", { token: key })
+      expect(kept.headers.get("link")).toBe(`</v1/tokens?limit=4&x=1&after=${seen[3]}>; rel="next"`)
     }))
 
   it.effect("unknown routes and resources are NOT_FOUND", () =>

@@ -429,11 +429,13 @@ it.scopedLive(
         expect(run.text, key).toMatch(/^run \d+ done$/)
       }
       const listedRuns: Array<{ id: string }> = []
-      for (let after: string | null = ""; after !== null;) {
-        const page: Http.Response = yield* call("GET", `/v1/runs?limit=100${after === "" ? "" : `&after=${after}`}`)
+      for (let path: string | null = "/v1/runs?limit=100"; path !== null;) {
+        const page: Http.Response = yield* call("GET", path)
         expect(page.status, page.text).toBe(200)
-        for (const run of page.body.data) listedRuns.push(run)
-        after = page.body.next
+        for (const run of page.body) listedRuns.push(run)
+        // The next page's URL, from the Link header; none on the last page.
+        const link = page.headers.get("link")
+        path = link === null ? null : /^<([^>]+)>; rel="next"$/.exec(link)![1]!
       }
       expect(new Set(listedRuns.map((run) => run.id))).toEqual(
         new Set([...runKeys.values()].flatMap((entry) => entry.id === undefined ? [] : [entry.id]))

@@ -43,7 +43,7 @@ const get = (api: Api, token: string, volumeId: string, path: string, headers = 
 const paths = (api: Api, token: string, volumeId: string, query = "") =>
   Effect.map(api.get(`/v1/volumes/${volumeId}/files${query}`, { token }), (listed) => {
     expect(listed.status, listed.text).toBe(200)
-    return listed.body.data.map((file: { path: string }) => file.path) as Array<string>
+    return listed.body.files.map((file: { path: string }) => file.path) as Array<string>
   })
 
 const MiB = 1024 * 1024
@@ -159,7 +159,7 @@ layer(TestWorld.layer(() => Effect.succeed(limits)), { excludeTestServices: true
         yield* api.delete(`/v1/volumes/${made.id}`, { token: foreign })
       ]
       for (const refusal of refusals) expect(refusal.status, refusal.text).toBe(404)
-      expect((yield* api.get("/v1/volumes", { token: foreign })).body.data).toEqual([])
+      expect((yield* api.get("/v1/volumes", { token: foreign })).body).toEqual([])
       expect((yield* get(api, token, made.id, "guide/intro.md")).text).toBe("v2")
 
       const removed = yield* api.delete(`/v1/volumes/${made.id}/file?path=guide/page-0.md`, { token })
@@ -288,7 +288,7 @@ layer(TestWorld.layer(() => Effect.succeed(limits)), { excludeTestServices: true
       // With no writable mount there is nowhere to put uploads.
       expect((yield* api.put(`/v1/agents/${reader.id}/uploads/r/a.txt`, { token, body: "x" })).status).toBe(400)
 
-      const before = (yield* api.get("/v1/agents", { token })).body.data.length
+      const before = (yield* api.get("/v1/agents", { token })).body.length
       const bad = [
         [{ volumeId: shared.id, path: "kb", mode: "ro" }],
         [{ volumeId: shared.id, path: "/a", mode: "ro" }, { volumeId: shared.id, path: "/a/b", mode: "rw" }],
@@ -309,8 +309,8 @@ layer(TestWorld.layer(() => Effect.succeed(limits)), { excludeTestServices: true
         json: { model: "fake/m1", mounts: [{ volumeId: shared.id, path: "/a", mode: "ro" }] }
       })
       expect(theirs.status).toBe(404)
-      expect((yield* api.get("/v1/agents", { token })).body.data.length).toBe(before)
-      expect((yield* api.get("/v1/volumes", { token })).body.data.map((v: any) => v.id)).toEqual([shared.id])
+      expect((yield* api.get("/v1/agents", { token })).body.length).toBe(before)
+      expect((yield* api.get("/v1/volumes", { token })).body.map((v: any) => v.id)).toEqual([shared.id])
     }))
 
   it.scoped("mounts changed by configure or an upsert are what the file tools see; bad mounts change nothing", () =>

@@ -118,7 +118,7 @@ layer(ServerLive, { timeout: 60_000, excludeTestServices: true })("HTTP contract
       ).toEqual(refused("mounts.0.readOnly: unknown field; spendLimit.currency: unknown field"))
       expect(yield* send("PUT", "/v1/agents/by-key/support", { model: "fake/m1", runLimits: {} }))
         .toEqual(refused("runLimits: unknown field"))
-      expect((yield* api.agents.list({ urlParams: {} })).data).toEqual([])
+      expect(yield* api.agents.list({ urlParams: {} })).toEqual([])
 
       expect(
         yield* send("PUT", "/v1/providers/other", {
@@ -136,7 +136,7 @@ layer(ServerLive, { timeout: 60_000, excludeTestServices: true })("HTTP contract
       )
       const operator = yield* clientFor(operatorToken)
       const tenants = yield* operator.admin.listTenants({ urlParams: { limit: 100 } })
-      expect(tenants.data.map((listed) => listed.name)).not.toContain("stray")
+      expect(tenants.map((listed) => listed.name)).not.toContain("stray")
 
       // On an agent: the prompt (with its sender), configure, fork, and the agent's own token.
       const agent = yield* api.agents.create({
@@ -168,7 +168,7 @@ layer(ServerLive, { timeout: 60_000, excludeTestServices: true })("HTTP contract
         .toEqual(refused("verbose: unknown field"))
       const state = yield* api.agents.state({ path: { id: agent.id } })
       expect(state.requests).toEqual([])
-      expect((yield* api.agents.list({ urlParams: {} })).data.map((listed) => listed.id)).toEqual([agent.id])
+      expect((yield* api.agents.list({ urlParams: {} })).map((listed) => listed.id)).toEqual([agent.id])
 
       // The typed client still sends what the schemas allow.
       const configured = yield* api.agents.configure({
@@ -301,7 +301,7 @@ layer(ServerLive, { timeout: 60_000, excludeTestServices: true })("HTTP contract
         expect(refused).toBeInstanceOf(ApiError.NotFound)
       }
       const listed = yield* other.api.agents.list({ urlParams: {} })
-      expect(listed.data).toEqual([])
+      expect(listed).toEqual([])
       // The operator acting for the other tenant is held to that tenant too.
       const operator = yield* clientFor(operatorToken, { "x-agent-runtime-tenant": other.tenant.id })
       expect(yield* Effect.flip(operator.agents.get({ path: { id: agent.id } }))).toBeInstanceOf(ApiError.NotFound)

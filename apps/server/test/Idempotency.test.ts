@@ -57,34 +57,44 @@ layer(WorldLive, { excludeTestServices: true })("idempotency", (it) => {
       expect((yield* api.get(`/v1/agents/${agentId}/history`, { token })).body.total).toBe(8)
     }))
 
-  it.effect("an Idempotency-Key reused with a nested change in modelHeaders, initialMessages or the prompt is a conflict", () =>
+  it.effect("an Idempotency-Key reused with another body reconfigures the agent; creation-only fields are refused", () =>
     Effect.gen(function*() {
       const world = yield* TestWorld.TestWorld
       const { api, token } = yield* tenantWithModel(world, "nested-key")
       const create = (key: string, json: Record<string, unknown>) =>
         api.post("/v1/agents", { token, json: { model: "fake/m1", ...json }, headers: { "idempotency-key": key } })
+      const detail = (id: string) => Effect.map(api.get(`/v1/agents/${id}`, { token }), (response) => response.body)
 
-      const cases: ReadonlyArray<readonly [string, Record<string, unknown>, Record<string, unknown>]> = [
-        ["k-headers", { modelHeaders: { "x-team": "alpha" } }, { modelHeaders: { "x-team": "beta" } }],
-        [
-          "k-messages",
-          { initialMessages: [{ role: "user", content: "first" }] },
-          { initialMessages: [{ role: "user", content: "second" }] }
-        ],
-        ["k-prompt", { prompt: { text: "hi", metadata: { ticket: "T-1" } } }, {
-          prompt: { text: "hi", metadata: { ticket: "T-2" } }
-        }]
-      ]
-      const reused: Array<unknown> = []
-      for (const [key, first, changed] of cases) {
-        const made = yield* create(key, first)
-        expect(made.status, key).toBe(201)
-        const answer = yield* create(key, changed)
-        reused.push([key, answer.status, answer.body.code])
-        const retried = yield* create(key, first)
-        expect(retried.body.id, key).toBe(made.body.id)
-      }
-      expect(reused).toEqual(cases.map(([key]) => [key, 409, "IDEMPOTENCY_CONFLICT"]))
+      // A nested change applies, under the same agent; each body again is a retry of it.
+      const made = yield* create("k-headers", { modelHeaders: { "x-team": "alpha" } })
+      expect(made.status).toBe(201)
+      const changed = yield* create("k-headers", { modelHeaders: { "x-team": "beta" } })
+      expect(changed.body).toMatchObject({ id: made.body.id, reconfigured: { id: expect.any(String) } })
+      expect((yield* detail(made.body.id)).modelHeaders).toEqual({ "x-team": "beta" })
+      expect((yield* create("k-headers", { modelHeaders: { "x-team": "beta" } })).body).not.toHaveProperty(
+        "reconfigured"
+      )
+
+      // The starting history is only for a new agent: another one is refused and changes nothing.
+      const seeded = yield* create("k-messages", { initialMessages: [{ role: "user", content: "first" }] })
+      const refused = yield* create("k-messages", { initialMessages: [{ role: "user", content: "second" }] })
+      expect([refused.status, refused.body.code]).toEqual([400, "INVALID_REQUEST"])
+      expect((yield* create("k-messages", { initialMessages: [{ role: "user", content: "first" }] })).body.id).toBe(
+        seeded.body.id
+      )
+
+      // Another first prompt is new work, sent once however often its body is retried.
+      world.upstream.script({ text: "one" })
+      const prompted = yield* create("k-prompt", { prompt: { text: "hi", metadata: { ticket: "T-1" } } })
+      yield* settle(api, token, prompted.body.id, prompted.body.prompt.id)
+      world.upstream.script({ text: "two" })
+      const second = yield* create("k-prompt", { prompt: { text: "hi", metadata: { ticket: "T-2" } } })
+      expect(second.body.id).toBe(prompted.body.id)
+      expect(second.body.prompt.id).not.toBe(prompted.body.prompt.id)
+      yield* settle(api, token, prompted.body.id, second.body.prompt.id)
+      const retried = yield* create("k-prompt", { prompt: { text: "hi", metadata: { ticket: "T-2" } } })
+      expect(retried.body.prompt).toMatchObject({ id: second.body.prompt.id, state: "completed" })
+      expect((yield* api.get(`/v1/agents/${prompted.body.id}/history`, { token })).body.total).toBe(4)
     }))
 
   it.effect("upserts A, B, A, B leave the agent on B; A, B, A on A", () =>
@@ -259,7 +269,7 @@ layer(WorldLive, { excludeTestServices: true })("idempotency", (it) => {
         spendLimit: { usd: 2, spent: 0 },
         mounts
       })
-      const listed = (yield* api.get("/v1/agents", { token })).body.data.find((agent: any) => agent.id === agentId)
+      const listed = (yield* api.get("/v1/agents", { token })).body.find((agent: any) => agent.id === agentId)
       expect(listed).toMatchObject({ name: "two", type: "b", expiresAt: changed.body.expiresAt })
 
       // The same settings again: no configure is recorded (the budget keeps counting from when it was set).
@@ -282,7 +292,8 @@ layer(WorldLive, { excludeTestServices: true })("idempotency", (it) => {
       expect([conflicting.status, conflicting.body.code]).toEqual([409, "IDEMPOTENCY_CONFLICT"])
       expect((yield* detail()).name).toBe(agentId)
 
-      // POST with the key keeps its rule: the first body again is the same agent, another body a conflict.
+      // POST with the key is the same upsert: the first body again is the same agent set back to it, another
+      // body changes it again, and a retry of that body changes nothing more.
       const again = yield* api.post("/v1/agents", { token, json: original, headers: { "idempotency-key": "fields" } })
       expect([again.status, again.body.id]).toEqual([201, agentId])
       const other = yield* api.post("/v1/agents", {
@@ -290,7 +301,14 @@ layer(WorldLive, { excludeTestServices: true })("idempotency", (it) => {
         json: { ...original, name: "three" },
         headers: { "idempotency-key": "fields" }
       })
-      expect([other.status, other.body.code]).toEqual([409, "IDEMPOTENCY_CONFLICT"])
+      expect([other.status, other.body.id]).toEqual([201, agentId])
+      expect((yield* detail()).name).toBe("three")
+      const otherAgain = yield* api.post("/v1/agents", {
+        token,
+        json: { ...original, name: "three" },
+        headers: { "idempotency-key": "fields" }
+      })
+      expect(otherAgain.body).not.toHaveProperty("reconfigured")
     }))
 
   it.effect("an upsert refuses a subject, context or initialMessages other than the agent's, changing nothing", () =>

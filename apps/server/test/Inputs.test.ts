@@ -93,7 +93,7 @@ layer(TestWorld.layer(), { excludeTestServices: true })("human input", (it) => {
       // The model does not see the question answered yet: one request so far.
       expect(world.upstream.requests()).toHaveLength(1)
       const listed = yield* api.get(`/v1/agents/${id}/inputs?state=pending`, { token })
-      expect(listed.body.data.map((input: any) => input.id)).toEqual([pending.id])
+      expect(listed.body.map((input: any) => input.id)).toEqual([pending.id])
 
       // Someone outside the audience: 403, nothing recorded.
       const outsider = yield* answer(api, token, id, pending.id, {
@@ -110,7 +110,7 @@ layer(TestWorld.layer(), { excludeTestServices: true })("human input", (it) => {
         from: { id: "u1" }
       })
       expect(wrong.status, wrong.text).toBe(400)
-      expect((yield* api.get(`/v1/agents/${id}/inputs?state=pending`, { token })).body.data).toHaveLength(1)
+      expect((yield* api.get(`/v1/agents/${id}/inputs?state=pending`, { token })).body).toHaveLength(1)
 
       world.upstream.script({ text: "Blue it is." })
       const json = {
@@ -187,7 +187,7 @@ layer(TestWorld.layer(), { excludeTestServices: true })("human input", (it) => {
         }
       })
       // Nothing ran before the approval.
-      expect((yield* api.get(`/v1/agents/${id}/schedules`, { token })).body.data).toHaveLength(0)
+      expect((yield* api.get(`/v1/agents/${id}/schedules`, { token })).body).toHaveLength(0)
       // An approval naming other arguments is refused.
       const stale = yield* answer(api, token, id, approval.id, {
         action: "accept",
@@ -206,7 +206,7 @@ layer(TestWorld.layer(), { excludeTestServices: true })("human input", (it) => {
       const done = yield* Http.settled(api, token, id, approved.body.request.id)
       expect(done.outcome.result.reply).toBe("Scheduled.")
       expect(done.outcome.result.toolCalls).toEqual([{ tool: "schedule", toolCallId: "call_s1", ok: true }])
-      const schedules = (yield* api.get(`/v1/agents/${id}/schedules`, { token })).body.data
+      const schedules = (yield* api.get(`/v1/agents/${id}/schedules`, { token })).body
       expect(schedules.map((schedule: any) => schedule.text)).toEqual(["water the plants"])
 
       // Declined with a reason: the model reads it, and the call never runs.
@@ -225,7 +225,7 @@ layer(TestWorld.layer(), { excludeTestServices: true })("human input", (it) => {
         { tool: "schedule", toolCallId: "call_s2", ok: false, code: "declined" }
       ])
       expect(lastToolResults(world.upstream).at(-1).content).toContain("one is enough")
-      expect((yield* api.get(`/v1/agents/${id}/schedules`, { token })).body.data).toHaveLength(1)
+      expect((yield* api.get(`/v1/agents/${id}/schedules`, { token })).body).toHaveLength(1)
     }))
 
   it.scoped("a batch mixing accept, decline and cancel settles all at once and resumes once", () =>
@@ -263,7 +263,7 @@ layer(TestWorld.layer(), { excludeTestServices: true })("human input", (it) => {
         }
       })
       expect(refused.status, refused.text).toBe(403)
-      expect((yield* api.get(`/v1/agents/${id}/inputs?state=pending`, { token })).body.data).toHaveLength(3)
+      expect((yield* api.get(`/v1/agents/${id}/inputs?state=pending`, { token })).body).toHaveLength(3)
 
       world.upstream.script({ text: "Noted." })
       const all = yield* api.post(`/v1/agents/${id}/answers`, {
@@ -287,7 +287,7 @@ layer(TestWorld.layer(), { excludeTestServices: true })("human input", (it) => {
       expect(results[1].content).toContain("declined")
       expect(results[2].content).toContain("cancelled")
       // An answer without `from` is the account's own, recorded as such.
-      const inputsNow = (yield* api.get(`/v1/agents/${id}/inputs`, { token })).body.data as Array<any>
+      const inputsNow = (yield* api.get(`/v1/agents/${id}/inputs`, { token })).body as Array<any>
       expect(inputsNow.find((input) => input.toolCallId === "call_c").answer.by).toMatchObject({ via: "token" })
     }))
 
@@ -310,7 +310,7 @@ layer(TestWorld.layer(), { excludeTestServices: true })("human input", (it) => {
         "the expiry to resume the run",
         20_000
       )
-      const inputs = (yield* api.get(`/v1/agents/${id}/inputs`, { token })).body.data
+      const inputs = (yield* api.get(`/v1/agents/${id}/inputs`, { token })).body
       expect(inputs[0].state).toBe("expired")
       const late = yield* answer(api, token, id, pending.id, {
         action: "accept",
@@ -337,7 +337,7 @@ layer(TestWorld.layer(), { excludeTestServices: true })("human input", (it) => {
       )
       expect(roles).toEqual(["user", "assistant", "tool", "user"])
       expect(lastToolResults(world.upstream)[0].content).toContain("new message")
-      const [input] = (yield* api.get(`/v1/agents/${id}/inputs`, { token })).body.data
+      const [input] = (yield* api.get(`/v1/agents/${id}/inputs`, { token })).body
       expect(input).toMatchObject({ id: pending.id, state: "superseded" })
       const late = yield* answer(api, token, id, pending.id, {
         action: "accept",
@@ -372,7 +372,7 @@ layer(TestWorld.layer(), { excludeTestServices: true })("human input", (it) => {
         aborted: null,
         inputs: asked.map((input) => input.id).sort()
       })
-      const listed = (yield* api.get(`/v1/agents/${id}/inputs`, { token })).body.data as Array<any>
+      const listed = (yield* api.get(`/v1/agents/${id}/inputs`, { token })).body as Array<any>
       expect(listed.map((input) => input.state)).toEqual(["cancelled", "cancelled"])
       const resolved = (yield* events(api, token, id)).filter((event) => event.type === "input_resolved")
       expect(resolved.map((event) => [event.inputId, event.state]).sort()).toEqual(
@@ -554,7 +554,7 @@ layer(TestWorld.layer(), { excludeTestServices: true })("human input", (it) => {
       const foreign = yield* answer(api, other.token, made.id, pending.id, { action: "cancel" })
       expect(foreign.status).toBe(404)
       const listed = yield* api.get(`/clients/${made.id}/inputs`, { token: made.token })
-      expect(listed.body.data.map((input: any) => input.id)).toEqual([pending.id])
+      expect(listed.body.map((input: any) => input.id)).toEqual([pending.id])
       world.upstream.script({ text: "ok" })
       const answered = yield* api.post(`/clients/${made.id}/inputs/${pending.id}/answer`, {
         token: made.token,
@@ -638,7 +638,7 @@ it.scopedLive(
       expect(results.map((result) => result.tool_call_id)).toEqual(["call_1", "call_2"])
       expect(results[0].content).toContain("one")
       expect(results[1].content).toContain("two")
-      const inputs = (yield* survivor.get(`/v1/agents/${agentId}/inputs`, { token })).body.data as Array<any>
+      const inputs = (yield* survivor.get(`/v1/agents/${agentId}/inputs`, { token })).body as Array<any>
       expect(inputs.map((input) => input.state)).toEqual(["answered", "answered"])
       const history = (yield* survivor.get(`/v1/agents/${agentId}/history`, { token })).body.entries as Array<any>
       expect(history.map((entry) => entry.message.role)).toEqual([

@@ -26,13 +26,13 @@ layer(ServerLive, { timeout: 60_000, excludeTestServices: true })("tenant isolat
       expect((yield* spoofed.me.get()).tenant).toBe(a.id)
 
       // list
-      const aTokens = (yield* asA.tokens.list({ urlParams: {} })).data
+      const aTokens = yield* asA.tokens.list({ urlParams: {} })
       expect(aTokens.map((token) => token.name)).toEqual(["first key"])
-      const bTokens = (yield* asB.tokens.list({ urlParams: {} })).data
+      const bTokens = yield* asB.tokens.list({ urlParams: {} })
       expect(bTokens.map((token) => token.name)).toEqual(["first key", "b2"])
       // A cursor from another tenant's list reveals nothing.
       const paged = yield* asA.tokens.list({ urlParams: { after: bTokens[0]!.id } })
-      expect(paged.data.every((token) => aTokens.some((own) => own.id === token.id))).toBe(true)
+      expect(paged.every((token) => aTokens.some((own) => own.id === token.id))).toBe(true)
 
       // revoke: another tenant's key is not found, and still works
       const revoked = yield* Effect.flip(asA.tokens.revoke({ path: { id: bSecond.id } }))
@@ -53,7 +53,7 @@ layer(ServerLive, { timeout: 60_000, excludeTestServices: true })("tenant isolat
 
       // The operator acting for A sees A's data only.
       const operatorForA = yield* clientFor(operatorToken, { "x-agent-runtime-tenant": a.id })
-      expect((yield* operatorForA.tokens.list({ urlParams: {} })).data.map((token) => token.name)).toEqual([
+      expect((yield* operatorForA.tokens.list({ urlParams: {} })).map((token) => token.name)).toEqual([
         "first key",
         "a2"
       ])

@@ -37,7 +37,10 @@ const sinceTheList = [
   "volume_files",
   "file_chunks",
   "file_pins",
-  "file_usage"
+  "file_usage",
+  "volume_changes",
+  "volume_snapshots",
+  "volume_snapshot_files"
 ]
 
 /** Columns added since the list to tables it made (agents' application tools, stateless runs): likewise left out. */

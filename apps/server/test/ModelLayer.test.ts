@@ -97,7 +97,7 @@ layer(WorldLive, { excludeTestServices: true })("model layer over REST", (it) =>
       expect(after.find((model: any) => model.id === "acme/model-1").available).toBe(true)
       // The first runtime default the tenant has a key for.
       expect((yield* api.get("/v1/me", { token: acme.token })).body.defaultModel).toBe("acme/model-1")
-      const providers = (yield* api.get("/v1/providers", { token: acme.token })).body.data
+      const providers = (yield* api.get("/v1/providers", { token: acme.token })).body
       expect(providers.find((provider: any) => provider.id === "acme")).toMatchObject({
         kind: "model",
         models: 1,
@@ -320,7 +320,7 @@ layer(WorldLive, { excludeTestServices: true })("model layer over REST", (it) =>
       const scope = (yield* api.get("/v1/key-scopes/team-a", { token: t.token })).body
       expect(scope.scope).toBe("team-a")
       expect(scope.providers.map((p: any) => p.provider)).toEqual(["acme", "anthropic"])
-      expect((yield* api.get("/v1/key-scopes", { token: t.token })).body.data.map((s: any) => s.scope)).toEqual([
+      expect((yield* api.get("/v1/key-scopes", { token: t.token })).body.map((s: any) => s.scope)).toEqual([
         "team-a"
       ])
       expect((yield* api.get("/v1/key-scopes/team-a/model-providers/gw", { token: t.token })).status).toBe(200)
@@ -350,7 +350,7 @@ layer(WorldLive, { excludeTestServices: true })("model layer over REST", (it) =>
       expect((yield* api.delete("/v1/keys/acme", { token: b.token })).status).toBe(404)
       expect((yield* api.get("/v1/key-scopes/s1", { token: b.token })).status).toBe(404)
       expect((yield* api.delete("/v1/key-scopes/s1", { token: b.token })).status).toBe(404)
-      expect((yield* api.get("/v1/key-scopes", { token: b.token })).body.data).toEqual([])
+      expect((yield* api.get("/v1/key-scopes", { token: b.token })).body).toEqual([])
       const models = (yield* api.get("/v1/models", { token: b.token })).body.data
       expect(models.some((model: any) => model.id === "mine/m1")).toBe(false)
       // A's things are still there.
@@ -467,7 +467,7 @@ describe("egress at save time", () => {
           }
         }
         expect((yield* api.get("/v1/providers/p", { token: t.token })).status).toBe(404)
-        expect((yield* api.get("/v1/key-scopes", { token: t.token })).body.data).toEqual([])
+        expect((yield* api.get("/v1/key-scopes", { token: t.token })).body).toEqual([])
         expect(node.output()).not.toContain("ALLOW_PRIVATE_URLS=true")
 
         const upstream = yield* FakeUpstream.start()

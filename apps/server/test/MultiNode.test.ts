@@ -33,7 +33,7 @@ it.scoped("two processes on one database serve the same tenants", () =>
 
     const tenant = (yield* api1.post("/v1/admin/tenants", { token: operatorToken, json: { name: "acme" } })).body
     expect((yield* api2.get("/v1/me", { token: tenant.token })).body.tenant).toBe(tenant.id)
-    const listed = (yield* api2.get("/v1/admin/tenants", { token: operatorToken })).body.data
+    const listed = (yield* api2.get("/v1/admin/tenants", { token: operatorToken })).body
     expect(listed.map((t: { id: string }) => t.id)).toEqual([tenant.id])
 
     const extra = (yield* api2.post("/v1/tokens", { token: tenant.token, json: { name: "ci" } })).body

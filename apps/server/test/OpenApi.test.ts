@@ -97,6 +97,21 @@ const routes = [
   ["get", "/v1/volumes/{volumeId}/file"],
   ["put", "/v1/volumes/{volumeId}/file"],
   ["delete", "/v1/volumes/{volumeId}/file"],
+  ["post", "/v1/volumes/{volumeId}/snapshots"],
+  ["get", "/v1/volumes/{volumeId}/snapshots"],
+  ["delete", "/v1/volumes/{volumeId}/snapshots/{snapshotId}"],
+  ["get", "/v1/volumes/{volumeId}/changes"],
+  ["get", "/v1/volumes/{volumeId}/files/{path}"],
+  ["put", "/v1/volumes/{volumeId}/files/{path}"],
+  ["delete", "/v1/volumes/{volumeId}/files/{path}"],
+  ["post", "/v1/volumes/{volumeId}/links"],
+  ["get", "/clients/{id}/files"],
+  ["get", "/clients/{id}/files/{path}"],
+  ["put", "/clients/{id}/files/{path}"],
+  ["post", "/clients/{id}/links"],
+  ["put", "/clients/{id}/uploads/{requestId}/{name}"],
+  ["get", "/v1/links/{volumeId}"],
+  ["put", "/v1/links/{volumeId}"],
   ["put", "/v1/agents/{id}/uploads/{requestId}/{name}"],
   ["get", "/v1/files/{fileId}"],
   ["post", "/v1/webhooks"],
@@ -151,6 +166,37 @@ layer(NodeLive, { excludeTestServices: true })("openapi", (it) => {
       expect(spec.paths["/v1/tokens"].post.requestBody.content["application/json"].schema.$ref)
         .toBe("#/components/schemas/TokenInput")
       expect(spec.components.schemas.TokenInput.properties.name).toMatchObject({ minLength: 1, maxLength: 80 })
+      // Lists answer a bare array (the model discovery keeps its own {data, next}); paging is said on `limit`.
+      const answerOf = (path: string) => {
+        const schema = spec.paths[path].get.responses["200"].content["application/json"].schema
+        return schema.$ref === undefined ? schema : spec.components.schemas[schema.$ref.split("/").pop()!]
+      }
+      for (
+        const path of [
+          "/v1/agents",
+          "/v1/definitions",
+          "/v1/providers",
+          "/v1/tokens",
+          "/v1/schedules",
+          "/v1/agents/{id}/schedules",
+          "/v1/key-scopes",
+          "/v1/runs",
+          "/v1/volumes",
+          "/v1/webhooks",
+          "/v1/webhooks/{webhookId}/deliveries",
+          "/v1/webhooks/{webhookId}/attempts",
+          "/v1/admin/tenants",
+          "/v1/agents/{id}/inputs",
+          "/clients/{id}/inputs"
+        ]
+      ) expect(answerOf(path).type, path).toBe("array")
+      expect(Object.keys(answerOf("/v1/models").properties)).toEqual(["data", "next"])
+      const limit = spec.paths["/v1/agents"].get.parameters.find((parameter: any) => parameter.name === "limit")
+      expect(limit.schema).toMatchObject({ minimum: 1, maximum: 1000 })
+      expect(limit.schema.description).toContain('Link: <path?after=<last id>&limit=<n>>; rel="next"')
+      expect(spec.paths["/v1/definitions"].post.parameters.map((parameter: any) => parameter.name)).toEqual([
+        "idempotency-key"
+      ])
       // Every JSON body a client sends refuses fields it does not name, at any depth, and says so; maps (headers,
       // metadata, context, a form's content) say what their values are instead.
       const open: Array<string> = []

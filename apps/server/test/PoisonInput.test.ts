@@ -143,7 +143,7 @@ layer(TestWorld.layer(), { excludeTestServices: true })("poison input from the m
       const asked = yield* promptAndWait(api, token, agentId, "ask me")
       expect(asked.record.outcome.result.stopped).toBe("input_required")
       const inputs = (yield* api.get(`/v1/agents/${agentId}/inputs`, { token })).body
-      expect(inputs.data.map((input: any) => input.message)).toContain("Which\uFFFDone?")
+      expect(inputs.map((input: any) => input.message)).toContain("Which\uFFFDone?")
     }))
 
   it.effect("arguments that are not one object, or nest too deep, are tool errors the model reads", () =>

@@ -96,10 +96,10 @@ layer(ServerLive, { timeout: 90_000, excludeTestServices: true })("stateless run
         "user",
         "assistant"
       ])
-      expect((yield* get("/v1/runs", token)).body.data.map((run: { id: string }) => run.id)).toEqual([id])
+      expect((yield* get("/v1/runs", token)).body.map((run: { id: string }) => run.id)).toEqual([id])
       // Not an agent: not listed, not found, not promptable.
       const agents = yield* api.agents.list({ urlParams: {} })
-      expect(agents.data).toEqual([])
+      expect(agents).toEqual([])
       expect((yield* get(`/v1/agents/${id}`, token)).status).toBe(404)
       expect((yield* post(`/v1/agents/${id}/prompt`, { text: "again" }, token)).status).toBe(404)
       expect((yield* get(`/v1/agents/${id}/history`, token)).status).toBe(404)
@@ -110,9 +110,9 @@ layer(ServerLive, { timeout: 90_000, excludeTestServices: true })("stateless run
       }
       expect((yield* post(`/v1/runs/${id}/abort`, {}, other.tenant.token)).status).toBe(404)
       expect((yield* raw(HttpClientRequest.del(`/v1/runs/${id}`), other.tenant.token)).status).toBe(404)
-      expect((yield* get("/v1/runs", other.tenant.token)).body.data).toEqual([])
+      expect((yield* get("/v1/runs", other.tenant.token)).body).toEqual([])
       // A cursor from another tenant's list reveals nothing.
-      expect((yield* get(`/v1/runs?after=run_0`, other.tenant.token)).body.data).toEqual([])
+      expect((yield* get(`/v1/runs?after=run_0`, other.tenant.token)).body).toEqual([])
       expect((yield* get(`/v1/runs/${id}`, token)).body.status).toBe("completed")
     }))
 
@@ -322,6 +322,6 @@ layer(ServerLive, { timeout: 90_000, excludeTestServices: true })("stateless run
         expect(response.status, JSON.stringify(response.body)).toBe(status)
         expect(response.body.error).toContain(mentions)
       }
-      expect((yield* get("/v1/runs", token)).body.data).toEqual([])
+      expect((yield* get("/v1/runs", token)).body).toEqual([])
     }))
 })

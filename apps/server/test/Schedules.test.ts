@@ -73,23 +73,23 @@ layer(TestWorld.layer(), { excludeTestServices: true })("schedules", (it) => {
       }
       expect((yield* api.post("/v1/agents/client_nope/schedules", { token, json: { text: "a" } })).status).toBe(404)
 
-      const listed = (yield* api.get(path, { token })).body.data
+      const listed = (yield* api.get(path, { token })).body
       expect(listed.map((schedule: any) => schedule.id)).toEqual([made.body.id, second.id])
-      expect((yield* api.get("/v1/schedules", { token })).body.data).toHaveLength(2)
+      expect((yield* api.get("/v1/schedules", { token })).body).toHaveLength(2)
 
       const other = yield* TestWorld.tenantWithModel(world, "schedules-other")
       expect((yield* other.api.get(path, { token: other.token })).status).toBe(404)
-      expect((yield* other.api.get("/v1/schedules", { token: other.token })).body.data).toEqual([])
+      expect((yield* other.api.get("/v1/schedules", { token: other.token })).body).toEqual([])
       expect((yield* other.api.post(path, { token: other.token, json: { text: "x" } })).status).toBe(404)
       expect((yield* other.api.delete(`${path}/${second.id}`, { token: other.token })).status).toBe(404)
 
       expect((yield* api.delete(`${path}/${second.id}`, { token })).body).toEqual({ id: second.id, deleted: true })
       expect((yield* api.delete(`${path}/${second.id}`, { token })).status).toBe(404)
-      expect((yield* api.get(path, { token })).body.data.map((schedule: any) => schedule.id)).toEqual([made.body.id])
+      expect((yield* api.get(path, { token })).body.map((schedule: any) => schedule.id)).toEqual([made.body.id])
 
       // Deleting the agent removes its schedules.
       yield* api.delete(`/v1/agents/${agent.id}`, { token })
-      expect((yield* api.get("/v1/schedules", { token })).body.data).toEqual([])
+      expect((yield* api.get("/v1/schedules", { token })).body).toEqual([])
       expect((yield* api.get(path, { token })).status).toBe(404)
     }))
 
@@ -118,7 +118,7 @@ layer(TestWorld.layer(), { excludeTestServices: true })("schedules", (it) => {
       const record = (yield* api.get(`/v1/agents/${agent.id}/requests/${ping.requestId}?wait=20`, { token })).body
       expect(record).toMatchObject({ method: "prompt", state: "completed", metadata: { scheduleId: once.id } })
 
-      const left = (yield* api.get(path, { token })).body.data
+      const left = (yield* api.get(path, { token })).body
       expect(left.map((schedule: any) => schedule.id)).toEqual([missed.id])
       const now = Date.now() / 1000
       expect(left[0].dueAt).toBeGreaterThan(now)
@@ -162,7 +162,7 @@ it.scopedLive(
         const texts = (yield* userTexts(api, token, agent.id)).map((message: any) => message.content).sort()
         expect(texts).toEqual(["job 1", "job 2", "job 3"])
       }
-      expect((yield* api.get("/v1/schedules", { token })).body.data).toEqual([])
+      expect((yield* api.get("/v1/schedules", { token })).body).toEqual([])
 
       // Every node down while a schedule falls due; it fires once when a node comes back.
       const agent = agents[0]!

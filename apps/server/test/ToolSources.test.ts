@@ -179,6 +179,6 @@ layer(TestWorld.layer(), { excludeTestServices: true })("tool sources", (it) => 
         delivered = history.entries.find((entry: any) => entry.message.content === "time to check the oven")
       }
       expect(delivered?.message.metadata?.scheduleId).toMatch(/^sch_/)
-      expect((yield* api.get(`/v1/agents/${agent.id}/schedules`, { token })).body.data).toEqual([])
+      expect((yield* api.get(`/v1/agents/${agent.id}/schedules`, { token })).body).toEqual([])
     }))
 })

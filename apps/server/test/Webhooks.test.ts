@@ -53,7 +53,7 @@ const typesOf = (events: ReadonlyArray<{ readonly type: string }>) => events.map
 const attempts = (api: Api, token: string, webhookId: string) =>
   Effect.map(api.get(`/v1/webhooks/${webhookId}/attempts`, { token }), (response) => {
     expect(response.status, response.text).toBe(200)
-    return response.body.data as Array<Webhook.WebhookAttempt>
+    return response.body as Array<Webhook.WebhookAttempt>
   })
 
 layer(TestWorld.layer(), { excludeTestServices: true })("webhooks", (it) => {
@@ -73,7 +73,7 @@ layer(TestWorld.layer(), { excludeTestServices: true })("webhooks", (it) => {
       expect(read.body).not.toHaveProperty("secret")
       expect(read.text).not.toContain(made.body.secret.slice(6))
       const listed = yield* api.get("/v1/webhooks", { token })
-      expect(listed.body.data.map((endpoint: any) => endpoint.id)).toEqual([made.body.id])
+      expect(listed.body.map((endpoint: any) => endpoint.id)).toEqual([made.body.id])
       expect(listed.text).not.toContain(made.body.secret.slice(6))
 
       const changed = yield* api.patch(`/v1/webhooks/${made.body.id}`, { token, json: { events: ["run.failed"] } })
@@ -100,7 +100,7 @@ layer(TestWorld.layer(), { excludeTestServices: true })("webhooks", (it) => {
       }
       const badPatch = yield* api.patch(`/v1/webhooks/${made.body.id}`, { token, json: { events: ["nope"] } })
       expect(badPatch.status).toBe(400)
-      expect((yield* api.get("/v1/webhooks", { token })).body.data).toHaveLength(1)
+      expect((yield* api.get("/v1/webhooks", { token })).body).toHaveLength(1)
       expect((yield* api.get(`/v1/webhooks/${made.body.id}`, { token })).body.events).toEqual(["run.failed"])
 
       // At most 16.
@@ -111,7 +111,7 @@ layer(TestWorld.layer(), { excludeTestServices: true })("webhooks", (it) => {
       const over = yield* api.post("/v1/webhooks", { token, json: { url: `${receiver.url}/17`, events: [] } })
       expect(over.status).toBe(409)
       expect(over.body.code).toBe("CONFLICT")
-      expect((yield* api.get("/v1/webhooks", { token })).body.data).toHaveLength(16)
+      expect((yield* api.get("/v1/webhooks", { token })).body).toHaveLength(16)
 
       const removed = yield* api.delete(`/v1/webhooks/${made.body.id}`, { token })
       expect(removed.body).toEqual({ id: made.body.id, deleted: true })
@@ -140,7 +140,7 @@ layer(TestWorld.layer(), { excludeTestServices: true })("webhooks", (it) => {
         api.post("/v1/usage-webhook/secret", { token: other })
       ]
       for (const route of routes) expect((yield* route).status).toBe(404)
-      expect((yield* api.get("/v1/webhooks", { token: other })).body.data).toEqual([])
+      expect((yield* api.get("/v1/webhooks", { token: other })).body).toEqual([])
       expect((yield* api.get(`/v1/webhooks/${id}`, { token })).status).toBe(200)
       expect((yield* api.get("/v1/usage-webhook", { token })).body.url).toBe(`${receiver.url}/usage`)
     }))
@@ -368,7 +368,7 @@ layer(TestWorld.layer(), { excludeTestServices: true })("webhooks", (it) => {
 
         // The deliveries view, and a re-send under the same id, tried from 1 again.
         const deliveries = yield* api.get(`/v1/webhooks/${hooks.failing}/deliveries?state=delivered`, { token })
-        expect(deliveries.body.data).toEqual([
+        expect(deliveries.body).toEqual([
           expect.objectContaining({ eventId: healthy!.id, state: "delivered", attempts: 3, nextAt: null })
         ])
         const resent = yield* api.post(`/v1/webhooks/${hooks.healthy}/deliveries/${healthy!.id}/resend`, { token })
@@ -384,7 +384,7 @@ layer(TestWorld.layer(), { excludeTestServices: true })("webhooks", (it) => {
           token: world.node.operatorToken
         })
         expect(operator.status, operator.text).toBe(200)
-        expect(operator.body.data).toEqual(failing)
+        expect(operator.body).toEqual(failing)
         expect((yield* api.get(`/v1/admin/webhooks/${hooks.failing}/attempts`, { token })).status).toBe(403)
       }),
     120_000

@@ -7,7 +7,7 @@
  * persisted messages keyed by their request id, so a redelivery after a move
  * runs nothing twice. Reads are volatile.
  */
-import { Application, CanonicalJson, Input, Run } from "@agent-runtime/domain"
+import { type Agent as AgentSchemas, Application, CanonicalJson, Input, Run } from "@agent-runtime/domain"
 import { ClusterSchema, Entity } from "@effect/cluster"
 import { Rpc } from "@effect/rpc"
 import { Cause, Effect, Schedule, Schema } from "effect"
@@ -21,7 +21,8 @@ import {
   Draining,
   ReplayGap
 } from "./AgentError.ts"
-import { type AgentConfig, type NewRequest, RequestRow } from "./AgentStore.ts"
+import { type AgentConfig, ApplicationTool, type NewRequest, RequestRow } from "./AgentStore.ts"
+import { parseTools } from "./internal/applicationWire.ts"
 
 /** A file attached to a prompt, as the agent sees it: inline files are already saved in its workspace. */
 export const AttachedFile = Schema.Struct({
@@ -40,6 +41,8 @@ export const PromptRequest = Schema.Struct({
   fingerprint: Schema.String,
   text: Schema.String,
   code: Schema.optional(Schema.String),
+  /** How long an execute request's code may run (default Codemode's wall time). */
+  timeoutMs: Schema.optional(Schema.Number),
   actor: Schema.optional(Schema.String),
   from: Schema.optional(Input.Sender),
   whileRunning: Schema.optional(Run.WhileRunning),
@@ -61,6 +64,7 @@ export const requestOf = (agentId: string, prompt: PromptRequest): NewRequest =>
   fingerprint: prompt.fingerprint,
   input: {
     ...(prompt.code === undefined ? { text: prompt.text } : { code: prompt.code }),
+    ...(prompt.timeoutMs === undefined ? {} : { timeoutMs: prompt.timeoutMs }),
     ...(prompt.actor === undefined ? {} : { actor: prompt.actor }),
     ...(prompt.from === undefined ? {} : { from: prompt.from }),
     ...(prompt.metadata === undefined ? {} : { metadata: prompt.metadata }),
@@ -109,11 +113,22 @@ export const AbortPayload = Schema.Struct({
   fingerprint: Schema.String
 })
 
-/** Settings a configure request changes; absent fields stay, null removes. */
+/** The application's tools as declared (`mcp.tools`), parsed, and the hash of what was declared. */
+export const DeclaredTools = Schema.Struct({ tools: Schema.Array(ApplicationTool), hash: Schema.String })
+export type DeclaredTools = typeof DeclaredTools.Type
+
+/** Settings a configure request changes (absent fields stay, null removes), and tools it declares. */
 export const ConfigurePayload = Schema.Struct({
   requestId: Schema.String,
   fingerprint: Schema.String,
-  changes: Schema.Record({ key: Schema.String, value: Schema.Unknown })
+  changes: Schema.Record({ key: Schema.String, value: Schema.Unknown }),
+  tools: Schema.optional(DeclaredTools)
+})
+
+/** What `mcp.tools` declares, as the agent keeps it. */
+export const declaredTools = (mcp: AgentSchemas.McpTools): DeclaredTools => ({
+  tools: parseTools(mcp.tools),
+  hash: Application.toolsHash(mcp.tools)
 })
 
 /** Answers to an agent's inputs (see Inputs.answer), and who gave them: the credential used. */

@@ -251,7 +251,7 @@ export const make = Effect.gen(function*() {
       return {
         // Cut before the snapshot frame, the stream is asked again from the same cursor: a snapshot again.
         cursor: Option.getOrElse(cursor, () => taken.cursor),
-        entries: Stream.make({ id: taken.cursor, data, json: JSON.stringify(data) }).pipe(
+        entries: Stream.make({ id: taken.cursor, ...EventLog.bounded(data) }).pipe(
           Stream.concat(followRemote(agentId, Option.some(taken.cursor)))
         )
       }

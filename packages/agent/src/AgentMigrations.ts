@@ -200,6 +200,23 @@ const runs = Effect.gen(function*() {
   yield* sql`CREATE INDEX agents_runs ON agents (tenant_id, id) WHERE retention_seconds IS NOT NULL`
 })
 
+/**
+ * Definitions upserted by an `Idempotency-Key`: one live definition per tenant and key, so creates racing on
+ * a key make one (the loser's insert meets the index and takes the winner's). A deleted definition frees its key.
+ */
+const definitionKeys = Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
+  yield* sql`ALTER TABLE definitions ADD COLUMN idempotency_key text`
+  yield* sql`CREATE UNIQUE INDEX definitions_idempotency_key ON definitions (tenant_id, idempotency_key)
+    WHERE idempotency_key IS NOT NULL AND deleted_at IS NULL`
+})
+
+/** The tenant's inbox (GET /v1/inputs): its inputs newest first, paged by (created_at, id). */
+const inputInbox = Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
+  yield* sql`CREATE INDEX agent_inputs_tenant ON agent_inputs (tenant_id, created_at DESC, id DESC)`
+})
+
 export const migrations = Migrations.make("agent_migrations", {
   "1_agents": Migrations.legacy(3, agents),
   "2_journal": Migrations.legacy(4, journal),
@@ -210,5 +227,7 @@ export const migrations = Migrations.make("agent_migrations", {
   "6_schedules": schedules,
   "7_delegation": delegation,
   "8_inputs": inputs,
-  "9_runs": runs
+  "9_runs": runs,
+  "10_definition_keys": definitionKeys,
+  "11_input_inbox": inputInbox
 })

@@ -74,8 +74,8 @@ const connectApplication = (
           noted("tools")
         ),
       saveConnection: (connection) => noted("connection")(journal.write(store.setConnection(agentId, connection))),
-      identity: ({ actor, origin }) =>
-        identity.sign({
+      identity: ({ actor, origin }) => {
+        const claims: IdentityTokens.Claims = {
           audience: ApplicationConnection.audience(agentId),
           subject: agent.config.subject,
           actor,
@@ -83,15 +83,18 @@ const connectApplication = (
           tenantId: agent.tenantId,
           agentId,
           origin
-        }).pipe(
-          Effect.asSome,
+        }
+        const payload = IdentityTokens.payloadOf(claims)
+        return identity.sign(claims).pipe(
+          Effect.map((token): Record<string, unknown> => ({ ...payload, token })),
           Effect.catchAll((error) =>
             Effect.as(
-              Effect.logWarning("could not sign an identity token; the call goes without one", error),
-              Option.none()
+              Effect.logWarning("could not sign an identity token; the call carries the claims without one", error),
+              payload
             )
           )
         )
+      }
     })
   })
 
@@ -351,6 +354,11 @@ export const layer: Layer.Layer<
           Effect.gen(function*() {
             instance.agent.config = applyChanges(instance.agent.config, payload.changes)
             yield* journal.write(instance.store.updateConfig(agentId, instance.agent.config))
+            const declared = payload.tools
+            if (declared !== undefined && declared.hash !== instance.agent.toolsHash) {
+              yield* journal.write(instance.store.setApplicationTools(agentId, declared.tools, declared.hash))
+              Object.assign(instance.agent, { applicationTools: declared.tools, toolsHash: declared.hash })
+            }
             return { config: instance.agent.config }
           })
         )),

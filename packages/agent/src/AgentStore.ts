@@ -23,7 +23,8 @@ export const AgentConfig = Schema.Struct({
   subject: Schema.optional(Schema.String),
   /** Claims for tool servers, carried as `ctx` in identity tokens; set only at creation. */
   context: Schema.optional(Schema.Record({ key: Schema.String, value: Schema.Unknown })),
-  maxTurns: Schema.optional(Schema.Number),
+  /** Bounds of each turn (model responses, seconds); see AgentSchemas.RunLimits. */
+  runLimits: Schema.optional(AgentSchemas.RunLimits),
   /** Per model response (a stateless run's settings). */
   maxOutputTokens: Schema.optional(Schema.Number),
   temperature: Schema.optional(Schema.Number),
@@ -89,7 +90,8 @@ export const ApplicationTool = Schema.Struct({
   parameters: Schema.Record({ key: Schema.String, value: Schema.Unknown }),
   exposure: Schema.optional(Schema.Literal("direct", "codemode", "both")),
   executionMode: Schema.optional(Schema.Literal("sequential", "parallel")),
-  deadlineMs: Schema.optional(Schema.Number)
+  deadlineMs: Schema.optional(Schema.Number),
+  needsApproval: Schema.optional(Schema.Boolean)
 })
 export type ApplicationTool = typeof ApplicationTool.Type
 
@@ -177,6 +179,8 @@ export interface NewAgent extends
   >
 {
   readonly ttlSeconds: number | null
+  /** The application's tools declared with the agent (`mcp.tools`), and their hash. */
+  readonly declaredTools?: { readonly tools: ReadonlyArray<ApplicationTool>; readonly hash: string } | undefined
 }
 
 /** What a node gets when it claims an agent: its epoch, and the event log the last owner let go of. */
@@ -233,11 +237,18 @@ export class AgentStore extends Context.Tag("@agent-runtime/agent/AgentStore")<A
   readonly remove: (tenantId: string, id: string) => Effect.Effect<boolean, PersistenceError>
   /**
    * Sets a live agent's name, type and lifetime (counted from now; null: until deleted), as an upsert names
-   * them; its new expiry, or None when no live agent has the id.
+   * them (one left out stays, as POST /clients/{id}/metadata leaves the lifetime); its expiry, or None when no
+   * live agent has the id.
    */
   readonly updateDetails: (
     agentId: string,
-    details: { readonly name: string; readonly type: string | null; readonly ttlSeconds: number | null }
+    details: {
+      readonly name?: string | undefined
+      readonly type?: string | null | undefined
+      readonly ttlSeconds?: number | null | undefined
+      /** The body a retry of POST /v1/agents with the agent's key is told by from now on. */
+      readonly inputFingerprint?: string | undefined
+    }
   ) => Effect.Effect<Option.Option<number | null>, PersistenceError>
   /** The first id of a fresh block of event ids: they keep growing whoever owns the agent. */
   readonly reserveEvents: (agentId: string) => Effect.Effect<number, PersistenceError>
@@ -370,6 +381,8 @@ export class AgentStore extends Context.Tag("@agent-runtime/agent/AgentStore")<A
   /** Request ids that have settled, to tell finished turns from the running one. */
   readonly completedRequests: (agentId: string) => Effect.Effect<ReadonlySet<string>, PersistenceError>
   readonly messageCount: (agentId: string) => Effect.Effect<number, PersistenceError>
+  /** The size of the whole history's message JSON, in bytes. */
+  readonly historyBytes: (agentId: string) => Effect.Effect<number, PersistenceError>
   /** The whole history, in order. */
   readonly messages: (agentId: string) => Effect.Effect<ReadonlyArray<MessageRow>, PersistenceError>
 }>() {}
@@ -383,10 +396,13 @@ export const make = Effect.gen(function*() {
 
   const insertRow = (agent: NewAgent) =>
     sql`
-      INSERT INTO agents (id, tenant_id, key, name, type, config, input_fingerprint, expires_at)
+      INSERT INTO agents (id, tenant_id, key, name, type, config, input_fingerprint, expires_at, application_tools,
+        tools_hash)
       VALUES (${agent.id}, ${agent.tenantId}, ${agent.key}, ${agent.name}, ${agent.type},
         ${Storable.stringify(agent.config)}::jsonb, ${agent.inputFingerprint},
-        ${agent.ttlSeconds === null ? null : sql`now() + make_interval(secs => ${agent.ttlSeconds})`})
+        ${agent.ttlSeconds === null ? null : sql`now() + make_interval(secs => ${agent.ttlSeconds})`},
+        ${agent.declaredTools === undefined ? null : Storable.stringify(agent.declaredTools.tools)}::jsonb,
+        ${agent.declaredTools?.hash ?? null})
       ON CONFLICT (tenant_id, key) WHERE key IS NOT NULL AND deleted_at IS NULL DO NOTHING
       RETURNING ${agentFields}`.pipe(Effect.map((rows) => Option.map(Option.fromNullable(rows[0]), toAgent)))
 
@@ -457,10 +473,23 @@ export const make = Effect.gen(function*() {
 
   const updateDetails = (
     agentId: string,
-    details: { readonly name: string; readonly type: string | null; readonly ttlSeconds: number | null }
+    details: {
+      readonly name?: string | undefined
+      readonly type?: string | null | undefined
+      readonly ttlSeconds?: number | null | undefined
+      readonly inputFingerprint?: string | undefined
+    }
   ) =>
-    sql<{ expiresAt: number | null }>`UPDATE agents SET name = ${details.name}, type = ${details.type},
-        expires_at = ${details.ttlSeconds === null ? null : sql`now() + make_interval(secs => ${details.ttlSeconds})`}
+    sql<{ expiresAt: number | null }>`UPDATE agents SET name = ${details.name ?? sql`name`},
+        type = ${details.type === undefined ? sql`type` : details.type},
+        expires_at = ${
+      details.ttlSeconds === undefined
+        ? sql`expires_at`
+        : details.ttlSeconds === null
+        ? null
+        : sql`now() + make_interval(secs => ${details.ttlSeconds})`
+    },
+        input_fingerprint = ${details.inputFingerprint ?? sql`input_fingerprint`}
       WHERE id = ${agentId} AND deleted_at IS NULL AND (expires_at IS NULL OR expires_at > now())
       RETURNING ${sql.unsafe(epoch("expires_at"))} AS expires_at`.pipe(
       Effect.map((rows) => Option.map(Option.fromNullable(rows[0]), (row) => row.expiresAt))
@@ -806,6 +835,10 @@ export const make = Effect.gen(function*() {
       Effect.map((rows) => rows[0]?.count ?? 0)
     )
 
+  const historyBytes = (agentId: string) =>
+    sql<{ bytes: number }>`SELECT coalesce(sum(octet_length(message::text)), 0)::float8 AS bytes
+      FROM agent_messages WHERE agent_id = ${agentId}`.pipe(Effect.map((rows) => rows[0]?.bytes ?? 0))
+
   const messages = (agentId: string) =>
     sql<{ index: number; requestId: string | null; message: unknown }>`
       SELECT index, request_id, message FROM agent_messages WHERE agent_id = ${agentId} ORDER BY index`
@@ -852,6 +885,7 @@ export const make = Effect.gen(function*() {
     messagesBefore: flow(messagesBefore, PersistenceError.refail),
     completedRequests: flow(completedRequests, PersistenceError.refail),
     messageCount: flow(messageCount, PersistenceError.refail),
+    historyBytes: flow(historyBytes, PersistenceError.refail),
     updateConfig,
     setApplicationTools,
     setConnection,

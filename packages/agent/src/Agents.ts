@@ -9,7 +9,7 @@ import {
   type Application,
   Common,
   type Definition,
-  Input,
+  type Input,
   Run,
   Session
 } from "@agent-runtime/domain"
@@ -129,8 +129,7 @@ export class Agents extends Context.Tag("@agent-runtime/agent/Agents")<Agents, {
   readonly continueRun: (
     tenantId: string,
     agentId: string,
-    requestId: Option.Option<string>,
-    allowDisconnected?: boolean
+    input: Run.ContinueInput
   ) => Effect.Effect<
     Run.RequestRecord,
     | ApiError.NotFound
@@ -170,6 +169,17 @@ export class Agents extends Context.Tag("@agent-runtime/agent/Agents")<Agents, {
     params: Common.PageParams
   ) => Effect.Effect<{ readonly data: ReadonlyArray<AgentSchemas.AgentSummary>; readonly next: string | null }>
   readonly remove: (tenantId: string, agentId: string) => Effect.Effect<typeof Common.Deleted.Type, ApiError.NotFound>
+  /** Sets a live agent's name and/or type (left out: unchanged); its name and type now. */
+  readonly setMetadata: (
+    tenantId: string,
+    agentId: string,
+    input: AgentSchemas.AgentMetadataInput
+  ) => Effect.Effect<AgentSchemas.AgentMetadata, ApiError.NotFound | ApiError.Gone>
+  /** A live agent's mounts, its workspace included (as its detail shows them). */
+  readonly mounts: (
+    tenantId: string,
+    agentId: string
+  ) => Effect.Effect<ReadonlyArray<AgentSchemas.Mount>, ApiError.NotFound | ApiError.Gone>
   /** The record of a request; with `wait` it answers once the request settles or the wait (at most 25 s) ends. */
   readonly request: (
     tenantId: string,
@@ -189,6 +199,11 @@ export class Agents extends Context.Tag("@agent-runtime/agent/Agents")<Agents, {
     agentId: string
   ) => Effect.Effect<Session.SessionState, ApiError.NotFound | ApiError.Gone | ApiError.Unavailable>
   /** A page of history, oldest first, ending before `before`, in whole turns (see HistoryPage). */
+  /** The whole history, oldest first; TooLarge past `Session.maxWholeHistoryBytes` (see AgentViews.wholeHistory). */
+  readonly wholeHistory: (
+    tenantId: string,
+    agentId: string
+  ) => Effect.Effect<Session.History, ApiError.NotFound | ApiError.Gone | ApiError.TooLarge>
   readonly history: (
     tenantId: string,
     agentId: string,
@@ -228,6 +243,11 @@ export class Agents extends Context.Tag("@agent-runtime/agent/Agents")<Agents, {
     Scope.Scope
   >
   /** The agent's inputs, newest first (at most 100), in one state if given. */
+  /** The inputs of the tenant's agents, newest first, a page at a time (see InputStore.inbox). */
+  readonly inbox: (
+    tenantId: string,
+    params: Common.PageParams & { readonly state?: Input.InputState | undefined }
+  ) => Effect.Effect<Common.Page<Input.Input>>
   readonly inputs: (
     tenantId: string,
     agentId: string,
@@ -315,12 +335,8 @@ export const make = Effect.gen(function*() {
   const prompt = (tenantId: string, agentId: string, input: Run.PromptInput) =>
     Effect.flatMap(live(tenantId, agentId), (agent) => prompts.prompt(agent, input))
 
-  const continueRun = (
-    tenantId: string,
-    agentId: string,
-    requestId: Option.Option<string>,
-    allowDisconnected?: boolean
-  ) => Effect.flatMap(live(tenantId, agentId), (agent) => prompts.continueRun(agent, requestId, allowDisconnected))
+  const continueRun = (tenantId: string, agentId: string, input: Run.ContinueInput) =>
+    Effect.flatMap(live(tenantId, agentId), (agent) => prompts.continueRun(agent, input))
 
   const execute = (tenantId: string, agentId: string, input: Run.ExecuteInput) =>
     Effect.flatMap(live(tenantId, agentId), (agent) => prompts.execute(agent, input))
@@ -351,7 +367,13 @@ export const make = Effect.gen(function*() {
   const inputs = (tenantId: string, agentId: string, state?: Input.InputState) =>
     Effect.zipRight(
       live(tenantId, agentId),
-      Effect.map(inputStore.list(agentId, state), (rows) => new Input.InputList({ data: rows.map(Inputs.toInput) }))
+      Effect.map(inputStore.list(agentId, state), (rows): Input.InputList => rows.map(Inputs.toInput))
+    )
+
+  const inbox = (tenantId: string, params: Common.PageParams & { readonly state?: Input.InputState | undefined }) =>
+    Effect.map(
+      inputStore.inbox(tenantId, { state: params.state, after: params.after, limit: Common.pageQueryLimit(params) }),
+      (rows) => Common.toPage(rows.map(Inputs.toInput), params)
     )
 
   const answer = (
@@ -410,6 +432,24 @@ export const make = Effect.gen(function*() {
         ), { discard: true })
       return { id: agentId, deleted: true as const }
     })
+
+  const setMetadata = (tenantId: string, agentId: string, input: AgentSchemas.AgentMetadataInput) =>
+    Effect.gen(function*() {
+      const agent = yield* live(tenantId, agentId)
+      // Written to the agent's row, as an upsert writes them: not settings a turn reads.
+      if (Option.isNone(yield* store.updateDetails(agentId, { name: input.name, type: input.type }))) {
+        // Deleted or expired since it was read.
+        return yield* new ApiError.NotFound({ error: `no agent ${agentId}` })
+      }
+      return new AgentSchemas.AgentMetadata({
+        id: agentId,
+        name: input.name ?? agent.name,
+        type: input.type ?? agent.type ?? AgentViews.defaultType
+      })
+    })
+
+  const mounts = (tenantId: string, agentId: string) =>
+    Effect.map(live(tenantId, agentId), (agent): ReadonlyArray<AgentSchemas.Mount> => agent.config.mounts ?? [])
 
   /** The request's record once `read` finds it settled or the wait (at most 25 s) ends. */
   const recordOf = <E>(
@@ -486,6 +526,9 @@ export const make = Effect.gen(function*() {
     page: { readonly before?: number | undefined; readonly limit?: number | undefined } = {}
   ) => Effect.zipRight(live(tenantId, agentId), AgentViews.historyPage(store, agentId, page))
 
+  const wholeHistory = (tenantId: string, agentId: string) =>
+    Effect.zipRight(live(tenantId, agentId), AgentViews.wholeHistory(store, agentId))
+
   const poll = (tenantId: string, agentId: string, cursor: number, wait: Duration.Duration) =>
     Effect.zipRight(live(tenantId, agentId), events.poll(agentId, cursor, wait))
 
@@ -537,14 +580,18 @@ export const make = Effect.gen(function*() {
     detail: method("detail", views.detail),
     list: method("list", list),
     remove: method("remove", remove),
+    setMetadata: method("setMetadata", setMetadata),
+    mounts: method("mounts", mounts),
     request: method("request", request),
     requestAs: method("requestAs", requestAs),
     state: method("state", state),
     history: method("history", history),
+    wholeHistory: method("wholeHistory", wholeHistory),
     eventBody: method("eventBody", eventBody),
     connectionBody: method("connectionBody", connectionBody),
     mcp: method("mcp", mcp),
     inputs: method("inputs", inputs),
+    inbox: method("inbox", inbox),
     answer: method("answer", answer),
     poll: method("poll", poll)
   })

@@ -10,7 +10,6 @@
  * the outcome is unknown, and the call is never sent again.
  */
 import { Application } from "@agent-runtime/domain"
-import { Elicitation } from "@agent-runtime/toolsources"
 import type { Scope } from "effect"
 import { Deferred, Duration, Effect, Either, Option, Queue, Schedule, Stream } from "effect"
 import * as Crypto from "node:crypto"
@@ -19,6 +18,7 @@ import { ApplicationConnected, CallEnded, ConnectionReplaced, ConnectionUnknown 
 import type { ApplicationTool } from "./AgentStore.ts"
 import {
   type Answer,
+  askedAgain,
   asTools,
   defaultDeadlineMs,
   idempotencyKey,
@@ -116,6 +116,10 @@ export interface CallContext {
   readonly waitForConnection: boolean
   /** The answer to the input this call asked before, when it is made again with it. */
   readonly answer?: Tools.ToolContext["answer"]
+  /** The approval a person gave this call, named in the identity claims. */
+  readonly approval?: Tools.ToolContext["approval"]
+  /** What the tool gave with its ask, for the call made again (see `askedAgain`). */
+  readonly resume?: unknown
 }
 
 export interface ApplicationConnection {
@@ -169,9 +173,12 @@ export interface Options {
   readonly saveTools: (tools: ReadonlyArray<ApplicationTool>, hash: string) => Effect.Effect<void>
   /** Records which connection serves the tools (null: none), so `connected` reads the same on every node. */
   readonly saveConnection: (connection: string | null) => Effect.Effect<void>
-  /** The identity token sent with a call (see docs/identity.md); none when it cannot be signed. */
+  /**
+   * The identity sent with a call as `_meta["agent-runtime/identity"]`: its claims, and the signed token of
+   * them as `token` when one could be signed (see docs/application-tools.md).
+   */
   readonly identity: (call: { readonly actor: string | undefined; readonly origin: string }) => Effect.Effect<
-    Option.Option<string>
+    Record<string, unknown>
   >
 }
 
@@ -378,7 +385,9 @@ export const make = (options: Options): Effect.Effect<ApplicationConnection, nev
         const created = connection === undefined
         if (connection === undefined) {
           const holder = serving
-          if (holder !== undefined && holder.state === "ready" && !request.takeover) {
+          // A holder whose stream is gone (an application restarting, say) does not keep another out: the
+          // newcomer replaces it, and its calls may still be answered within the grace.
+          if (holder !== undefined && holder.state === "ready" && holder.sink !== undefined && !request.takeover) {
             return yield* new ApplicationConnected({ holder: holder.id })
           }
           connection = {
@@ -542,9 +551,12 @@ export const make = (options: Options): Effect.Effect<ApplicationConnection, nev
         const callId = newId("call")
         const deadlineMs = tool.deadlineMs ?? defaultDeadlineMs
         const identity = yield* options.identity({ actor: context.actor, origin: context.origin })
+        const again = askedAgain(context)
+        const { approval } = context
         const answer = yield* ask(connection, "tools/call", {
           name: tool.name,
           arguments: args,
+          ...again.params,
           _meta: {
             progressToken: callId,
             "agent-runtime/callId": callId,
@@ -553,13 +565,15 @@ export const make = (options: Options): Effect.Effect<ApplicationConnection, nev
             "agent-runtime/idempotencyKey": idempotencyKey(options.agentId, context.toolCallId),
             "agent-runtime/deadline": Date.now() + deadlineMs,
             ...(context.actor === undefined ? {} : { "agent-runtime/actor": context.actor }),
-            ...(Option.isSome(identity) ? { "agent-runtime/identity": identity.value } : {}),
-            ...(context.answer === undefined ? {} : { [Elicitation.answerKey]: context.answer })
+            "agent-runtime/identity": approval === undefined
+              ? identity
+              : { ...identity, approval: { input: approval.inputId, by: approval.by, at: approval.at } },
+            ...again.meta
           }
         }, { id: callId, deadlineMs, onProgress: context.update })
         return Either.match(answer, {
           onLeft: (lost) => unanswered(lost, deadlineMs),
-          onRight: toToolResult
+          onRight: (answered) => toToolResult(answered, tool.name, args)
         })
       })
 
@@ -571,7 +585,9 @@ export const make = (options: Options): Effect.Effect<ApplicationConnection, nev
             ...context,
             toolCallId: toolContext.toolCallId,
             update: toolContext.update,
-            ...(toolContext.answer === undefined ? {} : { answer: toolContext.answer })
+            ...(toolContext.answer === undefined ? {} : { answer: toolContext.answer }),
+            ...(toolContext.approval === undefined ? {} : { approval: toolContext.approval }),
+            ...(toolContext.resume === undefined ? {} : { resume: toolContext.resume })
           })
       )
 

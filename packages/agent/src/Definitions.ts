@@ -11,7 +11,7 @@ import { Egress } from "@agent-runtime/egress"
 import { Ids, PersistenceError, SealedSecret } from "@agent-runtime/store"
 import type { ToolSources } from "@agent-runtime/toolsources"
 import { SqlClient } from "@effect/sql"
-import { Context, Effect, Layer, Option, Schema } from "effect"
+import { Context, Effect, Layer, Option, Redacted, Schema } from "effect"
 
 /** A tool source as a revision keeps it: its settings, with any secret sealed. */
 const StoredAuth = Schema.Union(
@@ -88,6 +88,20 @@ export interface Service {
     tenantId: string,
     input: Definition.DefinitionInput
   ) => Effect.Effect<Definition.Definition, ApiError.InvalidRequest | PersistenceError.PersistenceError>
+  /**
+   * Creates or updates the tenant's live definition under `key`: the first call creates it at revision 1;
+   * later ones answer it as it is when `input` says what its latest revision says, else write the next
+   * revision holding `input` (a source's secret left out keeps the same-named source's, as on update).
+   * `created` tells which.
+   */
+  readonly upsert: (
+    tenantId: string,
+    key: string,
+    input: Definition.DefinitionInput
+  ) => Effect.Effect<
+    { readonly definition: Definition.Definition; readonly created: boolean },
+    ApiError.InvalidRequest | PersistenceError.PersistenceError
+  >
   /** The latest revision of each live definition, by id. */
   readonly list: (
     tenantId: string,
@@ -130,6 +144,13 @@ const last4 = (secret: string) => secret.slice(-4)
 
 const sealContext = (tenantId: string, id: string, source: string) =>
   `tenant:${tenantId}/definition:${id}/source:${source}`
+
+/** JSON with every object's keys sorted: two bodies compared whatever order their keys came in (jsonb reorders them). */
+const canonical = (value: unknown): string =>
+  JSON.stringify(value, (_key, field: unknown) =>
+    field !== null && typeof field === "object" && !Array.isArray(field)
+      ? Object.fromEntries(Object.entries(field).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)))
+      : field)
 
 const toRecord = (row: RevisionRow): Definition.Definition =>
   new Definition.Definition({
@@ -195,16 +216,26 @@ export const make = Effect.gen(function*() {
         if (auth.type === "header" && input.kind === "mcp") {
           return yield* invalid("header auth is for OpenAPI sources; use bearer or runtime")
         }
-        const kept = previous.find((source) => source.name === input.name)?.auth
+        const previousAuth = previous.find((source) => source.name === input.name)?.auth
+        const kept = previousAuth !== undefined && previousAuth.type === auth.type && "sealed" in previousAuth
+          ? previousAuth
+          : undefined
+        const context = sealContext(tenantId, id, input.name)
         const sealed = (secret: string | undefined, field: string) =>
-          secret !== undefined
-            ? Effect.succeed({
-              sealed: sealer.seal(secret, sealContext(tenantId, id, input.name)),
-              last4: last4(secret)
-            })
-            : kept !== undefined && kept.type === auth.type && "sealed" in kept
-            ? Effect.succeed({ sealed: kept.sealed, last4: kept.last4 })
-            : Effect.fail(invalid(`auth.${field} is required`))
+          Effect.gen(function*() {
+            if (secret === undefined) {
+              if (kept === undefined) return yield* invalid(`auth.${field} is required`)
+              return { sealed: kept.sealed, last4: kept.last4 }
+            }
+            // The same secret again keeps its sealed form (sealing anew differs each time), so a revision that
+            // repeats its input is seen to be unchanged.
+            const same = kept !== undefined &&
+              Option.exists(yield* Effect.option(sealer.open(kept.sealed, context)), (open) =>
+                Redacted.value(open) === secret)
+            return same
+              ? { sealed: kept.sealed, last4: kept.last4 }
+              : { sealed: sealer.seal(secret, context), last4: last4(secret) }
+          })
         const stored: StoredAuth = auth.type === "bearer"
           ? { type: "bearer", ...(yield* sealed(auth.token, "token")) }
           : auth.type === "header"
@@ -242,20 +273,80 @@ export const make = Effect.gen(function*() {
     sql`INSERT INTO definition_revisions (definition_id, revision, body)
       VALUES (${id}, ${revision}, ${JSON.stringify(body)}::jsonb)`
 
+  /** What a revision keeps of a whole input; a source's secret left out is taken from `previous`. */
+  const bodyOf = (
+    tenantId: string,
+    id: string,
+    input: Definition.DefinitionInput,
+    previous: ReadonlyArray<StoredSource>
+  ) =>
+    Effect.map(
+      storeSources(tenantId, id, input.toolSources ?? [], previous),
+      (toolSources): Body => ({ ...input, builtins: input.builtins ?? [], toolSources })
+    )
+
+  /** Inserts a definition at revision 1; false, writing nothing, when a live one of the tenant holds `key`. */
+  const insert = (tenantId: string, id: string, key: string | null, body: Body) =>
+    sql.withTransaction(Effect.gen(function*() {
+      const inserted = yield* sql`
+        INSERT INTO definitions ${sql.insert({ id, tenantId, revision: 1, idempotencyKey: key })}
+        ON CONFLICT (tenant_id, idempotency_key) WHERE idempotency_key IS NOT NULL AND deleted_at IS NULL
+        DO NOTHING RETURNING id`
+      if (inserted.length === 0) return false
+      yield* insertRevision(id, 1, body)
+      return true
+    })).pipe(PersistenceError.PersistenceError.refail)
+
+  /** Writes `body` as the next revision; None when the definition is gone. */
+  const writeRevision = (id: string, body: Body) =>
+    // Two writes at once: the row lock orders them, and each writes the revision after the one it found.
+    sql.withTransaction(Effect.gen(function*() {
+      const [locked] = yield* sql<{ revision: number }>`
+        SELECT revision FROM definitions WHERE id = ${id} AND deleted_at IS NULL FOR UPDATE`
+      if (locked === undefined) return Option.none<number>()
+      const revision = locked.revision + 1
+      yield* insertRevision(id, revision, body)
+      yield* sql`UPDATE definitions SET revision = ${revision} WHERE id = ${id}`
+      return Option.some(revision)
+    })).pipe(PersistenceError.PersistenceError.refail)
+
+  /** A revision just written in the same tenant: not finding it would be a bug. */
+  const written = (tenantId: string, id: string, revision: number) =>
+    Effect.map(select(tenantId, id, revision, false).pipe(Effect.catchTag("NotFound", Effect.die)), toRecord)
+
   const create: Service["create"] = (tenantId, input) =>
     Effect.gen(function*() {
       const id = Ids.make("def")
-      const body: Body = {
-        ...input,
-        builtins: input.builtins ?? [],
-        toolSources: yield* storeSources(tenantId, id, input.toolSources ?? [], [])
-      }
-      yield* sql.withTransaction(Effect.zipRight(
-        sql`INSERT INTO definitions ${sql.insert({ id, tenantId, revision: 1 })}`,
-        insertRevision(id, 1, body)
-      )).pipe(PersistenceError.PersistenceError.refail)
-      return toRecord(yield* select(tenantId, id, 1, true).pipe(Effect.catchTag("NotFound", Effect.die)))
+      yield* insert(tenantId, id, null, yield* bodyOf(tenantId, id, input, []))
+      return yield* written(tenantId, id, 1)
     })
+
+  const upsert: Service["upsert"] = (tenantId, key, input) =>
+    Effect.gen(function*() {
+      const [found] = yield* sql<{ id: string }>`
+        SELECT id FROM definitions
+        WHERE tenant_id = ${tenantId} AND idempotency_key = ${key} AND deleted_at IS NULL`.pipe(
+        PersistenceError.PersistenceError.refail
+      )
+      if (found === undefined) {
+        const id = Ids.make("def")
+        if (yield* insert(tenantId, id, key, yield* bodyOf(tenantId, id, input, []))) {
+          return { definition: yield* written(tenantId, id, 1), created: true }
+        }
+        // Another call made it meanwhile: this one is a repeat of that.
+        return yield* upsert(tenantId, key, input)
+      }
+      const current = yield* select(tenantId, found.id, undefined, true)
+      const body = yield* bodyOf(tenantId, found.id, input, current.body.toolSources)
+      if (canonical(body) === canonical(current.body)) return { definition: toRecord(current), created: false }
+      const revision = yield* writeRevision(found.id, body)
+      // Deleted meanwhile, which frees the key: the next try makes a new one.
+      if (Option.isNone(revision)) return yield* upsert(tenantId, key, input)
+      return { definition: yield* written(tenantId, found.id, revision.value), created: false }
+    }).pipe(
+      // Deleted between finding it and reading it: likewise.
+      Effect.catchTag("NotFound", () => upsert(tenantId, key, input))
+    )
 
   const list: Service["list"] = (tenantId, params) =>
     sql`
@@ -291,19 +382,9 @@ export const make = Effect.gen(function*() {
           ? current.body.toolSources
           : yield* storeSources(tenantId, id, input.toolSources, current.body.toolSources)
       } as Body
-      // Two updates at once: the row lock orders them, and each writes the revision after the one it found.
-      const revision = yield* sql.withTransaction(Effect.gen(function*() {
-        const [locked] = yield* sql<{ revision: number }>`
-          SELECT revision FROM definitions WHERE id = ${id} AND deleted_at IS NULL FOR UPDATE`
-        if (locked === undefined) return Option.none<number>()
-        const revision = locked.revision + 1
-        yield* insertRevision(id, revision, body)
-        yield* sql`UPDATE definitions SET revision = ${revision} WHERE id = ${id}`
-        return Option.some(revision)
-      })).pipe(PersistenceError.PersistenceError.refail)
+      const revision = yield* writeRevision(id, body)
       if (Option.isNone(revision)) return yield* new ApiError.NotFound({ error: `no definition ${id}` })
-      // Just written in the same tenant: not finding it would be a bug.
-      return toRecord(yield* select(tenantId, id, revision.value, false).pipe(Effect.catchTag("NotFound", Effect.die)))
+      return yield* written(tenantId, id, revision.value)
     })
 
   const remove: Service["remove"] = (tenantId, id) =>
@@ -384,7 +465,7 @@ export const make = Effect.gen(function*() {
       ? Effect.flatMap(select(tenantId, id, undefined, true), (row) => resolveRevision(tenantId, id, row.revision))
       : resolveRevision(tenantId, id, revision)
 
-  return Definitions.of({ create, list, get, update, remove, resolve })
+  return Definitions.of({ create, upsert, list, get, update, remove, resolve })
 })
 
 export const layer: Layer.Layer<Definitions, never, SqlClient.SqlClient | SealedSecret.Sealer | Egress.Egress> = Layer

@@ -72,6 +72,54 @@ export interface Options {
 
 export const defaultMaxEvents = 512
 export const defaultMaxBytes = 2 * 1024 * 1024
+
+/**
+ * The most bytes of JSON one frame carries. Clients bound what they take (camelRun's refuses a frame over
+ * 1,100,000 bytes and reconnects from its cursor, which would meet the same frame again, for ever).
+ */
+export const maxFrameBytes = 1_000_000
+
+const cutStrings = (value: unknown, limit: number): unknown => {
+  if (typeof value === "string") {
+    return value.length <= limit ? value : `${value.slice(0, limit)}… [${value.length - limit} characters cut]`
+  }
+  if (Array.isArray(value)) return value.map((item) => cutStrings(item, limit))
+  if (typeof value === "object" && value !== null) {
+    return Object.fromEntries(Object.entries(value).map(([key, item]) => [key, cutStrings(item, limit)]))
+  }
+  return value
+}
+
+/** Its scalars, and those of the objects in it two levels down: what says what a frame was. */
+const skeleton = (value: Record<string, unknown>, depth: number): Record<string, unknown> =>
+  Object.fromEntries(
+    Object.entries(value).flatMap(([key, item]) =>
+      typeof item !== "object" || item === null
+        ? [[key, typeof item === "string" ? cutStrings(item, 256) : item]]
+        : depth > 0 && !Array.isArray(item)
+        ? [[key, skeleton(item as Record<string, unknown>, depth - 1)]]
+        : []
+    )
+  )
+
+/**
+ * A frame's data and its JSON, at most `maxFrameBytes`: an event too large (a tool's result of megabytes, say)
+ * has its long strings cut, shorter until it fits, or else keeps only its scalars, and says `truncated: true`.
+ * Events are display only; history keeps everything.
+ */
+export const bounded = (data: unknown): { readonly data: unknown; readonly json: string } => {
+  const json = JSON.stringify(data) ?? "null"
+  // A UTF-16 unit is at most 3 bytes of UTF-8: short JSON needs no count.
+  if (json.length * 3 <= maxFrameBytes || Buffer.byteLength(json) <= maxFrameBytes) return { data, json }
+  if (typeof data !== "object" || data === null || Array.isArray(data)) return { data: null, json: "null" }
+  for (let limit = 65_536; limit >= 64; limit = Math.floor(limit / 4)) {
+    const cut = { ...(cutStrings(data, limit) as Record<string, unknown>), truncated: true }
+    const shorter = JSON.stringify(cut)
+    if (Buffer.byteLength(shorter) <= maxFrameBytes) return { data: cut, json: shorter }
+  }
+  const bare = { ...skeleton(data as Record<string, unknown>, 2), truncated: true }
+  return { data: bare, json: JSON.stringify(bare) }
+}
 export const defaultSubscriberBuffer = 1024
 
 /** `null` in a subscriber's queue: the log closed, the stream ends. */
@@ -153,8 +201,7 @@ export const make = (options: Options): Effect.Effect<EventLog, never, Scope.Sco
     const publish = (data: unknown) =>
       Effect.sync(() => {
         // Serialize before taking an id: a value that cannot be serialized is a defect and leaves no hole.
-        const json = JSON.stringify(data) ?? "null"
-        const entry: Entry = { id: latest + 1, data, json }
+        const entry: Entry = { id: latest + 1, ...bounded(data) }
         latest = entry.id
         append(entry)
         for (const subscriber of live) {

@@ -78,6 +78,20 @@ export interface Ask {
   readonly kind: Input.InputKind
   readonly message: string
   readonly detail: Record<string, unknown>
+  /** What the tool gets back when it is called again (see `Tools.Ask`): kept in the detail, never shown. */
+  readonly resume?: unknown
+}
+
+/** Where an input's detail keeps its `resume` (a key no kind's detail has). */
+const resumeKey = "agent-runtime/resume"
+
+/** What the tool that asked the input gets back when it is called again. */
+export const resumeOf = (row: InputRow): unknown => row.detail[resumeKey]
+
+/** The detail as watchers see it: without what is kept for the tool. */
+export const shownDetail = (row: InputRow): Record<string, unknown> => {
+  const { [resumeKey]: _kept, ...shown } = row.detail
+  return shown
 }
 
 /** Who may answer the inputs a turn asks, and how long they wait. */
@@ -114,10 +128,6 @@ export const inputId = (agentId: string, requestId: string, toolCallId: string) 
       24
     )
   }`
-
-/** The digest of a call's arguments an approval shows, so an answer can name exactly what it approves. */
-export const argumentsHash = (args: unknown) =>
-  `sha256:${Crypto.createHash("sha256").update(CanonicalJson.encode(args)).digest("hex")}`
 
 /** The request that resumes a suspended one: its id is derived, so it is recorded once. */
 export const resumeRequestId = (suspension: string) => `resume_${suspension}`
@@ -195,6 +205,14 @@ export class InputStore extends Context.Tag("@agent-runtime/agent/InputStore")<I
     state?: Input.InputState
   ) => Effect.Effect<ReadonlyArray<InputRow>, PersistenceError>
   /**
+   * The tenant's inbox: inputs of its agents that are not deleted, newest first (then by id), `limit` of them
+   * after the input `after` (the last of the previous page).
+   */
+  readonly inbox: (
+    tenantId: string,
+    options: { readonly state?: Input.InputState | undefined; readonly after?: string | undefined; readonly limit: number }
+  ) => Effect.Effect<ReadonlyArray<InputRow>, PersistenceError>
+  /**
    * Records answers, all or none: each must name a pending input of the agent (or repeat the answer it
    * has), come from its audience or approvers when `from` is given, and fit the input.
    */
@@ -250,7 +268,7 @@ export const make = Effect.gen(function*() {
           tool_call_id: asked.toolCallId,
           kind: asked.kind,
           message: asked.message,
-          detail: asked.detail
+          detail: asked.resume === undefined ? asked.detail : { ...asked.detail, [resumeKey]: asked.resume }
         })))
       }::jsonb) AS a(id text, tool_call_id text, kind text, message text, detail jsonb)
       WHERE ${guard}
@@ -289,6 +307,23 @@ export const make = Effect.gen(function*() {
     sql<InputRow>`SELECT ${fields} FROM agent_inputs WHERE agent_id = ${agentId}
       ${state === undefined ? sql`` : sql`AND state = ${state}`}
       ORDER BY created_at DESC, id LIMIT 100`
+
+  const inbox = (
+    tenantId: string,
+    options: { readonly state?: Input.InputState | undefined; readonly after?: string | undefined; readonly limit: number }
+  ) =>
+    sql<InputRow>`SELECT ${fields} FROM agent_inputs i
+      WHERE tenant_id = ${tenantId}
+        AND EXISTS (SELECT 1 FROM agents a
+          WHERE a.id = i.agent_id AND a.deleted_at IS NULL AND a.retention_seconds IS NULL)
+      ${options.state === undefined ? sql`` : sql`AND state = ${options.state}`}
+      ${
+      options.after === undefined
+        ? sql``
+        : sql`AND (created_at, id) < (SELECT created_at, id FROM agent_inputs
+          WHERE id = ${options.after} AND tenant_id = ${tenantId})`
+    }
+      ORDER BY created_at DESC, id DESC LIMIT ${options.limit}`
 
   /** Locks the named inputs, in id order so two settlings never wait on each other crosswise. */
   const lock = (agentId: string, ids: ReadonlyArray<string>) =>
@@ -445,6 +480,7 @@ export const make = Effect.gen(function*() {
     forRequest: flow(forRequest, PersistenceError.refail),
     forCalls: flow(forCalls, PersistenceError.refail),
     list: flow(list, PersistenceError.refail),
+    inbox: flow(inbox, PersistenceError.refail),
     answer: (agentId, answers, by) =>
       answer(agentId, answers, by).pipe(
         Effect.catchTag("SqlError", (cause) => Effect.fail(new PersistenceError({ cause })))

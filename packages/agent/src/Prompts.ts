@@ -72,8 +72,7 @@ export class Prompts extends Context.Tag("@agent-runtime/agent/Prompts")<Prompts
   /** A turn on the history as it is, without a new user message. */
   readonly continueRun: (
     agent: AgentRow,
-    requestId: Option.Option<string>,
-    allowDisconnected?: boolean
+    input: Run.ContinueInput
   ) => Effect.Effect<Run.RequestRecord, RunRefused | PersistenceError>
   /** Code run with the agent's tools, without the model; queued like a prompt. */
   readonly execute: (
@@ -101,14 +100,21 @@ export const requestFor = (
   input: Run.PromptInput,
   requestId: string,
   method: Method,
-  code?: string
+  execution?: Execution
 ): PromptRequest => ({
   requestId,
   method,
   // Whether it may run without the application is no part of what the request asks.
-  fingerprint: fingerprint({ ...input, allowDisconnected: undefined, requestId, code }),
+  fingerprint: fingerprint({
+    ...input,
+    allowDisconnected: undefined,
+    requestId,
+    code: execution?.code,
+    timeoutMs: execution?.timeoutMs
+  }),
   text: input.text,
-  ...(code === undefined ? {} : { code }),
+  ...(execution === undefined ? {} : { code: execution.code }),
+  ...(execution?.timeoutMs === undefined ? {} : { timeoutMs: execution.timeoutMs }),
   ...(input.actor === undefined ? {} : { actor: input.actor }),
   ...(input.from === undefined ? {} : { from: input.from }),
   ...(input.whileRunning === undefined ? {} : { whileRunning: input.whileRunning }),
@@ -117,6 +123,12 @@ export const requestFor = (
   ...(input.allowDisconnected === true ? { allowDisconnected: true } : {}),
   ...(input.output === undefined ? {} : { output: { schema: input.output.schema } })
 })
+
+/** An execute request's code, and how long it may run. */
+export interface Execution {
+  readonly code: string
+  readonly timeoutMs?: number | undefined
+}
 
 /** A request id used before for another request: another method, or another body. */
 export const conflictOf = (requestId: string) =>
@@ -277,11 +289,11 @@ export const make = Effect.gen(function*() {
     input: Run.PromptInput,
     defaultRequestId: string,
     method: Method = "prompt",
-    code?: string,
+    execution?: Execution,
     /** The prompt's files, once checked and saved (see `attach`): after every other check, before sending. */
     attached?: (requestId: string) => Effect.Effect<ReadonlyArray<AttachedFile>, E>
   ) => {
-    const prompt = requestFor(input, input.requestId ?? defaultRequestId, method, code)
+    const prompt = requestFor(input, input.requestId ?? defaultRequestId, method, execution)
     return Effect.gen(function*() {
       yield* checkBudget(agent)
       if (input.allowDisconnected !== true) yield* checkConnected(agent)
@@ -340,21 +352,22 @@ export const make = Effect.gen(function*() {
       })
     )
 
-  const continueRun = (agent: AgentRow, requestId: Option.Option<string>, allowDisconnected?: boolean) =>
+  const continueRun = (agent: AgentRow, input: Run.ContinueInput) =>
     send(
       agent,
       new Run.PromptInput({
         text: "",
-        ...(Option.isSome(requestId) ? { requestId: requestId.value } : {}),
-        ...(allowDisconnected === undefined ? {} : { allowDisconnected })
+        ...(input.requestId === undefined ? {} : { requestId: input.requestId }),
+        ...(input.actor === undefined ? {} : { actor: input.actor }),
+        ...(input.allowDisconnected === undefined ? {} : { allowDisconnected: input.allowDisconnected })
       }),
       Ids.make("req"),
       "continue"
     )
 
   const execute = (agent: AgentRow, input: Run.ExecuteInput) => {
-    const { code, ...rest } = input
-    return send(agent, new Run.PromptInput({ ...rest, text: "" }), Ids.make("req"), "execute", code)
+    const { code, timeoutMs, ...rest } = input
+    return send(agent, new Run.PromptInput({ ...rest, text: "" }), Ids.make("req"), "execute", { code, timeoutMs })
   }
 
   const upload = (

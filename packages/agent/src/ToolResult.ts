@@ -3,8 +3,9 @@
  * shared by the tool set (Tools), the runtime's own tools (Builtins,
  * FileTools) and the application connection that serves some of the tools.
  */
-import type { Agent as AgentSchemas } from "@agent-runtime/domain"
+import { type Agent as AgentSchemas, CanonicalJson } from "@agent-runtime/domain"
 import type { Effect } from "effect"
+import * as Crypto from "node:crypto"
 import type { AgentConfig } from "./AgentStore.ts"
 
 export interface Tool {
@@ -21,6 +22,8 @@ export interface Tool {
   readonly reattaches?: boolean
   /** The source offering it, as approvals name it: builtins, application, or a tool source's name. */
   readonly source?: string
+  /** A person approves each call before it runs, whatever the definition's rules (the application said so). */
+  readonly needsApproval?: boolean
 }
 
 /** Whose tools, and for which run: the agent, its settings, and who acts (for identity tokens). */
@@ -62,6 +65,11 @@ export interface Ask {
   readonly kind: "question" | "approval" | "form" | "url"
   readonly message: string
   readonly detail: Record<string, unknown>
+  /**
+   * What the tool gave with its ask to have handed back when it is called again (on camelRun's wire, the key
+   * it asked by and its requestState): kept with the input, never shown.
+   */
+  readonly resume?: unknown
 }
 
 /** A settled input a call asked for, given to the call when it is made again (a form's fields, a page opened). */
@@ -81,7 +89,22 @@ export interface ToolContext {
   readonly aborting: () => boolean
   /** The answer to the input this call asked before, when it is made again with it. */
   readonly answer?: Answer | undefined
+  /** The approval a person gave before this call ran: application tools name it in the identity they get. */
+  readonly approval?: { readonly inputId: string; readonly by: unknown; readonly at: number } | undefined
+  /** What the tool gave with the ask this call is made again for (`Ask.resume`). */
+  readonly resume?: unknown
 }
+
+/** The digest of a call's arguments an approval shows, so an answer can name exactly what it approves. */
+export const argumentsHash = (args: unknown) =>
+  `sha256:${Crypto.createHash("sha256").update(CanonicalJson.encode(args)).digest("hex")}`
+
+/** What a call waiting for a person's approval asks: the real call, as the runtime was to make it. */
+export const approvalAsk = (tool: string, source: string, args: unknown): Ask => ({
+  kind: "approval",
+  message: `Approve ${tool}?`,
+  detail: { tool, source, arguments: args, argumentsHash: argumentsHash(args) }
+})
 
 export const text = (value: string, isError = false, code?: string): ToolResult => ({
   content: [{ type: "text", text: value }],

@@ -21,6 +21,8 @@ import type { Schedules } from "./Schedules.ts"
 import type { Scope, Tool } from "./ToolResult.ts"
 
 export {
+  approvalAsk,
+  argumentsHash,
   type Ask,
   type Scope,
   text,

@@ -7,7 +7,7 @@
 import type { Codemode } from "@agent-runtime/codemode"
 import type { Input } from "@agent-runtime/domain"
 import type { ModelClient } from "@agent-runtime/models"
-import { Effect, Either } from "effect"
+import { Duration, Effect, Either } from "effect"
 import type { AttachedFile } from "./Agent.ts"
 import type { AgentConfig } from "./AgentStore.ts"
 import { compactIfNeeded } from "./internal/compaction.ts"
@@ -57,6 +57,8 @@ export interface TurnInput extends Steered {
    * (its own, or steered into it) whose user message the lost node never wrote.
    */
   readonly resume?: { readonly began: number; readonly unjournaled: ReadonlyArray<Steered> } | undefined
+  /** When the turn began (Unix seconds; on the node before, for a resumed one): runLimits.maxSeconds counts from it. */
+  readonly beganAt?: number | undefined
   /** The tools the agent's application serves, when it declared any. */
   readonly application?: Tools.Application | undefined
   /** Who acts (`act` of identity tokens); the sender's id when not given. */
@@ -65,6 +67,8 @@ export interface TurnInput extends Steered {
   readonly origin?: string | undefined
   /** An execute request: runs this code with the agent's tools instead of asking the model. */
   readonly code?: string | undefined
+  /** How long an execute request's code may run, awaiting tools included (default Codemode's wall time). */
+  readonly codeTimeoutMs?: number | undefined
   /** A resume request: the request whose turn waited on input; its calls are answered from their inputs first. */
   readonly suspension?: string | undefined
   /** The prompt asks for structured output: the model answers through final_output (see StructuredOutput). */
@@ -119,12 +123,18 @@ export interface TurnHooks {
   readonly inputsFor: (
     toolCallIds: ReadonlyArray<string>,
     supersede: boolean
-  ) => Effect.Effect<ReadonlyMap<string, Input.Input>>
+  ) => Effect.Effect<ReadonlyMap<string, Earlier>>
 }
 
 /** A call waiting on a person: what it asks. */
 export interface Waiting extends Tools.Ask {
   readonly toolCallId: string
+}
+
+/** An earlier call's latest input, and what its tool gave with the ask to have handed back (`Tools.Ask.resume`). */
+export interface Earlier {
+  readonly input: Input.Input
+  readonly resume?: unknown
 }
 
 export interface RunResult {
@@ -183,7 +193,9 @@ const execute = (run: TurnRun.TurnRun, code: string) =>
       run,
       code,
       input.requestId,
-      input.resume === undefined ? new Map() : yield* hooks.sentToolCalls
+      input.resume === undefined ? new Map() : yield* hooks.sentToolCalls,
+      undefined,
+      input.codeTimeoutMs === undefined ? undefined : { wallTime: Duration.millis(input.codeTimeoutMs) }
     )
     yield* run.event("codemode", { stage: "end", ok: ran.ok, ...(ran.limit === undefined ? {} : { limit: ran.limit }) })
     const executed: ExecuteResult = {
@@ -391,10 +403,20 @@ export const run = Effect.fn("Turn.run")(function*(input: TurnInput, hooks: Turn
     progress.code = "output_invalid"
     progress.finished = true
   }
-  const maxRounds = input.config.maxTurns ?? defaultMaxRounds
-  for (let round = 0; round < maxRounds && !progress.finished && !progress.handoff; round++) {
+  const limits = input.config.runLimits
+  const maxRounds = limits?.maxResponses ?? defaultMaxRounds
+  const deadline = limits?.maxSeconds === undefined ? undefined : (input.beganAt ?? Date.now() / 1000) +
+    limits.maxSeconds
+  // A resumed turn counts the responses the node before took, so crashes never stretch its limit.
+  const taken = input.resume === undefined ?
+    0 :
+    hooks.history().slice(input.resume.began).filter((message) => message.role === "assistant").length
+  for (let round = taken; !progress.finished && !progress.handoff; round++) {
+    if (round >= maxRounds || (deadline !== undefined && Date.now() / 1000 >= deadline)) {
+      progress.stopped = "turn_limit"
+      break
+    }
     if (!(yield* step(turn, progress))) break
-    if (round === maxRounds - 1) progress.stopped = "turn_limit"
   }
   if (progress.handoff) {
     const handedOn: TurnOutcome = {

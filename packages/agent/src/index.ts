@@ -1,6 +1,7 @@
 export * as Agent from "./Agent.ts"
 export * as AgentError from "./AgentError.ts"
 export * as AgentEvents from "./AgentEvents.ts"
+export * as AgentFiles from "./AgentFiles.ts"
 export * as AgentMigrations from "./AgentMigrations.ts"
 export * as AgentRuntime from "./AgentRuntime.ts"
 export * as Agents from "./Agents.ts"

@@ -65,6 +65,51 @@ describe("EventLog", () => {
       expect(Either.map(yield* small.since(1), ids)).toEqual(Either.right([2]))
     }))
 
+  it.scoped("an event too large for a frame is cut to fit, says so, and keeps what it was", () =>
+    Effect.gen(function*() {
+      const log = yield* EventLog.make({ agentId: "ag_large", startCursor: 0 })
+      const result = "ü".repeat(3_000_000)
+      const large = yield* log.publish({
+        type: "event",
+        requestId: "req_1",
+        event: {
+          type: "tool_execution_end",
+          toolCallId: "call_1",
+          result: { content: [{ type: "text", text: result }] }
+        }
+      })
+      expect(Buffer.byteLength(large.json)).toBeLessThanOrEqual(EventLog.maxFrameBytes)
+      expect(JSON.parse(large.json)).toEqual(large.data)
+      expect(large.data).toMatchObject({
+        type: "event",
+        requestId: "req_1",
+        truncated: true,
+        event: { type: "tool_execution_end", toolCallId: "call_1" }
+      })
+      expect((large.data as any).event.result.content[0].text).toMatch(/^ü+… \[\d+ characters cut\]$/)
+
+      // Too many parts for cutting strings to help: its scalars stay, two levels down.
+      const many = yield* log.publish({
+        type: "event",
+        requestId: "req_1",
+        event: {
+          type: "message_end",
+          message: { role: "assistant", content: Array(200_000).fill({ t: "x".repeat(8) }) }
+        }
+      })
+      expect(Buffer.byteLength(many.json)).toBeLessThanOrEqual(EventLog.maxFrameBytes)
+      expect(many.data).toEqual({
+        type: "event",
+        requestId: "req_1",
+        truncated: true,
+        event: { type: "message_end", message: { role: "assistant" } }
+      })
+
+      // A small event is as it was sent.
+      const small = yield* log.publish({ type: "event", requestId: "req_1", event: { type: "turn_end" } })
+      expect(small.data).toEqual({ type: "event", requestId: "req_1", event: { type: "turn_end" } })
+    }))
+
   it.scoped("a cursor evicted from the buffer or from before the start cursor is a ReplayGap", () =>
     Effect.gen(function*() {
       const log = yield* EventLog.make({ agentId: "ag_gap", startCursor: 100, maxEvents: 4 })

@@ -521,7 +521,10 @@ describe("Turn", () => {
         { text: "never asked" }
       )
       const recording = recordingHooks()
-      const outcome = yield* Turn.run(input({ config: { model: "fake/m1", maxTurns: 2 } }), recording.hooks)
+      const outcome = yield* Turn.run(
+        input({ config: { model: "fake/m1", runLimits: { maxResponses: 2 } } }),
+        recording.hooks
+      )
 
       expect(outcome.result).toMatchObject({ stopped: "turn_limit", messages: 5, error: null, toolErrors: 2 })
       expect(outcome.result).not.toHaveProperty("reply")
@@ -530,14 +533,10 @@ describe("Turn", () => {
     }).pipe(Effect.provide(TurnLive)))
 
   /**
-   * DEFECT (Turn.ts, the round loop): a resumed turn starts counting its rounds
-   * at zero, so the steps its lost node took are not counted toward
-   * `maxTurns`. A turn resumed after each of several crashes can run several
-   * times its limit. Here the lost node had taken both of the turn's two
-   * steps; answering the second step's open call should end the turn with
-   * turn_limit, but the model is asked twice more.
+   * A resumed turn counts the steps its lost node took toward the limit: here the lost node had taken both of
+   * the turn's two steps, so answering the second step's open call ends the turn with turn_limit.
    */
-  it.scopedLive.fails("a resumed turn counts the steps its lost node took toward the turn limit", () =>
+  it.scopedLive("a resumed turn counts the steps its lost node took toward the turn limit", () =>
     Effect.gen(function*() {
       const model = yield* ScriptedModel
       model.script(
@@ -553,7 +552,7 @@ describe("Turn", () => {
         ]
       })
       const outcome = yield* Turn.run(
-        input({ config: { model: "fake/m1", maxTurns: 2 }, resume: { began: 0, unjournaled: [] } }),
+        input({ config: { model: "fake/m1", runLimits: { maxResponses: 2 } }, resume: { began: 0, unjournaled: [] } }),
         recording.hooks
       )
 

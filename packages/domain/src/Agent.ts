@@ -93,6 +93,58 @@ export const InitialMessages = Schema.Array(InitialMessage).pipe(
 ).annotations({ description: "starting history; only at creation; at most 16 MB of JSON" })
 export type InitialMessages = typeof InitialMessages.Type
 
+/**
+ * A tool the application serves, declared as MCP's tools/list names it (name, description, inputSchema,
+ * `_meta`, and whatever else MCP adds). Kept as sent, key order included: the ready frame's `toolsHash` is
+ * computed from it (see Application.toolsHash).
+ */
+export const McpTool = JsonObject.pipe(
+  Schema.filter((tool) => {
+    if (typeof tool.name !== "string" || !/^[A-Za-z0-9_-]{1,64}$/.test(tool.name)) {
+      return { path: ["name"], message: "must be 1 to 64 of A-Z a-z 0-9 _ -" }
+    }
+    if (tool.description !== undefined && typeof tool.description !== "string") {
+      return { path: ["description"], message: "must be a string" }
+    }
+    const schema = tool.inputSchema
+    if (typeof schema !== "object" || schema === null || Array.isArray(schema)) {
+      return { path: ["inputSchema"], message: "must be a JSON Schema object" }
+    }
+    return true
+  })
+).annotations({ identifier: "McpTool", description: "an MCP tool: name, description, inputSchema, _meta" })
+
+/** The application's tools, declared before it connects (the camelRun client's `mcp.tools`). */
+export const McpTools = Schema.Struct({
+  tools: Schema.Array(McpTool).pipe(
+    Schema.maxItems(256, { message: () => "must be at most 256 tools" }),
+    Schema.filter((tools) =>
+      new Set(tools.map((tool) => tool.name)).size === tools.length || "must name each tool once"
+    ),
+    Schema.filter((tools) => jsonBytes(tools) <= MiB || "must be at most 1 MB of JSON")
+  )
+}).annotations({
+  identifier: "McpTools",
+  description: "the application's tools as its tools/list would answer; an application that connects and " +
+    "lists its tools replaces them"
+})
+export type McpTools = typeof McpTools.Type
+
+/** Bounds of each turn; the turn ends with stopped turn_limit at the first step boundary past one. */
+export const RunLimits = Schema.Struct({
+  maxResponses: Schema.optional(
+    Schema.Int.pipe(Schema.between(1, 1000)).annotations({
+      description: "model responses a turn may take, 1 to 1000 (default 25)"
+    })
+  ),
+  maxSeconds: Schema.optional(
+    Schema.Int.pipe(Schema.between(1, 86400)).annotations({
+      description: "seconds a turn may run, counted from when it began, 1 to 86400"
+    })
+  )
+}).annotations({ identifier: "RunLimits", parseOptions: { onExcessProperty: "error" } })
+export type RunLimits = typeof RunLimits.Type
+
 const systemPromptText = Schema.String.pipe(
   Schema.maxLength(32000, { message: () => "must be at most 32000 characters" })
 )
@@ -177,6 +229,8 @@ export class AgentInput extends Schema.Class<AgentInput>("AgentInput")(
     ),
     spendLimit: Schema.optional(SpendLimitInput),
     modelHeaders: Schema.optional(ModelHeaders),
+    mcp: Schema.optional(McpTools),
+    runLimits: Schema.optional(RunLimits),
     prompt: Schema.optional(PromptInput)
   }).pipe(Schema.filter((input) => definitionConflict(input, "an agent")))
 ) {}
@@ -211,6 +265,11 @@ export class AgentCreated extends Schema.Class<AgentCreated>("AgentCreated")({
   id: AgentId,
   token: Schema.String.annotations({ description: "the agent's scoped credential for /clients routes" }),
   expiresAt: Schema.NullOr(Timestamp),
+  reconfigured: Schema.optional(
+    Schema.Struct({ id: Schema.String }).annotations({
+      description: "present when a keyed agent's settings changed: the configure request that changed them"
+    })
+  ),
   prompt: Schema.optional(
     Schema.Union(RequestRecord, PromptRefused).annotations({
       description: "the first prompt's request when accepted, or {error} when refused"
@@ -352,6 +411,32 @@ export class ConfigureInput extends Schema.Class<ConfigureInput>("ConfigureInput
         description: "replaces the agent's mounts, checked as at creation; [] removes them all; a running turn " +
           "keeps the mounts it began with, the next one sees these; not over the agent's own token"
       })
-    )
+    ),
+    runLimits: Schema.optional(Schema.NullOr(RunLimits).annotations({ description: "replaces; null removes" })),
+    mcp: Schema.optional(McpTools)
+  }).annotations({ parseOptions: { onExcessProperty: "error" } })
+) {}
+
+/** The agent's name and type, set over its own token (POST /clients/{id}/metadata); no other fields. */
+export class AgentMetadataInput extends Schema.Class<AgentMetadataInput>("AgentMetadataInput")(
+  Schema.Struct({
+    name: Schema.optional(Schema.String.annotations({ description: "left out: unchanged" })),
+    type: Schema.optional(Schema.String.annotations({ description: "left out: unchanged" }))
+  }).annotations({ parseOptions: { onExcessProperty: "error" } })
+) {}
+
+/** The agent's name and type as they are now. */
+export class AgentMetadata extends Schema.Class<AgentMetadata>("AgentMetadata")({
+  id: AgentId,
+  name: AgentSummary.fields.name,
+  type: AgentSummary.fields.type
+}) {}
+
+/** The mounts of PUT /v1/agents/{id}/mounts: the agent's whole set, as ConfigureInput's `mounts`. */
+export class MountsInput extends Schema.Class<MountsInput>("MountsInput")(
+  Schema.Struct({
+    mounts: Schema.Array(Mount).annotations({
+      description: "replaces the agent's mounts, checked as at creation; [] removes them all"
+    })
   }).annotations({ parseOptions: { onExcessProperty: "error" } })
 ) {}

@@ -11,10 +11,14 @@ import {
   AgentDetail,
   AgentInput,
   AgentKey,
+  AgentMetadata,
+  AgentMetadataInput,
   AgentSummary,
   ConfigureInput,
   ForkCreated,
-  ForkInput
+  ForkInput,
+  Mount,
+  MountsInput
 } from "./Agent.ts"
 import * as ApiError from "./ApiError.ts"
 import { ConnectionHeaders, JsonRpcMessage, McpAccepted } from "./Application.ts"
@@ -34,21 +38,43 @@ import {
   KeySet,
   Provider
 } from "./Provider.ts"
-import { Answered, AnsweredAll, ExecuteInput, PromptInput, RequestRecord } from "./Run.ts"
+import { Answered, AnsweredAll, ContinueInput, ExecuteInput, PromptInput, RequestRecord } from "./Run.ts"
 import { DrainStarted, RunnerList } from "./Runner.ts"
 import { Schedule, ScheduleInput } from "./Schedule.ts"
-import { BrowserToken, BrowserTokenInput, EventPoll, HistoryPage, SessionState, Upload } from "./Session.ts"
+import {
+  BrowserToken,
+  BrowserTokenInput,
+  EventPoll,
+  History,
+  HistoryPage,
+  maxWholeHistoryBytes,
+  SessionState,
+  Upload
+} from "./Session.ts"
 import { RunAccepted, RunInput, RunParams, StatelessRun } from "./StatelessRun.ts"
 import { Tenant, TenantCreated, TenantInput } from "./Tenant.ts"
 import { Token, TokenCreated, TokenInput } from "./Token.ts"
 import {
+  AgentFile,
+  AgentFileList,
+  AgentFileListParams,
+  ChangesParams,
+  FileChanges,
+  FileLink,
+  FileLinkInput,
+  FileLinkParams,
+  FileList,
   FileListParams,
   FileParams,
   FileWriteParams,
+  maxChangesKept,
+  maxChangesPerPage,
+  SnapshotInput,
   Volume,
   VolumeFile,
   VolumeForkInput,
-  VolumeInput
+  VolumeInput,
+  VolumeSnapshot
 } from "./Volume.ts"
 import {
   AttemptParams,
@@ -85,7 +111,7 @@ const scopeParam = HttpApiSchema.param(
   })
 )
 
-/** Unpaged lists keep the list wrapper, with `next` always null. */
+/** The `{data, next}` wrapper, only where another wire format asks for it; other lists answer a bare array. */
 const List = Page
 
 /**
@@ -134,7 +160,7 @@ export class TokensGroup extends HttpApiGroup.make("tokens")
   .add(
     HttpApiEndpoint.get("list", "/v1/tokens")
       .setUrlParams(PageParams)
-      .addSuccess(Page(Token))
+      .addSuccess(Schema.Array(Token))
       .annotate(OpenApi.Description, "The tenant's API keys, oldest first, without their secrets.")
   )
   .add(
@@ -153,17 +179,26 @@ export class DefinitionsGroup extends HttpApiGroup.make("definitions")
   .add(
     HttpApiEndpoint.post("create", "/v1/definitions")
       .setPayload(payload(DefinitionInput))
+      .setHeaders(Schema.Struct({
+        "idempotency-key": Schema.optional(AgentKey.annotations({
+          description: "upserts the tenant's definition under this key (a UUID will do)"
+        }))
+      }))
       .addSuccess(Definition, created)
       .annotate(
         OpenApi.Description,
         "A reusable agent template at revision 1. Tool source URLs are checked like every URL the runtime " +
-          "calls (https, public addresses); secrets (bearer tokens, header values) are sealed and never returned."
+          "calls (https, public addresses); secrets (bearer tokens, header values) are sealed and never returned. " +
+          "With Idempotency-Key, an upsert by key: the first call creates the definition (201); the same key " +
+          "again answers the same definition (200), as it was when the body says what its latest revision " +
+          "says, else at a next revision holding the body (a source's secret left out keeps the same-named " +
+          "source's). Deleting the definition frees its key."
       )
   )
   .add(
     HttpApiEndpoint.get("list", "/v1/definitions")
       .setUrlParams(PageParams)
-      .addSuccess(Page(Definition))
+      .addSuccess(Schema.Array(Definition))
       .annotate(OpenApi.Description, "The tenant's definitions at their latest revisions, by id.")
   )
   .add(
@@ -222,7 +257,7 @@ export class SchedulesGroup extends HttpApiGroup.make("schedules")
   )
   .add(
     HttpApiEndpoint.get("listForAgent")`/v1/agents/${idParam}/schedules`
-      .addSuccess(List(Schedule))
+      .addSuccess(Schema.Array(Schedule))
       .addError(ApiError.NotFound.Wire)
       .annotate(OpenApi.Description, "The agent's schedules, soonest first.")
   )
@@ -233,7 +268,7 @@ export class SchedulesGroup extends HttpApiGroup.make("schedules")
   )
   .add(
     HttpApiEndpoint.get("list", "/v1/schedules")
-      .addSuccess(List(Schedule))
+      .addSuccess(Schema.Array(Schedule))
       .annotate(OpenApi.Description, "Every schedule of the tenant's agents, soonest first (at most 1000).")
   )
   .middleware(Authentication)
@@ -256,7 +291,7 @@ export class ModelsGroup extends HttpApiGroup.make("models")
 export class ProvidersGroup extends HttpApiGroup.make("providers")
   .add(
     HttpApiEndpoint.get("list", "/v1/providers")
-      .addSuccess(List(Provider))
+      .addSuccess(Schema.Array(Provider))
       .annotate(OpenApi.Description, "Built-in and custom providers with the status of their keys; never a secret.")
   )
   .add(
@@ -304,7 +339,7 @@ export class KeysGroup extends HttpApiGroup.make("keys")
 {}
 
 export class KeyScopesGroup extends HttpApiGroup.make("keyScopes")
-  .add(HttpApiEndpoint.get("list", "/v1/key-scopes").addSuccess(List(KeyScope)))
+  .add(HttpApiEndpoint.get("list", "/v1/key-scopes").addSuccess(Schema.Array(KeyScope)))
   .add(
     HttpApiEndpoint.get("get")`/v1/key-scopes/${scopeParam}`
       .addSuccess(KeyScope)
@@ -353,9 +388,14 @@ export class KeyScopesGroup extends HttpApiGroup.make("keyScopes")
 
 const agentParam = HttpApiSchema.param("id", Schema.String)
 const requestParam = HttpApiSchema.param("requestId", Schema.String)
-const waitSeconds = Schema.NumberFromString.pipe(Schema.between(0, 25)).annotations({
-  description: "seconds to wait, at most 25",
-  jsonSchema: { type: "number", minimum: 0, maximum: 25 }
+/** More than 25 waits 25: camelRun's client sends what its caller asked, and times its read by the 25. */
+const waitSeconds = Schema.transform(
+  Schema.NumberFromString.pipe(Schema.nonNegative()),
+  Schema.Number.pipe(Schema.between(0, 25)),
+  { strict: true, decode: (seconds) => Math.min(seconds, 25), encode: (seconds) => seconds }
+).annotations({
+  description: "seconds to wait, at most 25 (more waits 25)",
+  jsonSchema: { type: "number", minimum: 0, description: "seconds to wait, at most 25 (more waits 25)" }
 })
 
 /** The query of `GET /v1/agents/{id}/requests/{requestId}`. */
@@ -419,7 +459,7 @@ export class AgentsGroup extends HttpApiGroup.make("agents")
         "The agent's credentials, by key or id; only for agents made with a key (409 AGENT_KEYLESS otherwise)."
       )
   )
-  .add(HttpApiEndpoint.get("list", "/v1/agents").setUrlParams(PageParams).addSuccess(Page(AgentSummary)))
+  .add(HttpApiEndpoint.get("list", "/v1/agents").setUrlParams(PageParams).addSuccess(Schema.Array(AgentSummary)))
   .add(
     HttpApiEndpoint.get("get")`/v1/agents/${agentParam}`
       .addSuccess(AgentDetail)
@@ -461,10 +501,7 @@ export class AgentsGroup extends HttpApiGroup.make("agents")
   )
   .add(
     HttpApiEndpoint.post("continue")`/v1/agents/${agentParam}/continue`
-      .setPayload(payload(Schema.Struct({
-        requestId: Schema.optional(Schema.String.pipe(Schema.minLength(1))),
-        allowDisconnected: Schema.optional(Schema.Boolean)
-      })))
+      .setPayload(payload(ContinueInput))
       .addSuccess(RequestRecord, { status: 202 })
       .addError(ApiError.ApplicationNotConnected.Wire)
       .addError(ApiError.SpendLimit.Wire)
@@ -517,6 +554,26 @@ export class AgentsGroup extends HttpApiGroup.make("agents")
           "at creation; a running turn keeps the settings it began with (mounts included), the next turn has the " +
           "new ones. A requestId used before answers that configure's record when the body is the same, and is " +
           "409 IDEMPOTENCY_CONFLICT, changing nothing, when it was another body or request."
+      )
+  )
+  .add(
+    HttpApiEndpoint.get("mounts")`/v1/agents/${agentParam}/mounts`
+      .addSuccess(Schema.Array(Mount))
+      .addError(ApiError.NotFound.Wire)
+      .addError(ApiError.Gone.Wire)
+      .annotate(OpenApi.Description, "The agent's mounts, its workspace included (as AgentDetail's `mounts`).")
+  )
+  .add(
+    HttpApiEndpoint.put("setMounts")`/v1/agents/${agentParam}/mounts`
+      .setPayload(payload(MountsInput))
+      .addSuccess(Schema.Array(Mount))
+      .addError(ApiError.NotFound.Wire)
+      .addError(ApiError.Gone.Wire)
+      .annotate(
+        OpenApi.Description,
+        "Replaces the agent's mounts, as a configure with `mounts` (checked as at creation: a volume the tenant " +
+          "does not have is 404, nothing changes); answers the mounts now. A running turn keeps the mounts it " +
+          "began with, the next one sees these."
       )
   )
   .add(
@@ -622,7 +679,7 @@ export class RunsGroup extends HttpApiGroup.make("runs")
           "ends, then deleted with its messages, events and files."
       )
   )
-  .add(HttpApiEndpoint.get("list", "/v1/runs").setUrlParams(PageParams).addSuccess(Page(StatelessRun)))
+  .add(HttpApiEndpoint.get("list", "/v1/runs").setUrlParams(PageParams).addSuccess(Schema.Array(StatelessRun)))
   .add(
     HttpApiEndpoint.get("get")`/v1/runs/${runParam}`
       .setUrlParams(RunParams)
@@ -673,6 +730,10 @@ export class RunsGroup extends HttpApiGroup.make("runs")
 {}
 
 const clientParam = HttpApiSchema.param("id", Schema.String)
+const ClientFilePathParams = Schema.Struct({
+  id: Schema.String,
+  "*": Schema.String.annotations({ description: "the agent's path less its leading slash, each segment encoded" })
+})
 
 /** A request to an agent over its own token: a prompt, a steer, an abort, a configure or a status. */
 const inputParam = HttpApiSchema.param("inputId", Schema.String)
@@ -714,6 +775,16 @@ export class InputsGroup extends HttpApiGroup.make("inputs")
       .annotate(OpenApi.Description, answerDescription)
   )
   .add(
+    HttpApiEndpoint.get("inbox", "/v1/inputs")
+      .setUrlParams(Schema.Struct({ ...PageParams.fields, ...InputListParams.fields }))
+      .addSuccess(InputList)
+      .annotate(
+        OpenApi.Description,
+        "The tenant's inbox: the inputs of all its agents (deleted ones' left out), newest first, in pages of " +
+          "`limit` (at most 1000); pending ones with ?state=pending. Answer one at its agent's route."
+      )
+  )
+  .add(
     HttpApiEndpoint.post("answerAll")`/v1/agents/${agentParam}/answers`
       .setPayload(payload(AnswerInputs))
       .addSuccess(AnsweredAll)
@@ -739,11 +810,7 @@ export const ClientRequest = Schema.Union(
     requestId: Schema.optional(Schema.String.pipe(Schema.minLength(1)))
   }),
   Schema.Struct({ method: Schema.Literal("status") }),
-  Schema.Struct({
-    method: Schema.Literal("continue"),
-    requestId: Schema.optional(Schema.String.pipe(Schema.minLength(1))),
-    allowDisconnected: Schema.optional(Schema.Boolean)
-  }),
+  Schema.Struct({ method: Schema.Literal("continue"), ...ContinueInput.fields }),
   Schema.extend(
     Schema.Struct({ method: Schema.Literal("configure") }),
     Schema.Struct({
@@ -754,7 +821,8 @@ export const ClientRequest = Schema.Union(
       systemPrompt: ConfigureInput.fields.systemPrompt,
       systemPromptAppend: ConfigureInput.fields.systemPromptAppend,
       thinkingLevel: ConfigureInput.fields.thinkingLevel,
-      builtins: ConfigureInput.fields.builtins
+      builtins: ConfigureInput.fields.builtins,
+      mcp: ConfigureInput.fields.mcp
     })
   )
 ).annotations({
@@ -889,8 +957,54 @@ export class ClientsGroup extends HttpApiGroup.make("clients")
     HttpApiEndpoint.get("history")`/clients/${clientParam}/history`
       .setUrlParams(HistoryParams)
       .addSuccess(HistoryPage)
+      .addSuccess(History)
       .addError(ApiError.NotFound.Wire)
       .addError(ApiError.Gone.Wire)
+      .addError(ApiError.TooLarge.Wire)
+      .annotate(
+        OpenApi.Description,
+        "With `limit` and/or `before`, a HistoryPage as GET /v1/agents/{id}/history answers. Without either, " +
+          `the whole history as a History {messages}, oldest first; one of more than ${
+            maxWholeHistoryBytes / 1024 / 1024
+          } MiB of message JSON is 413 TOO_LARGE: read it in pages.`
+      )
+  )
+  .add(
+    HttpApiEndpoint.del("delete")`/clients/${clientParam}`
+      .addSuccess(Deleted)
+      .addError(ApiError.NotFound.Wire)
+      .annotate(
+        OpenApi.Description,
+        "Deletes the agent, as DELETE /v1/agents/{id}. Its token is refused from then on (401 on every " +
+          "/clients/{id} route), a final answer for a client."
+      )
+  )
+  .add(
+    HttpApiEndpoint.post("metadata")`/clients/${clientParam}/metadata`
+      .setPayload(payload(AgentMetadataInput))
+      .addSuccess(AgentMetadata)
+      .addError(ApiError.NotFound.Wire)
+      .addError(ApiError.Gone.Wire)
+      .annotate(OpenApi.Description, "Sets the agent's name and/or type; answers them as they are now.")
+  )
+  .add(
+    HttpApiEndpoint.post("createSchedule")`/clients/${clientParam}/schedules`
+      .setPayload(payload(ScheduleInput))
+      .addSuccess(Schedule, created)
+      .addError(ApiError.NotFound.Wire)
+      .addError(ApiError.Conflict.Wire)
+      .annotate(OpenApi.Description, "POST /v1/agents/{id}/schedules over the agent's own token.")
+  )
+  .add(
+    HttpApiEndpoint.get("schedules")`/clients/${clientParam}/schedules`
+      .addSuccess(Schema.Array(Schedule))
+      .addError(ApiError.NotFound.Wire)
+      .annotate(OpenApi.Description, "The agent's schedules, soonest first.")
+  )
+  .add(
+    HttpApiEndpoint.del("cancelSchedule")`/clients/${clientParam}/schedules/${scheduleParam}`
+      .addSuccess(Deleted)
+      .addError(ApiError.NotFound.Wire)
   )
   .add(
     HttpApiEndpoint.get("inputs")`/clients/${clientParam}/inputs`
@@ -908,6 +1022,17 @@ export class ClientsGroup extends HttpApiGroup.make("clients")
       .addError(ApiError.Gone.Wire)
       .addError(ApiError.Conflict.Wire)
       .annotate(OpenApi.Description, answerDescription)
+  )
+  .add(
+    // camelRun's client answers here; `.../answer` stays for ours.
+    HttpApiEndpoint.post("answerInput")`/clients/${clientParam}/inputs/${inputParam}`
+      .setPayload(payload(AnswerInput))
+      .addSuccess(Answered)
+      .addError(ApiError.Forbidden.Wire)
+      .addError(ApiError.NotFound.Wire)
+      .addError(ApiError.Gone.Wire)
+      .addError(ApiError.Conflict.Wire)
+      .annotate(OpenApi.Description, `${answerDescription} The same as POST .../inputs/{inputId}/answer.`)
   )
   .add(
     HttpApiEndpoint.post("answerAll")`/clients/${clientParam}/answers`
@@ -934,7 +1059,7 @@ const attempts = <const Name extends string>(name: Name, root: `/${string}`) =>
   HttpApiEndpoint.get(name, `${root}/webhooks/:webhookId/attempts`)
     .setPath(Schema.Struct({ webhookId: Schema.String }))
     .setUrlParams(AttemptParams)
-    .addSuccess(List(WebhookAttempt))
+    .addSuccess(Schema.Array(WebhookAttempt))
     .addError(ApiError.NotFound.Wire)
     .annotate(
       OpenApi.Description,
@@ -943,6 +1068,17 @@ const attempts = <const Name extends string>(name: Name, root: `/${string}`) =>
     )
 
 const volumeParam = HttpApiSchema.param("volumeId", Schema.String)
+
+/**
+ * A file's path as the rest of the URL (`*`, each segment percent-encoded), for the routes whose clients put
+ * it there; the OpenAPI document names it `path` (`withNamedWildcards`).
+ */
+const wildcard = { "*": Schema.String.annotations({ description: "the file's path, each segment encoded" }) }
+const FilePathParams = Schema.Struct({ volumeId: Schema.String, ...wildcard })
+
+const fileLinkDescription = "A signed URL for one file, used without any Authorization header until `expiresIn` " +
+  "seconds (default 900, at most 86400): GET downloads the file, PUT uploads it (at most `maxBytes`, its " +
+  "content type `contentType` when given). A changed link answers 403, an expired one 410."
 
 /** A file's bytes on the wire, whatever its own content type. */
 const FileBytes = HttpApiSchema.Uint8Array({ contentType: "application/octet-stream" })
@@ -954,7 +1090,7 @@ export class VolumesGroup extends HttpApiGroup.make("volumes")
       .addSuccess(Volume, created)
       .annotate(OpenApi.Description, "A new, empty volume to mount into agents (see docs/files.md).")
   )
-  .add(HttpApiEndpoint.get("list", "/v1/volumes").setUrlParams(PageParams).addSuccess(List(Volume)))
+  .add(HttpApiEndpoint.get("list", "/v1/volumes").setUrlParams(PageParams).addSuccess(Schema.Array(Volume)))
   .add(HttpApiEndpoint.get("get")`/v1/volumes/${volumeParam}`.addSuccess(Volume).addError(ApiError.NotFound.Wire))
   .add(
     HttpApiEndpoint.del("remove")`/v1/volumes/${volumeParam}`
@@ -970,16 +1106,94 @@ export class VolumesGroup extends HttpApiGroup.make("volumes")
       .addError(ApiError.TooLarge.Wire)
       .annotate(
         OpenApi.Description,
-        "A copy-on-write copy: the same files, sharing their bytes until either side writes; as quick whatever " +
-          "their size. Counted against the storage quota like any other bytes."
+        "A copy-on-write copy: the same files (those of `snapshot`, one of this volume's, when given), sharing " +
+          "their bytes until either side writes; as quick whatever their size. Counted against the storage quota " +
+          "like any other bytes."
+      )
+  )
+  .add(
+    HttpApiEndpoint.post("snapshot")`/v1/volumes/${volumeParam}/snapshots`
+      .setPayload(payload(SnapshotInput))
+      .addSuccess(VolumeSnapshot, created)
+      .addError(ApiError.NotFound.Wire)
+      .addError(ApiError.TooLarge.Wire)
+      .annotate(
+        OpenApi.Description,
+        "A frozen, read-only copy of the volume's files now (copy-on-write, as quick as a fork); later writes " +
+          "leave it as it is. Its bytes count against the storage quota until it is deleted."
+      )
+  )
+  .add(
+    HttpApiEndpoint.get("snapshots")`/v1/volumes/${volumeParam}/snapshots`
+      .addSuccess(Schema.Array(VolumeSnapshot))
+      .addError(ApiError.NotFound.Wire)
+      .annotate(OpenApi.Description, "The volume's snapshots, oldest first.")
+  )
+  .add(
+    HttpApiEndpoint.del("removeSnapshot")`/v1/volumes/${volumeParam}/snapshots/${
+      HttpApiSchema.param("snapshotId", Schema.String)
+    }`
+      .addSuccess(Deleted)
+      .addError(ApiError.NotFound.Wire)
+  )
+  .add(
+    HttpApiEndpoint.get("changes")`/v1/volumes/${volumeParam}/changes`
+      .setUrlParams(ChangesParams)
+      .addSuccess(FileChanges)
+      .addError(ApiError.NotFound.Wire)
+      .annotate(
+        OpenApi.Description,
+        `The writes and removals of files after seq \`since\`, oldest first, at most ${maxChangesPerPage} ` +
+          "(ask again from the last seq for more). Only the last " +
+          `${maxChangesKept} changes are kept: \`gap: true\` when some after \`since\` are not.`
       )
   )
   .add(
     HttpApiEndpoint.get("files")`/v1/volumes/${volumeParam}/files`
       .setUrlParams(FileListParams)
-      .addSuccess(List(VolumeFile))
+      .addSuccess(FileList)
       .addError(ApiError.NotFound.Wire)
-      .annotate(OpenApi.Description, "The files under `prefix` (the whole volume by default), in path order.")
+      .annotate(
+        OpenApi.Description,
+        "The files under `prefix` (the whole volume by default) whose paths match `glob`, in path order; " +
+          "`next` is the `after` of the next page."
+      )
+  )
+  .add(
+    HttpApiEndpoint.get("readPath", "/v1/volumes/:volumeId/files/*")
+      .setPath(FilePathParams)
+      .addSuccess(FileBytes)
+      .addError(ApiError.NotFound.Wire)
+      .annotate(OpenApi.Description, "GET .../file?path= with the path in the URL (each segment encoded).")
+  )
+  .add(
+    HttpApiEndpoint.put("writePath", "/v1/volumes/:volumeId/files/*")
+      .setPath(FilePathParams)
+      .setPayload(FileBytes)
+      .addSuccess(VolumeFile)
+      .addError(ApiError.NotFound.Wire)
+      .addError(ApiError.Conflict.Wire)
+      .addError(ApiError.TooLarge.Wire)
+      .annotate(
+        OpenApi.Description,
+        "PUT .../file?path= with the path in the URL. `If-None-Match: *` writes only a new file, " +
+          '`If-Match: "<version>"` only that version: 409 CONFLICT otherwise.'
+      )
+  )
+  .add(
+    HttpApiEndpoint.del("removePath", "/v1/volumes/:volumeId/files/*")
+      .setPath(FilePathParams)
+      .addSuccess(VolumeFile)
+      .addError(ApiError.NotFound.Wire)
+      .addError(ApiError.Conflict.Wire)
+      .annotate(OpenApi.Description, "DELETE .../file?path= with the path in the URL; `If-Match` as for writes.")
+  )
+  .add(
+    HttpApiEndpoint.post("link")`/v1/volumes/${volumeParam}/links`
+      .setPayload(payload(FileLinkInput))
+      .addSuccess(FileLink)
+      .addError(ApiError.NotFound.Wire)
+      .annotate(OpenApi.Description, fileLinkDescription)
   )
   .add(
     HttpApiEndpoint.get("read")`/v1/volumes/${volumeParam}/file`
@@ -1034,6 +1248,72 @@ export class VolumesGroup extends HttpApiGroup.make("volumes")
   .annotate(OpenApi.Title, "Volumes and files")
 {}
 
+/** An agent's files over its own token, named as the agent sees them (/workspace/report.pdf). */
+export class ClientFilesGroup extends HttpApiGroup.make("clientFiles")
+  .add(
+    HttpApiEndpoint.get("files")`/clients/${clientParam}/files`
+      .setUrlParams(AgentFileListParams)
+      .addSuccess(AgentFileList)
+      .addError(ApiError.NotFound.Wire)
+      .addError(ApiError.Gone.Wire)
+      .annotate(
+        OpenApi.Description,
+        "The files of the agent's mounts under `path` (every mount by default) whose paths match `glob`, in path " +
+          "order; `next` is the `after` of the next page."
+      )
+  )
+  .add(
+    HttpApiEndpoint.get("read", "/clients/:id/files/*")
+      .setPath(ClientFilePathParams)
+      .addSuccess(FileBytes)
+      .addError(ApiError.NotFound.Wire)
+      .addError(ApiError.Gone.Wire)
+      .annotate(
+        OpenApi.Description,
+        "The file at the agent's path (files/workspace/a.md is /workspace/a.md), with its content type and " +
+          "`x-file-version`; `Range` as for a volume's file."
+      )
+  )
+  .add(
+    HttpApiEndpoint.put("write", "/clients/:id/files/*")
+      .setPath(ClientFilePathParams)
+      .setPayload(FileBytes)
+      .addSuccess(AgentFile)
+      .addError(ApiError.Forbidden.Wire)
+      .addError(ApiError.NotFound.Wire)
+      .addError(ApiError.Gone.Wire)
+      .addError(ApiError.Conflict.Wire)
+      .addError(ApiError.TooLarge.Wire)
+      .annotate(
+        OpenApi.Description,
+        "Writes the file at the agent's path; 403 in a read-only mount. `If-Match`/`If-None-Match` as for a " +
+          "volume's file."
+      )
+  )
+  .add(
+    HttpApiEndpoint.post("link")`/clients/${clientParam}/links`
+      .setPayload(payload(FileLinkInput))
+      .addSuccess(FileLink)
+      .addError(ApiError.Forbidden.Wire)
+      .addError(ApiError.NotFound.Wire)
+      .addError(ApiError.Gone.Wire)
+      .annotate(OpenApi.Description, `${fileLinkDescription} \`path\` is the agent's; PUT in a read-only mount is 403.`)
+  )
+  .add(
+    HttpApiEndpoint.put("upload")`/clients/${clientParam}/uploads/${HttpApiSchema.param("requestId", Schema.String)}/${
+      HttpApiSchema.param("name", Schema.String)
+    }`
+      .setPayload(FileBytes)
+      .addSuccess(Upload)
+      .addError(ApiError.NotFound.Wire)
+      .addError(ApiError.Gone.Wire)
+      .addError(ApiError.TooLarge.Wire)
+      .annotate(OpenApi.Description, "PUT /v1/agents/{id}/uploads/{requestId}/{name} over the agent's own token.")
+  )
+  .middleware(AgentAuthentication)
+  .annotate(OpenApi.Title, "Agent files")
+{}
+
 /** Where a presented file's signed link leads: no bearer token, the signature is the credential. */
 export class DownloadsGroup extends HttpApiGroup.make("downloads")
   .add(
@@ -1047,6 +1327,25 @@ export class DownloadsGroup extends HttpApiGroup.make("downloads")
         "A presented file, as it was when presented. The link is signed and expires: a changed link answers 403, " +
           "an expired one 410."
       )
+  )
+  .add(
+    HttpApiEndpoint.get("linkRead")`/v1/links/${volumeParam}`
+      .setUrlParams(FileLinkParams)
+      .addSuccess(FileBytes)
+      .addError(ApiError.Forbidden.Wire)
+      .addError(ApiError.Gone.Wire)
+      .annotate(OpenApi.Description, "Where a GET link of POST .../links leads: the file as it is now.")
+  )
+  .add(
+    HttpApiEndpoint.put("linkWrite")`/v1/links/${volumeParam}`
+      .setUrlParams(FileLinkParams)
+      .setPayload(FileBytes)
+      .addSuccess(VolumeFile)
+      .addError(ApiError.Forbidden.Wire)
+      .addError(ApiError.Gone.Wire)
+      .addError(ApiError.Conflict.Wire)
+      .addError(ApiError.TooLarge.Wire)
+      .annotate(OpenApi.Description, "Where a PUT link of POST .../links leads: writes the file's next version.")
   )
   .annotate(OpenApi.Title, "Downloads")
 {}
@@ -1063,7 +1362,7 @@ export class WebhooksGroup extends HttpApiGroup.make("webhooks")
           "answer. Events are signed per Standard Webhooks and delivered at least once (see docs/webhooks.md)."
       )
   )
-  .add(HttpApiEndpoint.get("list", "/v1/webhooks").addSuccess(List(WebhookEndpoint)))
+  .add(HttpApiEndpoint.get("list", "/v1/webhooks").addSuccess(Schema.Array(WebhookEndpoint)))
   .add(
     HttpApiEndpoint.get("get")`/v1/webhooks/${webhookParam}`
       .addSuccess(WebhookEndpoint)
@@ -1096,7 +1395,7 @@ export class WebhooksGroup extends HttpApiGroup.make("webhooks")
   .add(
     HttpApiEndpoint.get("deliveries")`/v1/webhooks/${webhookParam}/deliveries`
       .setUrlParams(DeliveryParams)
-      .addSuccess(List(WebhookDelivery))
+      .addSuccess(Schema.Array(WebhookDelivery))
       .addError(ApiError.NotFound.Wire)
       .annotate(OpenApi.Description, "The endpoint's latest events and how their delivery stands, newest first.")
   )
@@ -1150,7 +1449,7 @@ export class AdminGroup extends HttpApiGroup.make("admin")
   .add(
     HttpApiEndpoint.get("listTenants", "/v1/admin/tenants")
       .setUrlParams(PageParams)
-      .addSuccess(Page(Tenant))
+      .addSuccess(Schema.Array(Tenant))
   )
   .add(
     HttpApiEndpoint.get("getTenant")`/v1/admin/tenants/${idParam}`
@@ -1239,6 +1538,21 @@ const withoutDecodeError = (spec: Record<string, any>): Record<string, any> => {
 }
 
 /**
+ * A route whose rest is a file's path (`.../files/*`) as OpenAPI can say it: `{path}`, the parameter named so.
+ */
+const withNamedWildcards = (spec: Record<string, any>): Record<string, any> => {
+  for (const [route, operations] of Object.entries<Record<string, any>>(spec.paths)) {
+    if (!route.endsWith("/*")) continue
+    for (const operation of Object.values<Record<string, any>>(operations)) {
+      for (const parameter of operation.parameters ?? []) if (parameter.name === "*") parameter.name = "path"
+    }
+    delete spec.paths[route]
+    spec.paths[`${route.slice(0, -1)}{path}`] = operations
+  }
+  return spec
+}
+
+/**
  * The generator tags every `unknown`/`object` schema with the same `$id`
  * (`/schemas/unknown`); repeated, those ids make the document invalid, and
  * they name nothing a client can use.
@@ -1270,6 +1584,7 @@ export class Api extends HttpApi.make("agent-runtime")
   .add(SchedulesGroup)
   .add(ClientsGroup)
   .add(VolumesGroup)
+  .add(ClientFilesGroup)
   .add(DownloadsGroup)
   .add(WebhooksGroup)
   .add(AdminGroup)
@@ -1283,5 +1598,5 @@ export class Api extends HttpApi.make("agent-runtime")
   .addError(ApiError.Unavailable.Wire)
   .annotate(OpenApi.Title, "Agent Runtime")
   .annotate(OpenApi.Version, "1.0.0")
-  .annotate(OpenApi.Transform, withoutDecodeError)
+  .annotate(OpenApi.Transform, (spec) => withoutDecodeError(withNamedWildcards(spec)))
 {}

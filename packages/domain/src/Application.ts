@@ -5,7 +5,6 @@
  */
 import { Schema } from "effect"
 import * as Crypto from "node:crypto"
-import * as CanonicalJson from "./CanonicalJson.ts"
 
 /** The header naming the connection a message belongs to (the `connection` of its ready frame). */
 export const connectionHeader = "agent-runtime-connection"
@@ -71,9 +70,10 @@ export class McpAccepted extends Schema.Class<McpAccepted>("McpAccepted")({
 }) {}
 
 /**
- * The hash of a tools/list answer's `tools`, as the ready frame's `toolsHash` names it:
- * `sha256:` and the base64url SHA-256 of their canonical JSON (keys sorted), so an application
- * computes the same from the tools it would list, whatever order it writes their keys in.
+ * The hash of a tools/list answer's `tools`, as the ready frame's `toolsHash` names it: the lowercase hex
+ * SHA-256 of their JSON as `JSON.stringify` writes it (keys in the order sent). It is the camelRun client's
+ * form, which decides whether to declare its tools again from it; a JSON parse and stringify keeps the
+ * order, so the runtime computes from what it was sent what the sender computed before sending it.
  */
 export const toolsHash = (tools: ReadonlyArray<unknown>): string =>
-  `sha256:${Crypto.createHash("sha256").update(CanonicalJson.encode(tools)).digest("base64url")}`
+  Crypto.createHash("sha256").update(JSON.stringify(tools)).digest("hex")

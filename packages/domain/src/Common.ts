@@ -7,33 +7,49 @@ import { NotFound } from "./ApiError.ts"
 /** Unix seconds. */
 export const Timestamp = Schema.Number.annotations({ description: "Unix seconds" })
 
-/** Query of a paged list: `limit` items after the opaque cursor `after`. */
+/** Paging, said once in the OpenAPI document: on `limit`, which every paged list takes. */
+const pagingDescription = "items per page, 1 to 1000 (default 1000). When more items follow, the answer has a " +
+  'header Link: <path?after=<last id>&limit=<n>>; rel="next" (RFC 8288), the next page\'s URL'
+
+/** The most items a page holds, and how many a list without `limit` answers. */
+export const maxPageSize = 1000
+
+/** Query of a paged list: `limit` items after the cursor `after` (the last id of the previous page). */
 export const PageParams = Schema.Struct({
   limit: Schema.optional(
-    Schema.NumberFromString.pipe(Schema.int(), Schema.between(1, 100)).annotations({
-      description: "items per page, 1 to 100 (default 50)",
-      jsonSchema: { type: "integer", minimum: 1, maximum: 100, description: "items per page, 1 to 100 (default 50)" }
+    Schema.NumberFromString.pipe(Schema.int(), Schema.between(1, maxPageSize)).annotations({
+      description: pagingDescription,
+      jsonSchema: { type: "integer", minimum: 1, maximum: maxPageSize, description: pagingDescription }
     })
   ),
-  after: Schema.optional(Schema.String.annotations({ description: "the `next` cursor of the previous page" }))
+  after: Schema.optional(
+    Schema.String.annotations({ description: "the id of the previous page's last item; the Link header names it" })
+  )
 })
 export type PageParams = typeof PageParams.Type
 
-export const defaultPageSize = 50
-
 /** How many rows a page query fetches: one more than the page holds, to know whether a next page exists. */
-export const pageQueryLimit = (params: PageParams) => (params.limit ?? defaultPageSize) + 1
+export const pageQueryLimit = (params: PageParams) => (params.limit ?? maxPageSize) + 1
 
-/** A page of rows fetched with `pageQueryLimit`; `next` is the last id shown when more follow. */
+/**
+ * A page of rows fetched with `pageQueryLimit`; `next` is the last id shown when more follow. The HTTP
+ * handlers answer `data` and put `next` in the Link header.
+ */
 export const toPage = <A extends { readonly id: string }>(rows: ReadonlyArray<A>, params: PageParams) => {
-  const size = params.limit ?? defaultPageSize
+  const size = params.limit ?? maxPageSize
   const data = rows.slice(0, size)
   return { data, next: rows.length > size ? data[data.length - 1]!.id : null }
 }
 
+/** A page of a list as services answer it: the items, and the cursor of the next page or null on the last. */
+export interface Page<A> {
+  readonly data: ReadonlyArray<A>
+  readonly next: string | null
+}
+
 /**
- * The wrapper of every list response: `data` in a stable order and `next`,
- * the cursor of the following page, or null on the last one.
+ * The `{data, next}` wrapper, kept only where a wire format of its own asks for it (the gateway's model
+ * discovery, `GET /v1/models`); every other list answers a bare array.
  */
 export const Page = <A, I, R>(item: Schema.Schema<A, I, R>) =>
   Schema.Struct({

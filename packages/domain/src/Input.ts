@@ -131,10 +131,9 @@ export class AnswerInputs extends Schema.Class<AnswerInputs>("AnswerInputs")({
   ).annotations({ description: "1 to 100 answers" })
 }) {}
 
-/** Inputs of an agent, newest first. */
-export class InputList extends Schema.Class<InputList>("InputList")({
-  data: Schema.Array(Input)
-}) {}
+/** Inputs of an agent, newest first: a bare array, as every list of the API answers. */
+export const InputList = Schema.Array(Input).annotations({ identifier: "InputList" })
+export type InputList = typeof InputList.Type
 
 /** Default lifetime of an input: a day; a definition's humanInput.expiresInSeconds changes it. */
 export const defaultInputLifetimeSeconds = 86_400

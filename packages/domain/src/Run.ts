@@ -130,12 +130,26 @@ export class PromptInput extends Schema.Class<PromptInput>("PromptInput")({
   )
 }) {}
 
+/** A turn on the history as it is, without a new user message (request method continue). */
+export class ContinueInput extends Schema.Class<ContinueInput>("ContinueInput")(
+  Schema.Struct({
+    requestId: PromptInput.fields.requestId,
+    actor: PromptInput.fields.actor,
+    allowDisconnected: PromptInput.fields.allowDisconnected
+  }).annotations({ parseOptions: { onExcessProperty: "error" } })
+) {}
+
 /** Code run with the agent's code-mode tools, without the model (request method execute). */
 export class ExecuteInput extends Schema.Class<ExecuteInput>("ExecuteInput")(
   Schema.Struct({
     code: Schema.String.pipe(Schema.minLength(1), Schema.maxLength(100_000)).annotations({
       description: "JavaScript, run as the body of an async function; `tools.<name>(args)` calls a tool"
     }),
+    timeoutMs: Schema.optional(
+      Schema.Int.pipe(Schema.between(1000, 900_000)).annotations({
+        description: "how long the code may run, awaiting tools included: 1000 to 900000 ms (default 30000)"
+      })
+    ),
     actor: PromptInput.fields.actor,
     requestId: PromptInput.fields.requestId,
     allowDisconnected: PromptInput.fields.allowDisconnected,

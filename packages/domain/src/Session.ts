@@ -47,9 +47,17 @@ export class HistoryPage extends Schema.Class<HistoryPage>("HistoryPage")({
   )
 }) {}
 
+/** The whole history, oldest first (GET /clients/{id}/history without `limit` or `before`). */
 export class History extends Schema.Class<History>("History")({
   messages: Schema.Array(HistoryMessage)
 }) {}
+
+/**
+ * The most message JSON the whole history is answered in, as much as `initialMessages` may start an agent
+ * with: past it the answer would be built whole in memory for one response, so it is refused (413) and
+ * pages (`limit`, `before`) read it instead.
+ */
+export const maxWholeHistoryBytes = 16 * 1024 * 1024
 
 export const BrowserScope = Schema.Literal("events", "state", "history", "inputs")
 export type BrowserScope = typeof BrowserScope.Type

@@ -7,7 +7,7 @@
  * in an S3-compatible store instead (`layer` keeps them in PostgreSQL).
  *
  * Chunks are put before the row naming them commits, and nothing counts
- * references: the sweep deletes what no file and no unexpired pin names,
+ * references: the sweep deletes what no file, snapshot or unexpired pin names,
  * unless it was put within a grace period, which covers the writes in flight.
  */
 import { PersistenceError } from "@agent-runtime/store"
@@ -112,6 +112,7 @@ export const make = Effect.gen(function*() {
         DELETE FROM file_chunks WHERE hash IN (
           SELECT c.hash FROM file_chunks c WHERE c.put_at < ${olderThan}
             AND NOT EXISTS (SELECT FROM volume_files f, unnest(f.chunks) AS u (hash) WHERE u.hash = c.hash)
+            AND NOT EXISTS (SELECT FROM volume_snapshot_files s, unnest(s.chunks) AS u (hash) WHERE u.hash = c.hash)
             AND NOT EXISTS (SELECT FROM file_pins p, unnest(p.chunks) AS u (hash)
               WHERE u.hash = c.hash AND p.expires_at > now())
           FOR UPDATE OF c SKIP LOCKED)

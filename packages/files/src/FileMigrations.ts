@@ -65,6 +65,56 @@ const tables = Effect.gen(function*() {
     )`
 })
 
+/**
+ * What the camelRun client's volume wire needs: each volume's change sequence
+ * and a bounded history of its changes, snapshots (frozen copies of its file
+ * rows, naming the same chunks), and where a fork came from.
+ */
+const changesAndSnapshots = Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
+  // seq: bumped by every write or removal of one of its files, in that change's transaction.
+  yield* sql`ALTER TABLE volumes ADD COLUMN seq bigint NOT NULL DEFAULT 0`
+  yield* sql`ALTER TABLE volumes ADD COLUMN forked_snapshot text`
+  // kind: write or delete; version and size of what was written (null for a removal).
+  yield* sql`
+    CREATE TABLE volume_changes (
+      volume_id text NOT NULL REFERENCES volumes (id) ON DELETE CASCADE,
+      seq bigint NOT NULL,
+      path text COLLATE "C" NOT NULL,
+      kind text NOT NULL,
+      version integer,
+      size bigint,
+      by text,
+      at timestamptz NOT NULL DEFAULT now(),
+      PRIMARY KEY (volume_id, seq)
+    )`
+  // files, bytes: as of the snapshot, its bytes counted in the tenant's usage until it is deleted.
+  yield* sql`
+    CREATE TABLE volume_snapshots (
+      id text PRIMARY KEY,
+      volume_id text NOT NULL REFERENCES volumes (id) ON DELETE CASCADE,
+      name text,
+      seq bigint NOT NULL,
+      files bigint NOT NULL,
+      bytes bigint NOT NULL,
+      created_at timestamptz NOT NULL DEFAULT now()
+    )`
+  yield* sql`CREATE INDEX volume_snapshots_volume ON volume_snapshots (volume_id, id)`
+  yield* sql`
+    CREATE TABLE volume_snapshot_files (
+      snapshot_id text NOT NULL REFERENCES volume_snapshots (id) ON DELETE CASCADE,
+      path text COLLATE "C" NOT NULL,
+      version integer NOT NULL,
+      size bigint NOT NULL,
+      content_type text NOT NULL,
+      chunks bytea[] NOT NULL,
+      updated_at timestamptz NOT NULL,
+      by text,
+      PRIMARY KEY (snapshot_id, path)
+    )`
+})
+
 export const migrations = Migrations.make("files_migrations", {
-  "1_files": tables
+  "1_files": tables,
+  "2_changes_and_snapshots": changesAndSnapshots
 })

@@ -128,3 +128,24 @@ export const parseName = (name: string): Either.Either<string, string> => {
 
 /** The last segment. */
 export const basename = (path: string) => path.slice(path.lastIndexOf("/") + 1)
+
+/**
+ * A glob as an anchored POSIX regular expression (PostgreSQL's `~`): `**` any segments (followed by a slash,
+ * also none), `*` and `?` within one segment; everything else stands for itself.
+ */
+export const globPattern = (glob: string): string => {
+  let pattern = ""
+  for (let i = 0; i < glob.length; i++) {
+    const char = glob[i]!
+    if (glob.startsWith("**/", i)) {
+      pattern += "(.*/)?"
+      i += 2
+    } else if (glob.startsWith("**", i)) {
+      pattern += ".*"
+      i += 1
+    } else if (char === "*") pattern += "[^/]*"
+    else if (char === "?") pattern += "[^/]"
+    else pattern += /[\\^$.|+()[\]{}]/.test(char) ? `\\${char}` : char
+  }
+  return `^${pattern}$`
+}

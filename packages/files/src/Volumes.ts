@@ -74,6 +74,19 @@ export interface NewVolume {
   readonly agentId?: string | undefined
 }
 
+/** Which files to list; see `Volumes.files`. */
+export interface ListOptions {
+  /** A directory (`""` for all). */
+  readonly prefix: string
+  readonly after?: string | undefined
+  readonly limit: number
+  /**
+   * Only files whose path, less `strip` and after `root`, matches `pattern` (`FilePath.globPattern`): how an
+   * agent's glob over the paths it sees is asked of a mount's volume.
+   */
+  readonly glob?: { readonly pattern: string; readonly strip: string; readonly root: string } | undefined
+}
+
 export class Volumes extends Context.Tag("@agent-runtime/files/Volumes")<Volumes, {
   /** A new, empty volume. */
   readonly create: (
@@ -94,13 +107,14 @@ export class Volumes extends Context.Tag("@agent-runtime/files/Volumes")<Volumes
     volumeId: string
   ) => Effect.Effect<typeof Common.Deleted.Type, ApiError.NotFound | PersistenceError.PersistenceError>
   /**
-   * A copy-on-write copy: the same files at the same versions, sharing their bytes; its cost is one row per
-   * file, whatever their size. Counted against the quota like any other bytes.
+   * A copy-on-write copy: the same files at the same versions (those of `snapshot`, one of the volume's, when
+   * given), sharing their bytes; its cost is one row per file, whatever their size. Counted against the quota
+   * like any other bytes.
    */
   readonly fork: (
     tenantId: string,
     volumeId: string,
-    options: NewVolume
+    options: NewVolume & { readonly snapshot?: string | undefined }
   ) => Effect.Effect<Volume.Volume, ApiError.NotFound | ApiError.TooLarge | PersistenceError.PersistenceError>
   /**
    * Files under a directory (`""` for all), in path order, `limit` after the path `after`; InvalidRequest for a
@@ -109,7 +123,7 @@ export class Volumes extends Context.Tag("@agent-runtime/files/Volumes")<Volumes
   readonly files: (
     tenantId: string,
     volumeId: string,
-    options: { readonly prefix: string; readonly after?: string | undefined; readonly limit: number }
+    options: ListOptions
   ) => Effect.Effect<
     { readonly data: ReadonlyArray<Volume.VolumeFile>; readonly next: string | null },
     ApiError.NotFound | ApiError.InvalidRequest | PersistenceError.PersistenceError
@@ -165,6 +179,34 @@ export class Volumes extends Context.Tag("@agent-runtime/files/Volumes")<Volumes
   ) => Effect.Effect<Pinned & { readonly bytes: Uint8Array }, ApiError.NotFound | PersistenceError.PersistenceError>
   /** The changes made through this node from now on (for `notify` mounts); each subscriber hears every one. */
   readonly changes: Effect.Effect<Stream.Stream<Change>, never, Scope.Scope>
+  /**
+   * The recorded changes after seq `since`, oldest first, at most `Volume.maxChangesPerPage`; `gap` when some
+   * of them are no longer kept (only the last `Volume.maxChangesKept` are).
+   */
+  readonly history: (
+    tenantId: string,
+    volumeId: string,
+    since: number
+  ) => Effect.Effect<Volume.FileChanges, ApiError.NotFound | PersistenceError.PersistenceError>
+  /**
+   * A frozen copy of the volume's files now, sharing their bytes like a fork; its bytes count against the quota
+   * (TooLarge over it) until it is removed.
+   */
+  readonly snapshot: (
+    tenantId: string,
+    volumeId: string,
+    options: { readonly name?: string | undefined }
+  ) => Effect.Effect<Volume.VolumeSnapshot, ApiError.NotFound | ApiError.TooLarge | PersistenceError.PersistenceError>
+  /** The volume's snapshots, oldest first. */
+  readonly snapshots: (
+    tenantId: string,
+    volumeId: string
+  ) => Effect.Effect<ReadonlyArray<Volume.VolumeSnapshot>, ApiError.NotFound | PersistenceError.PersistenceError>
+  readonly removeSnapshot: (
+    tenantId: string,
+    volumeId: string,
+    snapshotId: string
+  ) => Effect.Effect<typeof Common.Deleted.Type, ApiError.NotFound | PersistenceError.PersistenceError>
 }>() {}
 
 /** The limits of `make`; see docs/files.md. */
@@ -186,23 +228,56 @@ interface VolumeRow {
   readonly name: string | null
   readonly agentId: string | null
   readonly forkedFrom: string | null
+  readonly forkedSnapshot: string | null
+  readonly seq: number
   readonly files: number
   readonly bytes: number
   readonly createdAt: number
 }
 
-const volumeColumns = `v.id, v.name, v.agent_id, v.forked_from, v.files::float8 AS files, v.bytes::float8 AS bytes,
-  floor(extract(epoch from v.created_at))::float8 AS created_at`
+const volumeColumns = `v.id, v.name, v.agent_id, v.forked_from, v.forked_snapshot, v.seq::float8 AS seq,
+  v.files::float8 AS files, v.bytes::float8 AS bytes, floor(extract(epoch from v.created_at))::float8 AS created_at`
 
 const toVolume = (row: VolumeRow) =>
   new Volume.Volume({
     id: row.id,
     name: row.name,
     createdAt: row.createdAt,
+    seq: row.seq,
     files: row.files,
     bytes: row.bytes,
     agentId: row.agentId,
-    forkedFrom: row.forkedFrom
+    forkedFrom: row.forkedFrom,
+    ...(row.forkedFrom === null ? {} : {
+      origin: new Volume.VolumeOrigin({
+        volume: row.forkedFrom,
+        ...(row.forkedSnapshot === null ? {} : { snapshot: row.forkedSnapshot })
+      })
+    })
+  })
+
+const snapshotColumns = `s.id, s.volume_id AS volume, s.name, s.seq::float8 AS seq, s.files::float8 AS files,
+  s.bytes::float8 AS bytes, floor(extract(epoch from s.created_at))::float8 AS created_at`
+
+interface ChangeRow {
+  readonly seq: number
+  readonly path: string
+  readonly kind: "write" | "delete"
+  readonly version: number | null
+  readonly size: number | null
+  readonly by: string | null
+  readonly at: number
+}
+
+const toChange = (row: ChangeRow) =>
+  new Volume.FileChange({
+    seq: row.seq,
+    path: row.path,
+    kind: row.kind,
+    at: row.at,
+    ...(row.version === null ? {} : { version: row.version }),
+    ...(row.size === null ? {} : { size: row.size }),
+    ...(row.by === null ? {} : { by: row.by })
   })
 
 interface FileRow {
@@ -263,6 +338,7 @@ export const make = (options: Options = {}) =>
     const quotaBytes = options.quotaBytes ?? Volume.defaultQuotaBytes
     const maxFileBytes = options.maxFileBytes ?? Volume.defaultMaxFileBytes
     const volumeFields = sql.literal(volumeColumns)
+    const snapshotFields = sql.literal(snapshotColumns)
     const fileFields = sql.literal(fileColumns)
 
     const changed = yield* PubSub.unbounded<Change>()
@@ -298,12 +374,30 @@ export const make = (options: Options = {}) =>
         return { used: usage.bytes, volume: yield* findVolume(tenantId, volumeId) }
       })
 
-    /** Adds to the counters of the volume and of its tenant, under `lockVolume`. */
-    const count = (tenantId: string, volumeId: string, files: number, bytes: number) =>
-      Effect.all([
-        sql`UPDATE volumes SET files = files + ${files}, bytes = bytes + ${bytes} WHERE id = ${volumeId}`,
-        sql`UPDATE file_usage SET files = files + ${files}, bytes = bytes + ${bytes} WHERE tenant_id = ${tenantId}`
-      ], { discard: true })
+    /**
+     * Under `lockVolume`, for one write or removal of `file`: adds to the counters of the volume and of its
+     * tenant, bumps the volume's seq and records the change, forgetting those past `Volume.maxChangesKept`.
+     */
+    const count = (
+      tenantId: string,
+      volumeId: string,
+      files: number,
+      bytes: number,
+      change: { readonly path: string; readonly version: number | null; readonly size: number | null },
+      by: string | undefined
+    ) =>
+      Effect.gen(function*() {
+        const [volume] = yield* sql<{ seq: number }>`UPDATE volumes
+          SET files = files + ${files}, bytes = bytes + ${bytes}, seq = seq + 1
+          WHERE id = ${volumeId} RETURNING seq::float8 AS seq`
+        yield* sql`UPDATE file_usage SET files = files + ${files}, bytes = bytes + ${bytes}
+          WHERE tenant_id = ${tenantId}`
+        const seq = volume!.seq
+        yield* sql`INSERT INTO volume_changes (volume_id, seq, path, kind, version, size, by)
+          VALUES (${volumeId}, ${seq}, ${change.path}, ${change.version === null ? "delete" : "write"},
+            ${change.version}, ${change.size}, ${by ?? null})`
+        yield* sql`DELETE FROM volume_changes WHERE volume_id = ${volumeId} AND seq <= ${seq - Volume.maxChangesKept}`
+      })
 
     const overQuota = (used: number, adding: number) =>
       adding > 0 && used + adding > quotaBytes
@@ -343,37 +437,107 @@ export const make = (options: Options = {}) =>
     const remove = (tenantId: string, volumeId: string) =>
       Effect.gen(function*() {
         const { volume } = yield* lockVolume(tenantId, volumeId)
-        // Its files go with it (ON DELETE CASCADE); their chunks at the next sweep, unless named elsewhere.
+        const [snapshots] = yield* sql<{ bytes: number }>`SELECT coalesce(sum(bytes), 0)::float8 AS bytes
+          FROM volume_snapshots WHERE volume_id = ${volumeId}`
+        // Its files and snapshots go with it (ON DELETE CASCADE); their chunks at the next sweep, unless named
+        // elsewhere.
         yield* sql`DELETE FROM volumes WHERE id = ${volumeId}`
-        yield* sql`UPDATE file_usage SET files = files - ${volume.files}, bytes = bytes - ${volume.bytes}
-          WHERE tenant_id = ${tenantId}`
+        yield* sql`UPDATE file_usage SET files = files - ${volume.files},
+          bytes = bytes - ${volume.bytes + snapshots!.bytes} WHERE tenant_id = ${tenantId}`
         return { id: volumeId, deleted: true as const }
       }).pipe(transaction)
 
-    const fork = (tenantId: string, volumeId: string, input: NewVolume) =>
+    /** The volume's snapshot, under `lockVolume`: one of another volume looks like none. */
+    const findSnapshot = (volumeId: string, snapshotId: string) =>
+      Effect.flatMap(
+        sql<Volume.VolumeSnapshot>`SELECT ${snapshotFields} FROM volume_snapshots s
+          WHERE s.id = ${snapshotId} AND s.volume_id = ${volumeId}`,
+        ([row]) =>
+          row === undefined
+            ? Effect.fail(new ApiError.NotFound({ error: `no snapshot ${snapshotId} of ${volumeId}` }))
+            : Effect.succeed(row)
+      )
+
+    const fork = (tenantId: string, volumeId: string, input: NewVolume & { readonly snapshot?: string | undefined }) =>
       Effect.gen(function*() {
-        const { used, volume } = yield* lockVolume(tenantId, volumeId)
-        yield* overQuota(used, volume.bytes)
+        const locked = yield* lockVolume(tenantId, volumeId)
+        const source = input.snapshot === undefined ? locked.volume : yield* findSnapshot(volumeId, input.snapshot)
+        yield* overQuota(locked.used, source.bytes)
         const id = input.id ?? Ids.volume()
         const [row] = yield* sql<VolumeRow>`INSERT INTO volumes AS v
-            (id, tenant_id, name, agent_id, forked_from, files, bytes)
+            (id, tenant_id, name, agent_id, forked_from, forked_snapshot, files, bytes)
           VALUES (${id}, ${tenantId}, ${input.name ?? null}, ${input.agentId ?? null}, ${volumeId},
-            ${volume.files}, ${volume.bytes})
+            ${input.snapshot ?? null}, ${source.files}, ${source.bytes})
           RETURNING ${volumeFields}`
         // Rows naming the same chunks: the cost is one row per file, whatever the bytes.
-        yield* sql`INSERT INTO volume_files (volume_id, path, version, size, content_type, chunks, updated_at, by)
-          SELECT ${id}, path, version, size, content_type, chunks, updated_at, by
-          FROM volume_files WHERE volume_id = ${volumeId}`
-        yield* sql`UPDATE file_usage SET files = files + ${volume.files}, bytes = bytes + ${volume.bytes}
+        yield* input.snapshot === undefined
+          ? sql`INSERT INTO volume_files (volume_id, path, version, size, content_type, chunks, updated_at, by)
+            SELECT ${id}, path, version, size, content_type, chunks, updated_at, by
+            FROM volume_files WHERE volume_id = ${volumeId}`
+          : sql`INSERT INTO volume_files (volume_id, path, version, size, content_type, chunks, updated_at, by)
+            SELECT ${id}, path, version, size, content_type, chunks, updated_at, by
+            FROM volume_snapshot_files WHERE snapshot_id = ${input.snapshot}`
+        yield* sql`UPDATE file_usage SET files = files + ${source.files}, bytes = bytes + ${source.bytes}
           WHERE tenant_id = ${tenantId}`
         return toVolume(row!)
       }).pipe(transaction)
 
-    const files = (
-      tenantId: string,
-      volumeId: string,
-      options: { readonly prefix: string; readonly after?: string | undefined; readonly limit: number }
-    ) =>
+    const snapshot = (tenantId: string, volumeId: string, input: { readonly name?: string | undefined }) =>
+      Effect.gen(function*() {
+        // Under the tenant's lock no write comes between the copy and the seq it is stamped with.
+        const { used, volume } = yield* lockVolume(tenantId, volumeId)
+        yield* overQuota(used, volume.bytes)
+        const id = Ids.make("snap")
+        const [row] = yield* sql<Volume.VolumeSnapshot>`INSERT INTO volume_snapshots AS s
+            (id, volume_id, name, seq, files, bytes)
+          VALUES (${id}, ${volumeId}, ${input.name ?? null}, ${volume.seq}, ${volume.files}, ${volume.bytes})
+          RETURNING ${snapshotFields}`
+        yield* sql`INSERT INTO volume_snapshot_files
+            (snapshot_id, path, version, size, content_type, chunks, updated_at, by)
+          SELECT ${id}, path, version, size, content_type, chunks, updated_at, by
+          FROM volume_files WHERE volume_id = ${volumeId}`
+        // Bytes only: `files` counts the files of volumes, which a snapshot's are not.
+        yield* sql`UPDATE file_usage SET bytes = bytes + ${volume.bytes} WHERE tenant_id = ${tenantId}`
+        return new Volume.VolumeSnapshot(row!)
+      }).pipe(transaction)
+
+    const snapshots = (tenantId: string, volumeId: string) =>
+      Effect.zipRight(
+        findVolume(tenantId, volumeId),
+        sql<Volume.VolumeSnapshot>`SELECT ${snapshotFields} FROM volume_snapshots s
+          WHERE s.volume_id = ${volumeId} ORDER BY s.created_at, s.id`.pipe(
+          Effect.map((rows) => rows.map((row) => new Volume.VolumeSnapshot(row))),
+          PersistenceError.PersistenceError.refail
+        )
+      )
+
+    const removeSnapshot = (tenantId: string, volumeId: string, snapshotId: string) =>
+      Effect.gen(function*() {
+        yield* lockVolume(tenantId, volumeId)
+        const found = yield* findSnapshot(volumeId, snapshotId)
+        // Its rows go with it; the chunks only they named at the next sweep.
+        yield* sql`DELETE FROM volume_snapshots WHERE id = ${snapshotId}`
+        yield* sql`UPDATE file_usage SET bytes = bytes - ${found.bytes} WHERE tenant_id = ${tenantId}`
+        return { id: snapshotId, deleted: true as const }
+      }).pipe(transaction)
+
+    const history = (tenantId: string, volumeId: string, since: number) =>
+      Effect.gen(function*() {
+        const volume = yield* findVolume(tenantId, volumeId)
+        const rows = yield* sql<ChangeRow>`SELECT seq::float8 AS seq, path, kind, version, size::float8 AS size, by,
+            floor(extract(epoch from at))::float8 AS at
+          FROM volume_changes WHERE volume_id = ${volumeId} AND seq > ${since}
+          ORDER BY seq LIMIT ${Volume.maxChangesPerPage}`.pipe(PersistenceError.PersistenceError.refail)
+        // Changes after `since` were made (the volume's seq is past it) but the first kept is not the next one.
+        const gap = since < volume.seq && (rows[0]?.seq ?? volume.seq + 1) > since + 1
+        return new Volume.FileChanges({
+          seq: volume.seq,
+          changes: rows.map(toChange),
+          ...(gap ? { gap: true } : {})
+        })
+      })
+
+    const files = (tenantId: string, volumeId: string, options: ListOptions) =>
       Effect.gen(function*() {
         const prefix = yield* parsed(FilePath.parseDirectory(options.prefix))
         yield* findVolume(tenantId, volumeId)
@@ -381,6 +545,12 @@ export const make = (options: Options = {}) =>
         const rows = yield* sql<FileRow>`SELECT ${fileFields} FROM volume_files f WHERE f.volume_id = ${volumeId}
           ${prefix === "" ? sql`` : sql`AND f.path >= ${prefix} AND f.path < ${`${prefix.slice(0, -1)}0`}`}
           ${options.after === undefined ? sql`` : sql`AND f.path > ${options.after}`}
+          ${
+          options.glob === undefined
+            ? sql``
+            : sql`AND ${options.glob.root} || substr(f.path, char_length(${options.glob.strip}) + 1)
+              ~ ${options.glob.pattern}`
+        }
           ORDER BY f.path LIMIT ${options.limit + 1}`.pipe(PersistenceError.PersistenceError.refail)
         const data = rows.slice(0, options.limit).map(toFile)
         return { data, next: rows.length > options.limit ? data[data.length - 1]!.path : null }
@@ -449,7 +619,11 @@ export const make = (options: Options = {}) =>
             ON CONFLICT (volume_id, path) DO UPDATE SET version = excluded.version, size = excluded.size,
               content_type = excluded.content_type, chunks = excluded.chunks, updated_at = now(), by = excluded.by
             RETURNING ${fileFields}`
-          yield* count(tenantId, volumeId, current === undefined ? 1 : 0, growth)
+          yield* count(tenantId, volumeId, current === undefined ? 1 : 0, growth, {
+            path: relative,
+            version: row!.version,
+            size: bytes.length
+          }, options.by)
           return toFile(row!)
         }).pipe(
           transaction,
@@ -473,7 +647,7 @@ export const make = (options: Options = {}) =>
         if (row === undefined) return yield* noFile(volumeId, relative)
         yield* versionConflict(relative, row.version, options.ifVersion)
         yield* sql`DELETE FROM volume_files WHERE volume_id = ${volumeId} AND path = ${relative}`
-        yield* count(tenantId, volumeId, -1, -row.size)
+        yield* count(tenantId, volumeId, -1, -row.size, { path: relative, version: null, size: null }, options.by)
         return toFile(row)
       }).pipe(
         transaction,
@@ -534,7 +708,11 @@ export const make = (options: Options = {}) =>
       removeFile,
       pin,
       readPinned,
-      changes: PubSub.subscribe(changed).pipe(Effect.map(Stream.fromQueue))
+      changes: PubSub.subscribe(changed).pipe(Effect.map(Stream.fromQueue)),
+      history,
+      snapshot,
+      snapshots,
+      removeSnapshot
     })
   })
 

@@ -39,6 +39,20 @@ export interface Claims {
   readonly definition?: string | undefined
 }
 
+/**
+ * The claims as a token carries them, less `iss`, `aud` and its times: what an application connection's calls
+ * carry unsigned beside the token (the connection is the application's own).
+ */
+export const payloadOf = (claims: Claims) => ({
+  sub: claims.subject ?? claims.agentId,
+  tenant: claims.tenantId,
+  agent: claims.agentId,
+  origin: claims.origin,
+  ...(claims.actor === undefined ? {} : { act: claims.actor }),
+  ...(claims.context === undefined ? {} : { ctx: claims.context }),
+  ...(claims.definition === undefined ? {} : { definition: claims.definition })
+})
+
 export interface Service {
   /** The `iss` of every token. */
   readonly issuer: string
@@ -89,20 +103,11 @@ export const make = (
     const sign = Effect.fn("IdentityTokens.sign")(function*(claims: Claims) {
       const key = yield* keys.signingKey
       const issuedAt = Math.floor((yield* Clock.currentTimeMillis) / 1000)
-      const payload = {
-        tenant: claims.tenantId,
-        agent: claims.agentId,
-        origin: claims.origin,
-        ...(claims.actor === undefined ? {} : { act: claims.actor }),
-        ...(claims.context === undefined ? {} : { ctx: claims.context }),
-        ...(claims.definition === undefined ? {} : { definition: claims.definition })
-      }
       return yield* Effect.tryPromise(() =>
-        new SignJWT(payload)
+        new SignJWT(payloadOf(claims))
           .setProtectedHeader({ alg: "EdDSA", kid: key.kid, typ: "JWT" })
           .setIssuer(issuer)
           .setAudience(claims.audience)
-          .setSubject(claims.subject ?? claims.agentId)
           .setIssuedAt(issuedAt)
           .setExpirationTime(issuedAt + lifetimeSeconds)
           .setJti(Crypto.randomBytes(16).toString("base64url"))

@@ -317,7 +317,8 @@ export class AgentHandle {
     return this.#call({
       method: "GET",
       path: `${this.#path}/history`,
-      query: { before: options?.before, limit: options?.limit },
+      // Always a page: without `limit` or `before` this route answers the whole history ({messages}).
+      query: { before: options?.before, limit: options?.limit ?? 50 },
       retry: true
     }, options)
   }

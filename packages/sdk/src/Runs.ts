@@ -169,18 +169,24 @@ export class Runs {
     )
   }
 
+  /**
+   * The tenant's runs, by id. Without `limit`, all of them: the runtime answers up to 1000 a page and the
+   * pages its `Link` header names are read in turn. With `limit`, one page of at most that many runs after
+   * the run `after`; for the next, pass its last run's id as `after` (an empty page is past the end).
+   */
   list(
     options: { readonly after?: string; readonly limit?: number; readonly signal?: AbortSignal } = {}
-  ): Promise<{ readonly data: ReadonlyArray<Run>; readonly next: string | null }> {
+  ): Promise<ReadonlyArray<Run>> {
+    const request: Http.Request = {
+      method: "GET",
+      path: "/v1/runs",
+      query: { after: options.after, limit: options.limit },
+      retry: true
+    }
     return this.#promise(
-      Http.json(this.#target, {
-        method: "GET",
-        path: "/v1/runs",
-        query: { after: options.after, limit: options.limit },
-        retry: true
-      }),
+      options.limit === undefined ? Http.allPages(this.#target, request) : Http.json(this.#target, request),
       options.signal
-    ) as Promise<{ readonly data: ReadonlyArray<Run>; readonly next: string | null }>
+    ) as Promise<ReadonlyArray<Run>>
   }
 
   /** Stops a running run: it ends failed, code aborted. */

@@ -11,6 +11,11 @@
  * localhost and 127.0.0.1. There are no retries here: compose them
  * (`Effect.retry`) where a call is safe to repeat.
  *
+ * A list method answers one page as an array: without `limit`, up to 1000
+ * items. When more follow, the answer's `Link: <...>; rel="next"` header
+ * names the next page; read it with `withResponse: true`, or ask again
+ * with `after` set to the last item's id.
+ *
  * ```ts
  * const program = Effect.gen(function*() {
  *   const client = yield* RuntimeClient.RuntimeClient

@@ -45,7 +45,7 @@ export interface ToolContext {
   readonly idempotencyKey: string | undefined
   /** The turn's actor, when there is one. */
   readonly actor: string | undefined
-  /** The runtime's identity of the call (`_meta["agent-runtime/identity"]`), when it sends one. */
+  /** The runtime's signed identity token for the call (`token` of `_meta["agent-runtime/identity"]`), when any. */
   readonly identity: string | undefined
   /** Epoch ms after which the runtime stops waiting, as the call arrived (progress extends it). */
   readonly deadline: number

@@ -150,4 +150,28 @@ describe("AgentRuntime transport", () => {
       await new AgentRuntime({ baseUrl: `${server.url}/runtime/`, apiKey: "k" }).getAgent("client 1")
       expect(server.seen[0]!.url.pathname).toBe("/runtime/v1/agents/client%201")
     }))
+
+  it.live("a list follows the Link header's next pages, on the same path; with a limit it reads one page", () =>
+    withServer(async (server) => {
+      const runs = [{ id: "run_1" }, { id: "run_2" }, { id: "run_3" }]
+      server.script(
+        // The link names another host and path: only its query is taken, the token stays with the base URL.
+        Local.json(200, runs.slice(0, 2), { link: `<https://elsewhere.example/v9/x?limit=2&after=run_2>; rel="next"` }),
+        Local.json(503, { error: "draining", code: "UNAVAILABLE" }, { "retry-after": "0" }),
+        Local.json(200, runs.slice(2))
+      )
+      const runtime = new AgentRuntime({ baseUrl: `${server.url}/runtime`, apiKey: "art_key" })
+      expect(await runtime.runs.list()).toEqual(runs)
+      expect(server.seen.map((request) => `${request.url.pathname}${request.url.search}`)).toEqual([
+        "/runtime/v1/runs",
+        "/runtime/v1/runs?limit=2&after=run_2",
+        "/runtime/v1/runs?limit=2&after=run_2"
+      ])
+      expect(server.seen.every((request) => request.headers.authorization === "Bearer art_key")).toBe(true)
+
+      server.script(Local.json(200, runs.slice(0, 1), { link: `</v1/runs?limit=1&after=run_1>; rel="next"` }))
+      expect(await runtime.runs.list({ limit: 1 })).toEqual(runs.slice(0, 1))
+      expect(server.seen).toHaveLength(4)
+      expect(server.seen[3]!.url.search).toBe("?limit=1")
+    }))
 })

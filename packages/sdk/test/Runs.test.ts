@@ -97,7 +97,7 @@ layer(TestWorld.layer(), { excludeTestServices: true })("stateless runs through 
       const aborted = yield* Effect.promise(() => runtime.runs.abort(running.id))
       expect(aborted).toMatchObject({ status: "failed", error: { code: "aborted" } })
       const listed = yield* Effect.promise(() => runtime.runs.list())
-      expect(listed.data.map((run) => run.id).sort()).toEqual([stream.id, running.id].sort())
+      expect(listed.map((run) => run.id).sort()).toEqual([stream.id, running.id].sort())
     }))
 
   it.scoped("the typed Effect client takes outputSpec and decodeOutput", () =>

@@ -357,7 +357,7 @@ export const recordingHooks = (options: RecordingOptions = {}): Recording => {
       Effect.sync(() =>
         new Map(toolCallIds.flatMap((id) => {
           const found = options.inputs?.get(id)
-          return found === undefined ? [] : [[id, found] as const]
+          return found === undefined ? [] : [[id, { input: found }] as const]
         }))
       )
   }

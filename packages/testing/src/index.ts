@@ -1,5 +1,6 @@
 export * as AgentFixtures from "./AgentFixtures.ts"
 export * as BareApplication from "./BareApplication.ts"
+export * as CamelWire from "./CamelWire.ts"
 export * as FakeSearch from "./FakeSearch.ts"
 export * as FakeUpstream from "./FakeUpstream.ts"
 export * as FileWrites from "./FileWrites.ts"

@@ -19,12 +19,15 @@ export interface Ask {
   readonly detail: Record<string, unknown>
 }
 
+/** What the error's data asks (its first elicitation), if it is usable (see `elicitationAsk`). */
+export const askOf = (data: unknown): Ask | undefined =>
+  elicitationAsk((data as { readonly elicitations?: ReadonlyArray<unknown> } | null)?.elicitations?.[0])
+
 /**
- * What the error's data asks, if it is usable: a page on https (http only on localhost) with its origin
- * shown, or a form with a schema object.
+ * What one elicitation (`params` of MCP's `elicitation/create`) asks, if it is usable: a page on https (http
+ * only on localhost) with its origin shown, or a form with a schema object.
  */
-export const askOf = (data: unknown): Ask | undefined => {
-  const elicitation = (data as { readonly elicitations?: ReadonlyArray<any> } | null)?.elicitations?.[0]
+export const elicitationAsk = (elicitation: any): Ask | undefined => {
   const message = typeof elicitation?.message === "string" ? elicitation.message : undefined
   if (message === undefined) return undefined
   if (elicitation.mode === "url" && typeof elicitation.url === "string" && URL.canParse(elicitation.url)) {

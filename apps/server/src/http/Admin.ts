@@ -7,6 +7,7 @@ import { WebhookDelivery } from "@agent-runtime/webhooks"
 import { HttpApiBuilder, type HttpApiGroup } from "@effect/platform"
 import { Effect, type Layer } from "effect"
 import * as Errors from "./Errors.ts"
+import * as Paging from "./Paging.ts"
 
 export const layer: Layer.Layer<
   HttpApiGroup.ApiGroup<"agent-runtime", "admin">,
@@ -26,14 +27,14 @@ export const layer: Layer.Layer<
     const delivery = yield* WebhookDelivery.WebhookDelivery
     return Errors.handlers(handlers)
       .handle("createTenant", ({ payload }) => tenants.create(payload))
-      .handle("listTenants", ({ urlParams }) => tenants.list(urlParams))
-      .handle("getTenant", ({ path }) => tenants.get(path.id))
+      .handle("listTenants", ({ urlParams }) =>
+        Effect.flatMap(tenants.list(urlParams), (page) => Paging.answer(page, urlParams)))
+      .handle("getTenant", ({ path }) =>
+        tenants.get(path.id))
       .handle("putPlatformKey", ({ path, payload }) => keys.setPlatformKey(path.provider, payload))
       .handle("deletePlatformKey", ({ path }) => keys.deletePlatformKey(path.provider))
       .handle("listRunners", () => runners.list)
       .handle("drainRunner", ({ path }) => runners.requestDrain(path.address))
-      .handle("webhookAttempts", ({ path, urlParams }) =>
-        Effect.map(delivery.attempts(path.webhookId, urlParams.limit ?? 50), (data) => ({ data, next: null })))
-      .handle("rotateIdentityKey", () =>
-        identity.rotate)
+      .handle("webhookAttempts", ({ path, urlParams }) => delivery.attempts(path.webhookId, urlParams.limit ?? 50))
+      .handle("rotateIdentityKey", () => identity.rotate)
   }))

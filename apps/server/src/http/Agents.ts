@@ -1,8 +1,9 @@
 import { Agents, BrowserTokens } from "@agent-runtime/agent"
-import { Api, Auth, Session } from "@agent-runtime/domain"
+import { Agent, Api, Auth, Session } from "@agent-runtime/domain"
 import { HttpApiBuilder, type HttpApiGroup, HttpServerResponse } from "@effect/platform"
 import { type Context, Duration, Effect, type Layer, Option } from "effect"
 import { ServerConfig } from "../ServerConfig.ts"
+import * as Paging from "./Paging.ts"
 
 /** Version of the event stream's frames, sent in the ready frame. */
 export const streamVersion = 1
@@ -24,9 +25,14 @@ export const layer: Layer.Layer<
           agents.create(tenantId, payload, Option.fromNullable(headers["idempotency-key"]))))
       .handle("list", ({ urlParams }) =>
         Effect.flatMap(tenant, (tenantId) =>
-          agents.list(tenantId, urlParams)))
-      .handle("get", ({ path }) => Effect.flatMap(tenant, (tenantId) => agents.detail(tenantId, path.id)))
-      .handle("delete", ({ path }) => Effect.flatMap(tenant, (tenantId) => agents.remove(tenantId, path.id)))
+          Effect.flatMap(agents.list(tenantId, urlParams), (page) =>
+            Paging.answer(page, urlParams))))
+      .handle("get", ({ path }) =>
+        Effect.flatMap(tenant, (tenantId) =>
+          agents.detail(tenantId, path.id)))
+      .handle("delete", ({ path }) =>
+        Effect.flatMap(tenant, (tenantId) =>
+          agents.remove(tenantId, path.id)))
       .handle("prompt", ({ path, payload }) =>
         Effect.flatMap(tenant, (tenantId) =>
           agents.prompt(tenantId, path.id, payload)))
@@ -35,7 +41,7 @@ export const layer: Layer.Layer<
           agents.fork(tenantId, path.id, payload)))
       .handle("continue", ({ path, payload }) =>
         Effect.flatMap(tenant, (tenantId) =>
-          agents.continueRun(tenantId, path.id, Option.fromNullable(payload.requestId), payload.allowDisconnected)))
+          agents.continueRun(tenantId, path.id, payload)))
       .handle("execute", ({ path, payload }) =>
         Effect.flatMap(tenant, (tenantId) =>
           agents.execute(tenantId, path.id, payload)))
@@ -45,6 +51,19 @@ export const layer: Layer.Layer<
       .handle("configure", ({ path, payload }) =>
         Effect.flatMap(tenant, (tenantId) =>
           agents.configure(tenantId, path.id, payload)))
+      .handle("mounts", ({ path }) =>
+        Effect.flatMap(tenant, (tenantId) =>
+          agents.mounts(tenantId, path.id)))
+      .handle("setMounts", ({ path, payload }) =>
+        Effect.flatMap(tenant, (tenantId) =>
+          // A configure, as POST /v1/agents/{id}/configure with `mounts`; then the mounts it left.
+          Effect.zipRight(
+            agents.configure(tenantId, path.id, new Agent.ConfigureInput({ mounts: payload.mounts })).pipe(
+              // Its request id is a new one, which no other request can have used.
+              Effect.catchTag("IdempotencyConflict", Effect.die)
+            ),
+            agents.mounts(tenantId, path.id)
+          )))
       .handle("applyDefinition", ({ path, payload }) =>
         Effect.flatMap(tenant, (tenantId) =>
           agents.applyDefinition(tenantId, path.id, payload)))

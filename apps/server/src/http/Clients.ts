@@ -1,18 +1,26 @@
-import { Agents } from "@agent-runtime/agent"
-import { Agent, Api, Application, Auth, Run } from "@agent-runtime/domain"
+import { Agents, Schedules } from "@agent-runtime/agent"
+import { Agent, Api, type ApiError, Application, Auth, type Input, Run, type Session } from "@agent-runtime/domain"
 import { HttpApiBuilder, type HttpApiGroup, HttpServerResponse } from "@effect/platform"
 import { Duration, Effect, type Layer, Option } from "effect"
 import { events, sseInit, streamVersion } from "./Agents.ts"
+import * as Errors from "./Errors.ts"
 import { answered } from "./Inputs.ts"
 
 export const layer: Layer.Layer<
   HttpApiGroup.ApiGroup<"agent-runtime", "clients">,
   never,
-  Auth.AgentAuthentication | Agents.Agents
+  Auth.AgentAuthentication | Agents.Agents | Schedules.Schedules
 > = HttpApiBuilder.group(Api.Api, "clients", (handlers) =>
   Effect.gen(function*() {
     const agents = yield* Agents.Agents
-    return handlers
+    const schedules = yield* Schedules.Schedules
+    const answerOne = ({ path, payload }: { readonly path: { readonly inputId: string }; readonly payload: Input.AnswerInput }) =>
+      Effect.flatMap(Auth.CurrentAgent, ({ agentId, tenantId }) =>
+        Effect.map(
+          agents.answer(tenantId, agentId, [{ ...payload, id: path.inputId }], { via: "agent" }),
+          (all) => answered(all, path.inputId)
+        ))
+    return Errors.handlers(handlers)
       .handle("request", ({ payload }) =>
         Effect.flatMap(Auth.CurrentAgent, ({ agentId, tenantId }): Effect.Effect<
           Run.RequestRecord,
@@ -44,13 +52,10 @@ export const layer: Layer.Layer<
             }
             case "status":
               return agents.statusRequest(tenantId, agentId)
-            case "continue":
-              return agents.continueRun(
-                tenantId,
-                agentId,
-                Option.fromNullable(payload.requestId),
-                payload.allowDisconnected
-              )
+            case "continue": {
+              const { method: _method, ...input } = payload
+              return agents.continueRun(tenantId, agentId, new Run.ContinueInput(input))
+            }
           }
         }))
       .handle("getRequest", ({ path, urlParams }) =>
@@ -86,18 +91,34 @@ export const layer: Layer.Layer<
         Effect.flatMap(Auth.CurrentAgent, ({ agentId, tenantId }) =>
           agents.state(tenantId, agentId)))
       .handle("history", ({ urlParams }) =>
+        Effect.flatMap(Auth.CurrentAgent, ({ agentId, tenantId }): Effect.Effect<
+          Session.History | Session.HistoryPage,
+          ApiError.NotFound | ApiError.Gone | ApiError.TooLarge
+        > =>
+          // camelRun's client reads the whole history without a query, and pages with one.
+          urlParams.limit === undefined && urlParams.before === undefined
+            ? agents.wholeHistory(tenantId, agentId)
+            : agents.history(tenantId, agentId, urlParams)))
+      .handle("delete", () =>
         Effect.flatMap(Auth.CurrentAgent, ({ agentId, tenantId }) =>
-          agents.history(tenantId, agentId, urlParams)))
+          agents.remove(tenantId, agentId)))
+      .handle("metadata", ({ payload }) =>
+        Effect.flatMap(Auth.CurrentAgent, ({ agentId, tenantId }) =>
+          agents.setMetadata(tenantId, agentId, payload)))
+      .handle("createSchedule", ({ payload }) =>
+        Effect.flatMap(Auth.CurrentAgent, ({ agentId, tenantId }) =>
+          schedules.create(tenantId, agentId, payload)))
+      .handle("schedules", () =>
+        Effect.flatMap(Auth.CurrentAgent, ({ agentId, tenantId }) =>
+          schedules.list(tenantId, agentId)))
+      .handle("cancelSchedule", ({ path }) =>
+        Effect.flatMap(Auth.CurrentAgent, ({ agentId, tenantId }) =>
+          schedules.cancel(tenantId, agentId, path.scheduleId)))
       .handle("inputs", ({ urlParams }) =>
         Effect.flatMap(Auth.CurrentAgent, ({ agentId, tenantId }) =>
           agents.inputs(tenantId, agentId, urlParams.state)))
-      .handle("answer", ({ path, payload }) =>
-        Effect.flatMap(Auth.CurrentAgent, ({ agentId, tenantId }) =>
-          Effect.map(
-            agents.answer(tenantId, agentId, [{ ...payload, id: path.inputId }], { via: "agent" }),
-            (all) =>
-              answered(all, path.inputId)
-          )))
+      .handle("answer", answerOne)
+      .handle("answerInput", answerOne)
       .handle("answerAll", ({ payload }) =>
         Effect.flatMap(Auth.CurrentAgent, ({ agentId, tenantId }) =>
           agents.answer(tenantId, agentId, payload.answers, { via: "agent" })))

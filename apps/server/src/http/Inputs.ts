@@ -6,6 +6,7 @@ import { Agents } from "@agent-runtime/agent"
 import { Api, Auth, Run } from "@agent-runtime/domain"
 import { HttpApiBuilder, type HttpApiGroup } from "@effect/platform"
 import { Effect, type Layer, Option } from "effect"
+import * as Paging from "./Paging.ts"
 
 /** Who answered, as the input's record keeps it: the kind of credential, and the API key used. */
 export const answeredBy = (principal: Auth.Principal): Record<string, unknown> => ({
@@ -40,6 +41,9 @@ export const layer: Layer.Layer<
             (all) =>
               answered(all, path.inputId)
           )))
+      .handle("inbox", ({ urlParams }) =>
+        Effect.flatMap(Auth.CurrentPrincipal, (principal) =>
+          Effect.flatMap(agents.inbox(principal.tenantId, urlParams), (page) => Paging.answer(page, urlParams))))
       .handle("answerAll", ({ path, payload }) =>
         Effect.flatMap(Auth.CurrentPrincipal, (principal) =>
           agents.answer(principal.tenantId, path.id, payload.answers, answeredBy(principal))))

@@ -6,7 +6,8 @@ import { HttpApiBuilder, type HttpApiGroup } from "@effect/platform"
 import { Effect, type Layer } from "effect"
 import * as Errors from "./Errors.ts"
 
-const list = <A>(data: ReadonlyArray<A>) => ({ data, next: null })
+// The gateway's model discovery format (OpenAI and Anthropic clients read it) keeps its `{data, next}`.
+const modelList = <A>(data: ReadonlyArray<A>) => ({ data, next: null })
 
 export const layerModels: Layer.Layer<
   HttpApiGroup.ApiGroup<"agent-runtime", "models">,
@@ -16,7 +17,8 @@ export const layerModels: Layer.Layer<
   Effect.gen(function*() {
     const listing = yield* Listing.Listing
     return Errors.handlers(handlers).handle("list", () =>
-      Effect.flatMap(Auth.CurrentPrincipal, (principal) => Effect.map(listing.models(principal.tenantId), list)))
+      Effect.flatMap(Auth.CurrentPrincipal, (principal) =>
+        Effect.map(listing.models(principal.tenantId), modelList)))
   }))
 
 export const layerProviders: Layer.Layer<
@@ -28,9 +30,7 @@ export const layerProviders: Layer.Layer<
     const listing = yield* Listing.Listing
     const custom = yield* CustomProviders.CustomProviders
     return Errors.handlers(handlers)
-      .handle("list", () =>
-        Effect.flatMap(Auth.CurrentPrincipal, (principal) =>
-          Effect.map(listing.providers(principal.tenantId), list)))
+      .handle("list", () => Effect.flatMap(Auth.CurrentPrincipal, (principal) => listing.providers(principal.tenantId)))
       .handle("get", ({ path }) =>
         Effect.flatMap(Auth.CurrentPrincipal, (principal) =>
           listing.provider(principal.tenantId, path.name)))
@@ -72,11 +72,9 @@ export const layerKeyScopes: Layer.Layer<
     const scopes = yield* KeyScopes.KeyScopes
     const custom = yield* CustomProviders.CustomProviders
     return Errors.handlers(handlers)
-      .handle("list", () =>
-        Effect.flatMap(Auth.CurrentPrincipal, (principal) => Effect.map(scopes.list(principal.tenantId), list)))
+      .handle("list", () => Effect.flatMap(Auth.CurrentPrincipal, (principal) => scopes.list(principal.tenantId)))
       .handle("get", ({ path }) =>
-        Effect.flatMap(Auth.CurrentPrincipal, (principal) =>
-          scopes.get(principal.tenantId, path.scope)))
+        Effect.flatMap(Auth.CurrentPrincipal, (principal) => scopes.get(principal.tenantId, path.scope)))
       .handle("delete", ({ path }) =>
         Effect.flatMap(Auth.CurrentPrincipal, (principal) =>
           scopes.remove(principal.tenantId, path.scope)))

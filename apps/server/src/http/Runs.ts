@@ -4,6 +4,7 @@ import { HttpApiBuilder, type HttpApiGroup, HttpServerResponse } from "@effect/p
 import { Duration, Effect, type Layer, Option, type Scope } from "effect"
 import { sseInit, streamVersion } from "./Agents.ts"
 import * as Errors from "./Errors.ts"
+import * as Paging from "./Paging.ts"
 
 export const layer: Layer.Layer<
   HttpApiGroup.ApiGroup<"agent-runtime", "runs">,
@@ -24,7 +25,10 @@ export const layer: Layer.Layer<
                 ? Effect.orDie(HttpServerResponse.schemaJson(StatelessRun.StatelessRun)(run, { status: 202 }))
                 : Effect.succeed(run)
           )))
-      .handle("list", ({ urlParams }) => Effect.flatMap(tenant, (tenantId) => runs.list(tenantId, urlParams)))
+      .handle("list", ({ urlParams }) =>
+        Effect.flatMap(tenant, (tenantId) =>
+          Effect.flatMap(runs.list(tenantId, urlParams), (page) =>
+            Paging.answer(page, urlParams))))
       .handle("get", ({ path, urlParams }) =>
         Effect.flatMap(tenant, (tenantId) =>
           runs.get(tenantId, path.id, Duration.seconds(urlParams.wait ?? 0))))
@@ -53,6 +57,8 @@ export const layer: Layer.Layer<
               HttpServerResponse.stream(body, sseInit)
           )
         }))
-      .handle("abort", ({ path }) => Effect.flatMap(tenant, (tenantId) => runs.abort(tenantId, path.id)))
+      .handle("abort", ({ path }) =>
+        Effect.flatMap(tenant, (tenantId) =>
+          runs.abort(tenantId, path.id)))
       .handle("delete", ({ path }) => Effect.flatMap(tenant, (tenantId) => runs.remove(tenantId, path.id)))
   }))

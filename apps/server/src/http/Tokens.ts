@@ -3,6 +3,7 @@ import { Api, Auth } from "@agent-runtime/domain"
 import { HttpApiBuilder, type HttpApiGroup } from "@effect/platform"
 import { Effect, type Layer } from "effect"
 import * as Errors from "./Errors.ts"
+import * as Paging from "./Paging.ts"
 
 export const layer: Layer.Layer<
   HttpApiGroup.ApiGroup<"agent-runtime", "tokens">,
@@ -16,7 +17,8 @@ export const layer: Layer.Layer<
         Effect.flatMap(Auth.CurrentPrincipal, (principal) => tokens.create(principal.tenantId, payload)))
       .handle("list", ({ urlParams }) =>
         Effect.flatMap(Auth.CurrentPrincipal, (principal) =>
-          tokens.list(principal.tenantId, urlParams)))
+          Effect.flatMap(tokens.list(principal.tenantId, urlParams), (page) =>
+            Paging.answer(page, urlParams))))
       .handle("revoke", ({ path }) =>
         Effect.flatMap(Auth.CurrentPrincipal, (principal) =>
           tokens.revoke(principal.tenantId, path.id)))

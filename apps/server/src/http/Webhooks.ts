@@ -5,7 +5,6 @@ import { Effect, type Layer } from "effect"
 import * as Errors from "./Errors.ts"
 
 const tenant = Effect.map(Auth.CurrentPrincipal, (principal) => principal.tenantId)
-const list = <A>(data: ReadonlyArray<A>) => ({ data, next: null })
 
 export const layer: Layer.Layer<
   HttpApiGroup.ApiGroup<"agent-runtime", "webhooks">,
@@ -25,7 +24,7 @@ export const layer: Layer.Layer<
       )
     return Errors.handlers(handlers)
       .handle("create", ({ payload }) => Effect.flatMap(tenant, (tenantId) => endpoints.create(tenantId, payload)))
-      .handle("list", () => Effect.flatMap(tenant, (tenantId) => Effect.map(endpoints.list(tenantId), list)))
+      .handle("list", () => Effect.flatMap(tenant, endpoints.list))
       .handle("get", ({ path }) => Effect.flatMap(tenant, (tenantId) => endpoints.get(tenantId, path.webhookId)))
       .handle("update", ({ path, payload }) =>
         Effect.flatMap(tenant, (tenantId) => endpoints.update(tenantId, path.webhookId, payload)))
@@ -37,15 +36,12 @@ export const layer: Layer.Layer<
       .handle("attempts", ({ path, urlParams }) =>
         Effect.zipRight(
           owned(path.webhookId),
-          Effect.map(delivery.attempts(path.webhookId, urlParams.limit ?? 50), list)
+          delivery.attempts(path.webhookId, urlParams.limit ?? 50)
         ))
       .handle("deliveries", ({ path, urlParams }) =>
         Effect.zipRight(
           owned(path.webhookId),
-          Effect.map(
-            delivery.deliveries(path.webhookId, { state: urlParams.state, limit: urlParams.limit ?? 50 }),
-            list
-          )
+          delivery.deliveries(path.webhookId, { state: urlParams.state, limit: urlParams.limit ?? 50 })
         ))
       .handle(
         "resend",

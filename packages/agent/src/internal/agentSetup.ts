@@ -9,7 +9,15 @@ import { Volumes } from "@agent-runtime/files"
 import { Listing } from "@agent-runtime/models"
 import { Ids } from "@agent-runtime/store"
 import { Effect, Option } from "effect"
-import { applyChanges, definitionSettings as toSettings, entityClient, fingerprint, toRecord } from "../Agent.ts"
+import {
+  applyChanges,
+  type DeclaredTools,
+  declaredTools,
+  definitionSettings as toSettings,
+  entityClient,
+  fingerprint,
+  toRecord
+} from "../Agent.ts"
 import { type AgentConfig, type AgentRow, AgentStore, findLive } from "../AgentStore.ts"
 import * as AgentTokens from "../AgentTokens.ts"
 import { Definitions } from "../Definitions.ts"
@@ -41,6 +49,7 @@ export type NewSettings = Pick<
   | "delegate"
   | "fileTools"
   | "spendLimit"
+  | "runLimits"
 >
 
 export const make = Effect.gen(function*() {
@@ -76,6 +85,7 @@ export const make = Effect.gen(function*() {
         ...(settings.builtins === undefined ? {} : { builtins: settings.builtins }),
         ...(settings.delegate === undefined ? {} : { delegate: settings.delegate }),
         ...(settings.fileTools === undefined ? {} : { fileTools: settings.fileTools }),
+        ...(settings.runLimits === undefined ? {} : { runLimits: settings.runLimits }),
         ...(settings.spendLimit === undefined
           ? {}
           : { spendLimit: { usd: settings.spendLimit.usd, since: Math.floor(Date.now() / 1000) } }),
@@ -91,10 +101,10 @@ export const make = Effect.gen(function*() {
       const existing = key === null ? Option.none() : yield* store.findByKey(tenantId, key)
       let agent: AgentRow
       if (Option.isSome(existing)) {
+        // Another body under the key reconfigures the agent, as the camelRun client's upsert expects; the
+        // same body is a retry and changes nothing.
         if (existing.value.inputFingerprint !== inputFingerprint) {
-          return yield* new ApiError.IdempotencyConflict({
-            error: `Idempotency-Key ${key} was used with another body`
-          })
+          return yield* reconfigure(tenantId, existing.value, input, inputFingerprint)
         }
         agent = existing.value
       } else {
@@ -120,7 +130,8 @@ export const make = Effect.gen(function*() {
             type: settings.type ?? null,
             config: { ...config, mounts },
             inputFingerprint,
-            ttlSeconds
+            ttlSeconds,
+            declaredTools: settings.mcp === undefined ? undefined : declaredTools(settings.mcp)
           },
           // The starting history, journaled like any other; a compactionSummary stands in for all before it.
           (settings.initialMessages ?? []).map((message, index) => ({
@@ -140,7 +151,11 @@ export const make = Effect.gen(function*() {
       }
       const first = prompt === undefined
         ? undefined
-        : yield* prompts.first(agent, prompt, key === null ? Ids.make("req") : "req_initial")
+        : yield* prompts.first(
+          agent,
+          prompt,
+          key === null ? Ids.make("req") : yield* firstPromptId(agent, inputFingerprint)
+        )
       return new AgentSchemas.AgentCreated({
         id: agent.id,
         token: tokens.issue(agent.id),
@@ -148,6 +163,17 @@ export const make = Effect.gen(function*() {
         ...(first === undefined ? {} : { prompt: first })
       })
     })
+
+  /**
+   * The id a keyed agent's first prompt gets when its body names none: `req_initial` for the body that made
+   * the agent, `req_<digest>` for a body that reconfigured it (see `reconfigure`), so a retry of either body
+   * finds its prompt instead of sending another.
+   */
+  const firstPromptId = (agent: AgentRow, inputFingerprint: string) =>
+    Effect.map(
+      store.getRequest(agent.id, `req_${inputFingerprint}`),
+      (found) => Option.isSome(found) ? `req_${inputFingerprint}` : "req_initial"
+    )
 
   /**
    * Settings only a new agent takes (subject, context, initialMessages): given again to an upsert they must be
@@ -183,10 +209,26 @@ export const make = Effect.gen(function*() {
    * checked before anything is written: the creation-only fields, the mounts, the definition.
    */
   const upsert = (tenantId: string, key: string, input: AgentSchemas.AgentInput) =>
+    Effect.flatMap(
+      store.findByKey(tenantId, key),
+      Option.match({
+        onNone: () => create(tenantId, input, Option.some(key)),
+        onSome: (agent) => reconfigure(tenantId, agent, input)
+      })
+    )
+
+  /**
+   * The keyed agent's settings set to `input` (left out: as a new agent would have them), its name, type and
+   * lifetime too, and its first prompt sent. From POST /v1/agents (`inputFingerprint` given), a retry of the
+   * same body is told by it afterwards, and a prompt without a request id is sent once per body.
+   */
+  const reconfigure = (
+    tenantId: string,
+    agent: AgentRow,
+    input: AgentSchemas.AgentInput,
+    inputFingerprint?: string
+  ) =>
     Effect.gen(function*() {
-      const existing = yield* store.findByKey(tenantId, key)
-      if (Option.isNone(existing)) return yield* create(tenantId, input, Option.some(key))
-      const agent = existing.value
       const { prompt, ...settings } = input
       yield* checkCreationOnly(agent, settings)
       if (settings.mounts !== undefined) yield* Workspace.validate(volumes, tenantId, settings.mounts)
@@ -210,7 +252,8 @@ export const make = Effect.gen(function*() {
               : { usd: settings.spendLimit.usd, since: Math.floor(Date.now() / 1000) }
           }),
         // Left out, the mounts stay: the default, a new workspace, is only for a new agent.
-        ...(settings.mounts === undefined ? {} : { mounts: settings.mounts })
+        ...(settings.mounts === undefined ? {} : { mounts: settings.mounts }),
+        runLimits: settings.runLimits ?? null
       }
       // With a definition, the settings it supplies come from its latest revision; those given here are the
       // agent's own, and a systemPromptAppend left out stays.
@@ -235,12 +278,18 @@ export const make = Effect.gen(function*() {
       // The configure's id names this call, not its content: a change back to earlier settings is new work,
       // never taken for a retry of the first. What keeps a retry from doing work twice is that it finds the
       // settings already as it names them, and so sends nothing.
-      if (!CanonicalJson.equals(applyChanges(agent.config, changes), agent.config)) {
+      // Left out, the application's tools stay: they are its to list when it connects.
+      const tools = settings.mcp === undefined ? undefined : declaredTools(settings.mcp)
+      const toolsChange = tools !== undefined && tools.hash !== agent.toolsHash
+      let reconfigured: { readonly id: string } | undefined
+      if (toolsChange || !CanonicalJson.equals(applyChanges(agent.config, changes), agent.config)) {
+        reconfigured = { id: Ids.make("upsert") }
         yield* Effect.orDie(
           makeClient(agent.id).Configure({
-            requestId: Ids.make("upsert"),
-            fingerprint: fingerprint(changes),
-            changes
+            requestId: reconfigured.id,
+            fingerprint: fingerprint({ changes, tools }),
+            changes,
+            ...(toolsChange ? { tools } : {})
           })
         )
       }
@@ -249,13 +298,21 @@ export const make = Effect.gen(function*() {
       const expiresAt = yield* store.updateDetails(agent.id, {
         name: settings.name ?? agent.id,
         type: settings.type ?? null,
-        ttlSeconds: settings.ttlSeconds ?? null
+        ttlSeconds: settings.ttlSeconds ?? null,
+        inputFingerprint
       })
-      const first = prompt === undefined ? undefined : yield* prompts.first(agent, prompt, Ids.make("req"))
+      const first = prompt === undefined
+        ? undefined
+        : yield* prompts.first(
+          agent,
+          prompt,
+          inputFingerprint === undefined ? Ids.make("req") : `req_${inputFingerprint}`
+        )
       return new AgentSchemas.AgentCreated({
         id: agent.id,
         token: tokens.issue(agent.id),
         expiresAt: Option.getOrElse(expiresAt, () => agent.expiresAt),
+        ...(reconfigured === undefined ? {} : { reconfigured }),
         ...(first === undefined ? {} : { prompt: first })
       })
     })
@@ -384,9 +441,15 @@ export const make = Effect.gen(function*() {
     agentId: string,
     requestId: string | undefined,
     sent: string,
-    changes: Record<string, unknown>
+    changes: Record<string, unknown>,
+    tools?: DeclaredTools
   ) =>
-    makeClient(agentId).Configure({ requestId: requestId ?? Ids.make("req"), fingerprint: sent, changes }).pipe(
+    makeClient(agentId).Configure({
+      requestId: requestId ?? Ids.make("req"),
+      fingerprint: sent,
+      changes,
+      ...(tools === undefined ? {} : { tools })
+    }).pipe(
       Effect.orDie,
       Effect.flatMap(ownRecord("configure", sent))
     )
@@ -410,14 +473,15 @@ export const make = Effect.gen(function*() {
         })
       }
       if (input.mounts !== undefined) yield* Workspace.validate(volumes, tenantId, input.mounts)
+      const { mcp, ...settings } = rest
       const changes = {
-        ...rest,
+        ...settings,
         // A new budget counts from now.
         ...(spendLimit === undefined
           ? {}
           : { spendLimit: spendLimit === null ? null : { usd: spendLimit.usd, since: Math.floor(Date.now() / 1000) } })
       }
-      return yield* sendConfigure(agentId, requestId, sent, changes)
+      return yield* sendConfigure(agentId, requestId, sent, changes, mcp === undefined ? undefined : declaredTools(mcp))
     })
 
   /** A definition's revision as a configure applies it: what it supplies, never its secrets. */

@@ -3,7 +3,7 @@
  * tools and tool sources, spend, recent events and requests, what runs and
  * waits), read from the journal and from its owner's view.
  */
-import { Agent as AgentSchemas, Session } from "@agent-runtime/domain"
+import { Agent as AgentSchemas, ApiError, Session } from "@agent-runtime/domain"
 import { UsageLog } from "@agent-runtime/models"
 import { type Context, Effect } from "effect"
 import { toRecord } from "../Agent.ts"
@@ -37,17 +37,37 @@ export const historyPage = (
     })
   })
 
+/**
+ * The whole history, oldest first, unless its message JSON is over `Session.maxWholeHistoryBytes`: then 413,
+ * measured before a message is read, so a long history never lands in memory whole for one answer.
+ */
+export const wholeHistory = (store: Context.Tag.Service<AgentStore>, agentId: string) =>
+  Effect.gen(function*() {
+    const bytes = yield* store.historyBytes(agentId)
+    if (bytes > Session.maxWholeHistoryBytes) {
+      return yield* new ApiError.TooLarge({
+        error: `the history is ${bytes} bytes of messages, more than the ${Session.maxWholeHistoryBytes} answered ` +
+          "whole: read it in pages (limit, before)"
+      })
+    }
+    const rows = yield* store.messages(agentId)
+    return new Session.History({ messages: rows.map((row) => row.message as Session.HistoryMessage) })
+  })
+
 export const resumeOf = (agent: AgentRow) =>
   agent.resumeFailures === 0 || agent.resumeAfter === null
     ? null
     : new AgentSchemas.AgentResume({ failures: agent.resumeFailures, after: agent.resumeAfter })
+
+/** The type of an agent made without one. */
+export const defaultType = "agent"
 
 export const summary = (agent: AgentRow, running: boolean) =>
   new AgentSchemas.AgentSummary({
     id: agent.id,
     key: agent.key,
     name: agent.name,
-    type: agent.type ?? "agent",
+    type: agent.type ?? defaultType,
     model: agent.config.model,
     connected: agent.connection !== null,
     running,

@@ -290,7 +290,7 @@ export const askInputs = (
           id: asked.id,
           kind: asked.kind,
           message: asked.message,
-          detail: asked.detail,
+          detail: Inputs.shownDetail(asked),
           expiresAt: asked.expiresAt,
           toolCallId: asked.toolCallId
         }

@@ -18,6 +18,7 @@ import { hooksFor } from "./turnHooks.ts"
 /** What a request's input holds for its turn. */
 type RequestInput =
   & { readonly text?: string; readonly actor?: string; readonly suspension?: string; readonly code?: string }
+  & { readonly timeoutMs?: number }
   & { readonly allowDisconnected?: boolean }
   & Pick<Turn.TurnInput, "metadata" | "from" | "files" | "output">
 
@@ -73,12 +74,14 @@ const turnInput = (
     agentId,
     config: agent.config,
     requestId: row.id,
+    beganAt: row.beganAt ?? undefined,
     // A resume goes on from the answers, without a new user message.
     continue: row.method === "continue" || row.method === "resume",
     suspension: input.suspension,
     resume,
     text: input.text ?? "",
     code: input.code,
+    codeTimeoutMs: input.timeoutMs,
     metadata: input.metadata,
     from: input.from,
     files: input.files,

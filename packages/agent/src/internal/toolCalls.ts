@@ -9,10 +9,9 @@ import type { Input } from "@agent-runtime/domain"
 import { ModelClient } from "@agent-runtime/models"
 import { Storable } from "@agent-runtime/store"
 import { Effect } from "effect"
-import { argumentsHash } from "../Inputs.ts"
 import * as StructuredOutput from "../StructuredOutput.ts"
 import * as Tools from "../Tools.ts"
-import type { SentCall, StoredMessage } from "../Turn.ts"
+import type { Earlier, SentCall, StoredMessage } from "../Turn.ts"
 import { recordCall, type ToolCall, toolCallsOf, type TurnRun } from "./turnRun.ts"
 
 /** Whether a call a lost node sent without a result is run again: its tool continues the same work. */
@@ -154,7 +153,8 @@ export const runCode = (
   code: string,
   prefix: string,
   sent: ReadonlyMap<string, SentCall>,
-  toolCallId?: string
+  toolCallId?: string,
+  limits?: Partial<Codemode.Limits>
 ) =>
   Effect.gen(function*() {
     const lanes = yield* Effect.makeSemaphore(lanesTotal)
@@ -164,27 +164,23 @@ export const runCode = (
       parameters: tool.parameters,
       call: (args, n) => runInnerCall(run, lanes, { tool, args, innerCallId: `${prefix}:${n}` }, sent, toolCallId)
     }))
-    return yield* Codemode.run(code, hostTools)
+    return yield* Codemode.run(code, hostTools, limits)
   }).pipe(Effect.withSpan("Turn.runCode"))
 
 /** A call that asks a person's approval before it runs. */
 const askApproval = (tool: Tools.Tool, call: ToolCall): Tools.ToolResult => ({
   ...Tools.text("waiting for a person's approval"),
-  ask: {
-    kind: "approval",
-    message: `Approve ${tool.name}?`,
-    detail: {
-      tool: tool.name,
-      source: tool.source ?? "builtins",
-      arguments: call.arguments,
-      argumentsHash: argumentsHash(call.arguments)
-    }
-  }
+  ask: Tools.approvalAsk(tool.name, tool.source ?? "builtins", call.arguments)
 })
 
-/** Runs a tool once, journaled as sent before and with its result after; its updates at most every 250 ms. */
-const execute = (run: TurnRun, tool: Tools.Tool, call: ToolCall, journalId: string, settled: Input.Input | undefined) =>
+/**
+ * Runs a tool once, journaled as sent before and with its result after; its updates at most every 250 ms.
+ * Made again after its input settled, it gets the answer (or the approval) and what its tool asked back.
+ */
+const execute = (run: TurnRun, tool: Tools.Tool, call: ToolCall, journalId: string, earlier: Earlier | undefined) =>
   Effect.gen(function*() {
+    const settled = earlier?.input
+    const answer = settled?.answer
     let lastUpdate = 0
     const update = (partialResult: unknown) =>
       Effect.suspend(() => {
@@ -199,13 +195,16 @@ const execute = (run: TurnRun, tool: Tools.Tool, call: ToolCall, journalId: stri
       update,
       emit: run.hooks.emit,
       aborting: run.hooks.aborting,
-      ...(settled === undefined || settled.kind === "approval" ? {} : {
-        answer: {
-          inputId: settled.id,
-          action: settled.answer?.action ?? "accept",
-          ...(settled.answer?.content === undefined ? {} : { content: settled.answer.content })
-        }
-      })
+      ...(settled === undefined ? {} : settled.kind === "approval"
+        ? { approval: { inputId: settled.id, by: answer?.by, at: answer?.at ?? Math.floor(Date.now() / 1000) } }
+        : {
+          answer: {
+            inputId: settled.id,
+            action: answer?.action ?? "accept",
+            ...(answer?.content === undefined ? {} : { content: answer.content })
+          }
+        }),
+      ...(earlier?.resume === undefined ? {} : { resume: earlier.resume })
     })
     yield* run.hooks.toolFinished(journalId, result)
     return result
@@ -214,20 +213,22 @@ const execute = (run: TurnRun, tool: Tools.Tool, call: ToolCall, journalId: stri
 /**
  * One call: answered from the journal when a lost node already sent it, else run once. A call of an
  * earlier step left waiting (`earlier`) is answered from its settled input: an accepted approval runs
- * it, an accepted form or page runs it again with the answer (journaled apart from its first run), any
- * other state is told to the model; one that asked nobody is not run.
+ * it, an accepted form or page runs it again with the answer (journaled apart from what ran before, as
+ * the tool itself may have asked the approval), any other state is told to the model; one that asked
+ * nobody is not run.
  */
 const runCall = Effect.fn("Turn.toolCall")(function*(
   run: TurnRun,
   call: ToolCall,
   sent: ReadonlyMap<string, SentCall>,
-  earlier?: ReadonlyMap<string, Input.Input>
+  earlier?: ReadonlyMap<string, Earlier>
 ) {
   yield* Effect.annotateCurrentSpan({ "gen_ai.tool.name": call.name, "gen_ai.tool.call.id": call.id })
   yield* run.event("tool_execution_start", { toolCallId: call.id, toolName: call.name, args: call.arguments })
   const { toolSet } = run
-  const settled = earlier?.get(call.id)
-  const journalId = settled === undefined || settled.kind === "approval" ? call.id : `${call.id}:${settled.id}`
+  const asked = earlier?.get(call.id)
+  const settled = asked?.input
+  const journalId = settled === undefined ? call.id : `${call.id}:${settled.id}`
   const problem = argumentsProblem(call.arguments)
   let result: Tools.ToolResult
   if (earlier !== undefined && settled === undefined) {
@@ -258,7 +259,7 @@ const runCall = Effect.fn("Turn.toolCall")(function*(
     } else if (settled === undefined && run.needsApproval(tool)) {
       result = askApproval(tool, call)
     } else {
-      result = yield* execute(run, tool, call, journalId, settled)
+      result = yield* execute(run, tool, call, journalId, asked)
     }
   }
   // What a tool, an application or a tool server answered is kept as the journal can keep it.
@@ -282,7 +283,7 @@ export const runCalls = (
   run: TurnRun,
   calls: ReadonlyArray<ToolCall>,
   sent: ReadonlyMap<string, SentCall>,
-  options: { readonly earlier?: ReadonlyMap<string, Input.Input>; readonly mayAsk?: boolean } = {}
+  options: { readonly earlier?: ReadonlyMap<string, Earlier>; readonly mayAsk?: boolean } = {}
 ) => {
   const { hooks } = run
   const done = new Set<string>()

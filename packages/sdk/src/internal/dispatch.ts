@@ -246,7 +246,9 @@ export const make = (options: Options): Effect.Effect<Dispatcher, never, Scope.S
         requestId: metaString(meta, "agent-runtime/requestId"),
         idempotencyKey: metaString(meta, "agent-runtime/idempotencyKey"),
         actor: metaString(meta, "agent-runtime/actor"),
-        identity: metaString(meta, "agent-runtime/identity"),
+        // The claims object carries the signed token; a runtime before it sent the token alone.
+        identity: metaString(meta, "agent-runtime/identity") ??
+          metaString((meta["agent-runtime/identity"] ?? {}) as Record<string, unknown>, "token"),
         deadline: entry.deadline,
         meta,
         progress: progressOf(entry, tool, isId(progressToken) ? progressToken : id)

@@ -228,11 +228,24 @@ export const build = (target: Target, request: Request): HttpClientRequest.HttpC
 const readText = (response: HttpClientResponse.HttpClientResponse) =>
   Effect.mapError(response.text, (cause) => transportError(cause, "reading the answer failed"))
 
-/** One attempt: the parsed JSON of a 2xx answer (undefined when empty), else its ApiError. */
+/** A 2xx answer: its parsed JSON (undefined when empty) and its headers. */
+export interface Answer {
+  readonly body: unknown
+  readonly headers: Readonly<Record<string, string | undefined>>
+}
+
+/** One attempt: the parsed JSON of a 2xx answer, else its ApiError. */
 export const attempt = (
   target: Target,
   request: Request
 ): Effect.Effect<unknown, ApiError | TransportError, HttpClient.HttpClient> =>
+  Effect.map(attemptAnswer(target, request), (answer) => answer.body)
+
+/** One attempt: the parsed JSON and headers of a 2xx answer, else its ApiError. */
+const attemptAnswer = (
+  target: Target,
+  request: Request
+): Effect.Effect<Answer, ApiError | TransportError, HttpClient.HttpClient> =>
   Effect.gen(function*() {
     const client = yield* HttpClient.HttpClient
     const response = yield* client.execute(build(target, request)).pipe(
@@ -243,9 +256,9 @@ export const attempt = (
     if (response.status < 200 || response.status >= 300) {
       return yield* Effect.fail(apiError(response.status, response.headers, text))
     }
-    if (text.length === 0) return undefined
+    if (text.length === 0) return { body: undefined, headers: response.headers }
     try {
-      return JSON.parse(text) as unknown
+      return { body: JSON.parse(text) as unknown, headers: response.headers }
     } catch {
       return yield* Effect.fail(
         new ApiError({ status: response.status, code: "INVALID_RESPONSE", message: "the answer is not JSON" })
@@ -270,3 +283,45 @@ export const json = (
   policy: Retry = defaultRetry
 ): Effect.Effect<unknown, ApiError | TransportError, HttpClient.HttpClient> =>
   request.retry ? withRetries(attempt(target, request), policy) : attempt(target, request)
+
+/**
+ * The query of the next page a `Link: <...>; rel="next"` header (RFC 8288) names, when it names one. Only the
+ * query is taken: the next page is asked of the same path under the same base URL, so a proxy that rewrites
+ * paths, or a link to another host, cannot send the token elsewhere.
+ */
+export const nextPageQuery = (link: string | undefined): Option.Option<Query> => {
+  const next = link?.split(",").map((value) => /^\s*<([^>]*)>\s*;\s*rel="?next"?\s*$/i.exec(value)).find(
+    (match) => match !== null && match !== undefined
+  )
+  if (next === undefined || next === null) return Option.none()
+  return Option.some(Object.fromEntries(new URL(next[1]!, "http://localhost").searchParams))
+}
+
+/**
+ * Every item of a paged list (a GET answering a JSON array): the first page, then each page its `Link` header
+ * names, until one names none. Each page is retried like any GET.
+ */
+export const allPages = (
+  target: Target,
+  request: Request,
+  policy: Retry = defaultRetry
+): Effect.Effect<ReadonlyArray<unknown>, ApiError | TransportError, HttpClient.HttpClient> => {
+  const page = (query: Query | undefined, seen: ReadonlyArray<unknown>): Effect.Effect<
+    ReadonlyArray<unknown>,
+    ApiError | TransportError,
+    HttpClient.HttpClient
+  > =>
+    Effect.flatMap(withRetries(attemptAnswer(target, { ...request, query }), policy), (answer) => {
+      if (!Array.isArray(answer.body)) {
+        return Effect.fail(
+          new ApiError({ status: 200, code: "INVALID_RESPONSE", message: "the answer is not a JSON array" })
+        )
+      }
+      const all = [...seen, ...answer.body]
+      return Option.match(nextPageQuery(answer.headers["link"]), {
+        onNone: () => Effect.succeed(all),
+        onSome: (next) => page(next, all)
+      })
+    })
+  return page(request.query, [])
+}
