@@ -195,7 +195,12 @@ layer(TestWorld.layer(), { excludeTestServices: true })("agent token routes", (i
       const whole = yield* api.get(`/clients/${agent.id}/history`, { token: agent.token })
       expect(whole.status, whole.text).toBe(200)
       expect(Object.keys(whole.body)).toEqual(["messages"])
-      expect(whole.body.messages.map((message: any) => message.role)).toEqual(["user", "assistant", "user", "assistant"])
+      expect(whole.body.messages.map((message: any) => message.role)).toEqual([
+        "user",
+        "assistant",
+        "user",
+        "assistant"
+      ])
       const page = yield* api.get(`/clients/${agent.id}/history?limit=2`, { token: agent.token })
       expect(page.body).toMatchObject({ next: 2, total: 4 })
       expect(page.body.entries.map((entry: any) => entry.index)).toEqual([2, 3])

@@ -98,6 +98,15 @@ layer(TestWorld.layer(), { excludeTestServices: true })("application connection,
         agent: created.id,
         origin: "prompt"
       })
+      const { token: _token, ...claims } = meta["agent-runtime/identity"]
+      expect(claims).toEqual({
+        sub: "user_42",
+        act: "alice",
+        ctx: { team: "blue" },
+        tenant: tenantId,
+        agent: created.id,
+        origin: "prompt"
+      })
 
       // Every message the runtime sent is MCP as the official SDK's schemas define it.
       const sent = app.frames.filter((frame) => frame.event === "mcp").map((frame) => JSON.parse(frame.data!).message)

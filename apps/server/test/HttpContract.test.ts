@@ -107,7 +107,7 @@ layer(ServerLive, { timeout: 60_000, excludeTestServices: true })("HTTP contract
 
       // A setting the API does not have, and a misspelt one: neither is dropped.
       expect(yield* send("POST", "/v1/agents", { model: "fake/m1", runLimits: { turns: 3 }, spendLimt: { usd: 1 } }))
-        .toEqual(refused("runLimits: unknown field; spendLimt: unknown field"))
+        .toEqual(refused("spendLimt: unknown field; runLimits.turns: unknown field"))
       // Inside a setting and inside a list's items.
       expect(
         yield* send("POST", "/v1/agents", {
@@ -116,8 +116,8 @@ layer(ServerLive, { timeout: 60_000, excludeTestServices: true })("HTTP contract
           mounts: [{ volumeId: "vol_1", path: "/data", mode: "ro", readOnly: true }]
         })
       ).toEqual(refused("mounts.0.readOnly: unknown field; spendLimit.currency: unknown field"))
-      expect(yield* send("PUT", "/v1/agents/by-key/support", { model: "fake/m1", runLimits: {} }))
-        .toEqual(refused("runLimits: unknown field"))
+      expect(yield* send("PUT", "/v1/agents/by-key/support", { model: "fake/m1", runLimit: {} }))
+        .toEqual(refused("runLimit: unknown field"))
       expect(yield* api.agents.list({ urlParams: {} })).toEqual([])
 
       expect(
@@ -150,8 +150,8 @@ layer(ServerLive, { timeout: 60_000, excludeTestServices: true })("HTTP contract
           from: { id: "u_1", role: "admin" }
         })
       ).toEqual(refused("from.role: unknown field"))
-      expect(yield* send("POST", `/v1/agents/${agent.id}/configure`, { model: "fake/m1", runLimits: {} }))
-        .toEqual(refused("runLimits: unknown field"))
+      expect(yield* send("POST", `/v1/agents/${agent.id}/configure`, { model: "fake/m1", runLimit: {} }))
+        .toEqual(refused("runLimit: unknown field"))
       expect(yield* send("POST", `/v1/agents/${agent.id}/fork`, { atMesage: 0 })).toEqual(
         refused("atMesage: unknown field")
       )

@@ -88,6 +88,15 @@ const routes = [
   ["get", "/clients/{id}/inputs"],
   ["post", "/clients/{id}/inputs/{inputId}/answer"],
   ["post", "/clients/{id}/answers"],
+  ["post", "/clients/{id}/inputs/{inputId}"],
+  ["delete", "/clients/{id}"],
+  ["post", "/clients/{id}/metadata"],
+  ["post", "/clients/{id}/schedules"],
+  ["get", "/clients/{id}/schedules"],
+  ["delete", "/clients/{id}/schedules/{scheduleId}"],
+  ["get", "/v1/inputs"],
+  ["get", "/v1/agents/{id}/mounts"],
+  ["put", "/v1/agents/{id}/mounts"],
   ["post", "/v1/volumes"],
   ["get", "/v1/volumes"],
   ["get", "/v1/volumes/{volumeId}"],
@@ -187,10 +196,18 @@ layer(NodeLive, { excludeTestServices: true })("openapi", (it) => {
           "/v1/webhooks/{webhookId}/attempts",
           "/v1/admin/tenants",
           "/v1/agents/{id}/inputs",
-          "/clients/{id}/inputs"
+          "/clients/{id}/inputs",
+          "/clients/{id}/schedules",
+          "/v1/inputs",
+          "/v1/agents/{id}/mounts"
         ]
       ) expect(answerOf(path).type, path).toBe("array")
       expect(Object.keys(answerOf("/v1/models").properties)).toEqual(["data", "next"])
+      // The agent's history: a page with `limit` or `before`, else the whole of it.
+      expect(answerOf("/clients/{id}/history").anyOf.map((member: any) => member.$ref)).toEqual([
+        "#/components/schemas/HistoryPage",
+        "#/components/schemas/History"
+      ])
       const limit = spec.paths["/v1/agents"].get.parameters.find((parameter: any) => parameter.name === "limit")
       expect(limit.schema).toMatchObject({ minimum: 1, maximum: 1000 })
       expect(limit.schema.description).toContain('Link: <path?after=<last id>&limit=<n>>; rel="next"')

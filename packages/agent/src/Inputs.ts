@@ -210,7 +210,11 @@ export class InputStore extends Context.Tag("@agent-runtime/agent/InputStore")<I
    */
   readonly inbox: (
     tenantId: string,
-    options: { readonly state?: Input.InputState | undefined; readonly after?: string | undefined; readonly limit: number }
+    options: {
+      readonly state?: Input.InputState | undefined
+      readonly after?: string | undefined
+      readonly limit: number
+    }
   ) => Effect.Effect<ReadonlyArray<InputRow>, PersistenceError>
   /**
    * Records answers, all or none: each must name a pending input of the agent (or repeat the answer it
@@ -310,7 +314,11 @@ export const make = Effect.gen(function*() {
 
   const inbox = (
     tenantId: string,
-    options: { readonly state?: Input.InputState | undefined; readonly after?: string | undefined; readonly limit: number }
+    options: {
+      readonly state?: Input.InputState | undefined
+      readonly after?: string | undefined
+      readonly limit: number
+    }
   ) =>
     sql<InputRow>`SELECT ${fields} FROM agent_inputs i
       WHERE tenant_id = ${tenantId}

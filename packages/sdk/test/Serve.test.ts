@@ -311,7 +311,8 @@ describe("the MCP session", () => {
         "agent-runtime/requestId": "req_1",
         "agent-runtime/idempotencyKey": "idem_1",
         "agent-runtime/actor": "user_42",
-        "agent-runtime/identity": "eyJhbGciOi.x.y",
+        // The claims the runtime sends, with the signed token of them.
+        "agent-runtime/identity": { agent: "client_1", sub: "user_42", token: "eyJhbGciOi.x.y" },
         "agent-runtime/deadline": deadline
       })
       expect(seen).toMatchObject({

@@ -4,6 +4,8 @@
  * `data.elicitations`. The runtime takes mode `form` (with a
  * `requestedSchema`) the same way, records the input, and makes the call
  * again once it is answered, the answer in `_meta["agent-runtime/answer"]`.
+ * (An application tool may also ask with camelRun's `input_required` result,
+ * whose `elicitation/create` params are read here the same way.)
  */
 
 /** MCP's "URL elicitation required" error code. */

@@ -14,7 +14,10 @@ export const layer: Layer.Layer<
   Effect.gen(function*() {
     const agents = yield* Agents.Agents
     const schedules = yield* Schedules.Schedules
-    const answerOne = ({ path, payload }: { readonly path: { readonly inputId: string }; readonly payload: Input.AnswerInput }) =>
+    /** One answer, at either route that takes it (camelRun's `.../inputs/{inputId}` and our `.../answer`). */
+    const answerOne = (
+      { path, payload }: { readonly path: { readonly inputId: string }; readonly payload: Input.AnswerInput }
+    ) =>
       Effect.flatMap(Auth.CurrentAgent, ({ agentId, tenantId }) =>
         Effect.map(
           agents.answer(tenantId, agentId, [{ ...payload, id: path.inputId }], { via: "agent" }),

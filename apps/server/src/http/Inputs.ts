@@ -43,7 +43,8 @@ export const layer: Layer.Layer<
           )))
       .handle("inbox", ({ urlParams }) =>
         Effect.flatMap(Auth.CurrentPrincipal, (principal) =>
-          Effect.flatMap(agents.inbox(principal.tenantId, urlParams), (page) => Paging.answer(page, urlParams))))
+          Effect.flatMap(agents.inbox(principal.tenantId, urlParams), (page) =>
+            Paging.answer(page, urlParams))))
       .handle("answerAll", ({ path, payload }) =>
         Effect.flatMap(Auth.CurrentPrincipal, (principal) =>
           agents.answer(principal.tenantId, path.id, payload.answers, answeredBy(principal))))

@@ -44,9 +44,11 @@ export const hooksFor = (instance: Instance, row: RequestRow, asker: string | un
           yield* afterSettled(instance, yield* journal.retrying(inputStore.supersede(agentId, toolCallIds)))
         }
         const found = yield* journal.retrying(inputStore.forCalls(agentId, toolCallIds))
-        return new Map(
-          [...found].map(([toolCallId, row]) => [toolCallId, { input: Inputs.toInput(row), resume: Inputs.resumeOf(row) }])
-        )
+        const earlier = (row: Inputs.InputRow): Turn.Earlier => ({
+          input: Inputs.toInput(row),
+          resume: Inputs.resumeOf(row)
+        })
+        return new Map([...found].map(([toolCallId, row]) => [toolCallId, earlier(row)]))
       })
   }
 }

@@ -136,7 +136,8 @@ export const make = Effect.fn("Turn.start")(function*(input: TurnInput, hooks: T
       inputs: undefined
     },
     needsApproval: (tool) =>
-      tool.needsApproval === true || approvals.some((approval) =>
+      tool.needsApproval === true ||
+      approvals.some((approval) =>
         approval.tool === tool.name && (approval.source === undefined || approval.source === tool.source)
       ),
     event: (type, fields = {}) => hooks.emit({ type, ...fields })
