@@ -273,9 +273,12 @@ it.scopedLive(
         const n = runSequence++
         const key = `run-db-${n}`
         const body = { model: "fake/r1", builtins: ["web_fetch"], input: `run ${n}` }
+        // A spare answer per run: a run whose answer was lost with its node asks the model again, and every run
+        // shares this queue, so without it the last run would find it empty.
         upstream.script([
           { toolCalls: [{ id: `rcall_${n}`, name: "web_fetch", arguments: { url: `${pages.url}/r/${n}?delay=600` } }] },
-          { text: `run ${n} done`, tokenDelayMs: 60 }
+          { text: `run ${n} done`, tokenDelayMs: 60 },
+          { text: `run ${n} done` }
         ], { model: "r1" })
         const entry: { id?: string; body: unknown } = { body }
         runKeys.set(key, entry)

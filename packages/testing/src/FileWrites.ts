@@ -122,7 +122,7 @@ export const check = (options: {
             after === null ? "" : `&after=${encodeURIComponent(after)}`
           }`
         )).body
-        for (const listed of page.data as Array<{ path: string; version: number }>) {
+        for (const listed of page.files as Array<{ path: string; version: number }>) {
           const n = Number(/^faults\/w(\d+)\.txt$/.exec(listed.path)?.[1])
           const text = (yield* options.get(`/v1/volumes/${volumeId}/file?path=${encodeURIComponent(listed.path)}`))
             .text
@@ -132,7 +132,7 @@ export const check = (options: {
           }
           files.set(n, { agentId, file: { version: listed.version, text } })
         }
-        after = page.next
+        after = page.next ?? null
       } while (after !== null)
     }
 
