@@ -627,7 +627,14 @@ it.scopedLive(
       )
       expect(types).toContain("turn_resumed")
       expect(types.filter((type) => type === "tool_execution_start")).toHaveLength(2)
-      expect(app.errors.filter((error) => error instanceof CamelWire.WireError && error.status !== 503)).toEqual([])
+      // What the application was told went wrong: at most an answer posted under its old connection once the
+      // agent had moved (404 NOT_FOUND: that call's outcome is unknown to the model, never sent again), and 503s
+      // while the node drained.
+      expect(
+        app.errors.filter((error) =>
+          !(error instanceof CamelWire.WireError && (error.status === 503 || error.code === "NOT_FOUND"))
+        )
+      ).toEqual([])
     }),
   { timeout: 120_000 }
 )

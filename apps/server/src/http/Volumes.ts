@@ -137,6 +137,20 @@ const fileLink = (downloads: Downloads.Downloads["Type"], grant: Downloads.FileG
       ...(grant.contentType === undefined ? {} : { contentType: grant.contentType })
     }))
 
+/** A prompt's attachment put in the agent's workspace, by either route: its record, with the path to attach. */
+const upload = (
+  agents: Agents.Agents["Type"],
+  request: HttpServerRequest.HttpServerRequest,
+  maxFileBytes: number,
+  tenantId: string,
+  agentId: string,
+  path: { readonly requestId: string; readonly name: string }
+) =>
+  Effect.flatMap(
+    bodyOf(request, maxFileBytes),
+    (bytes) => agents.upload(tenantId, agentId, path.requestId, path.name, bytes, contentTypeOf(request))
+  ).pipe(Effect.flatMap((saved) => Effect.orDie(HttpServerResponse.schemaJson(Session.Upload)(saved))))
+
 const maxFileBytesOf = Effect.map(
   Effect.orDie(Volumes.config),
   (config) => config.maxFileBytes ?? Volume.defaultMaxFileBytes
@@ -237,18 +251,8 @@ export const layer: Layer.Layer<
       .handle("removeFile", ({ path, request, urlParams }) =>
         removeFile(request, path.volumeId, urlParams.path, urlParams.ifVersion))
       .handleRaw("upload", ({ path, request }) =>
-        Effect.gen(function*() {
-          const tenantId = yield* tenant
-          const upload = yield* agents.upload(
-            tenantId,
-            path.id,
-            path.requestId,
-            path.name,
-            yield* bodyOf(request, maxFileBytes),
-            contentTypeOf(request)
-          )
-          return yield* HttpServerResponse.schemaJson(Session.Upload)(upload).pipe(Effect.orDie)
-        }))
+        Effect.flatMap(tenant, (tenantId) =>
+          upload(agents, request, maxFileBytes, tenantId, path.id, path)))
   }))
 
 /** An agent's files over its own token, by the paths the agent sees. */
@@ -311,18 +315,11 @@ export const layerClientFiles: Layer.Layer<
           )
         }))
       .handleRaw("upload", ({ path, request }) =>
-        Effect.gen(function*() {
-          const { agentId, tenantId } = yield* Auth.CurrentAgent
-          const upload = yield* agents.upload(
-            tenantId,
-            agentId,
-            path.requestId,
-            path.name,
-            yield* bodyOf(request, maxFileBytes),
-            contentTypeOf(request)
-          )
-          return yield* HttpServerResponse.schemaJson(Session.Upload)(upload).pipe(Effect.orDie)
-        }))
+        Effect.flatMap(
+          Auth.CurrentAgent,
+          ({ agentId, tenantId }) =>
+            upload(agents, request, maxFileBytes, tenantId, agentId, path)
+        ))
   }))
 
 /** Signed links, of a presented file and of a file by path: no bearer token, the signature is what lets it in. */
