@@ -241,6 +241,7 @@ export class InputStore extends Context.Tag("@agent-runtime/agent/InputStore")<I
   readonly expiring: Effect.Effect<ReadonlyArray<string>, PersistenceError>
 }>() {}
 
+// created_at is shown in seconds under its own name: an ORDER BY of it names the table's column, not this one.
 const columns = `id, agent_id, tenant_id, request_id, tool_call_id, kind, message, detail, audience, approvers, state,
   answer, floor(extract(epoch from created_at))::float8 AS created_at,
   floor(extract(epoch from expires_at))::float8 AS expires_at`
@@ -296,21 +297,21 @@ export const make = Effect.gen(function*() {
 
   const forRequest = (agentId: string, requestId: string) =>
     sql<InputRow>`SELECT ${fields} FROM agent_inputs WHERE agent_id = ${agentId} AND request_id = ${requestId}
-      ORDER BY created_at, id`
+      ORDER BY agent_inputs.created_at, id`
 
   const forCalls = (agentId: string, toolCallIds: ReadonlyArray<string>) =>
     toolCallIds.length === 0
       ? Effect.succeed(new Map<string, InputRow>())
       : sql<InputRow>`SELECT DISTINCT ON (tool_call_id) ${fields} FROM agent_inputs
         WHERE agent_id = ${agentId} AND tool_call_id IN ${sql.in(toolCallIds)}
-        ORDER BY tool_call_id, created_at DESC, id`.pipe(
+        ORDER BY tool_call_id, agent_inputs.created_at DESC, id`.pipe(
         Effect.map((rows) => new Map(rows.map((row) => [row.toolCallId, row])))
       )
 
   const list = (agentId: string, state?: Input.InputState) =>
     sql<InputRow>`SELECT ${fields} FROM agent_inputs WHERE agent_id = ${agentId}
       ${state === undefined ? sql`` : sql`AND state = ${state}`}
-      ORDER BY created_at DESC, id LIMIT 100`
+      ORDER BY agent_inputs.created_at DESC, id LIMIT 100`
 
   const inbox = (
     tenantId: string,
@@ -331,7 +332,7 @@ export const make = Effect.gen(function*() {
         : sql`AND (created_at, id) < (SELECT created_at, id FROM agent_inputs
           WHERE id = ${options.after} AND tenant_id = ${tenantId})`
     }
-      ORDER BY created_at DESC, id DESC LIMIT ${options.limit}`
+      ORDER BY i.created_at DESC, i.id DESC LIMIT ${options.limit}`
 
   /** Locks the named inputs, in id order so two settlings never wait on each other crosswise. */
   const lock = (agentId: string, ids: ReadonlyArray<string>) =>

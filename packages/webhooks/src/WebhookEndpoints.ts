@@ -135,7 +135,7 @@ export const make = Effect.gen(function*() {
 
   const list = (tenantId: string) =>
     sql<Row>`SELECT ${fields} FROM webhook_endpoints WHERE tenant_id = ${tenantId} AND kind = 'endpoint'
-      ORDER BY created_at, id`.pipe(
+      ORDER BY webhook_endpoints.created_at, id`.pipe(
       Effect.map((rows) => rows.map(toEndpoint)),
       PersistenceError.PersistenceError.refail
     )
