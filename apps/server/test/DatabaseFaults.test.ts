@@ -602,7 +602,17 @@ it.scopedLive(
         }), { concurrency: 6, discard: true })
       const runsCreated = [...runKeys].filter(([, entry]) => entry.id !== undefined)
       expect(runsCreated.length).toBeGreaterThan(0)
-      expect(runsCreated.filter(([key]) => !runsEnded.has(key)).map(([key]) => key)).toEqual([])
+      // A run still going says where it is: its record, and the row its wake-ups are counted in.
+      const unended = yield* Effect.forEach(runsCreated.filter(([key]) => !runsEnded.has(key)), ([key, entry]) =>
+        Effect.gen(function*() {
+          const run = yield* call("GET", `/v1/runs/${entry.id}`)
+          const rows = yield* TestDatabase.query(
+            databaseUrl,
+            `SELECT owner, resume_failures, resume_after FROM agents WHERE id = '${entry.id}'`
+          )
+          return `${key} ${JSON.stringify(run.body)} ${JSON.stringify(rows)}`
+        }))
+      expect(unended).toEqual([])
       for (const [key, run] of runsEnded) {
         expect(run.status, `${key}: ${JSON.stringify(run.error)}`).toBe("completed")
       }
