@@ -35,7 +35,7 @@ const world =
         path: FileWrites.pathOf(Number(n)),
         version: file.version
       }))
-      return Effect.succeed(respond({ data, next: null }))
+      return Effect.succeed(respond({ files: data }))
     }
     const read = /^\/v1\/volumes\/vol_([^/]+)\/file\?path=faults%2Fw(\d+)\.txt$/.exec(path)
     if (read) return Effect.succeed(respond(undefined, files[read[1]!]![Number(read[2])]!.text))
