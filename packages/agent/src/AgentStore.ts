@@ -791,11 +791,15 @@ export const make = Effect.gen(function*() {
           OR EXISTS (SELECT 1 FROM agent_requests r JOIN runner_reports w ON w.address = a.owner
             WHERE r.agent_id = a.id AND r.state = 'running' AND r.began_at < w.started_at))`
 
-  /** Waking the agent's work failed: the next attempt waits twice as long as the last, at most an hour. */
+  /**
+   * Waking the agent's work failed: after a few quick attempts (an outage or a move fails several in a row),
+   * each waits twice as long as the last, at most an hour. Every node's sweep may have tried in the same
+   * window: only the first failure of a window counts, so three nodes do not triple the wait.
+   */
   const resumeFailed = (agentId: string) =>
     sql`UPDATE agents SET resume_failures = resume_failures + 1,
-        resume_after = now() + make_interval(secs => least(3600, power(2, resume_failures)::int))
-      WHERE id = ${agentId}`
+        resume_after = now() + make_interval(secs => least(3600, power(2, greatest(0, resume_failures - 3))::int))
+      WHERE id = ${agentId} AND (resume_after IS NULL OR resume_after <= now())`
 
   const resumeSucceeded = (agentId: string) =>
     sql`UPDATE agents SET resume_failures = 0, resume_after = NULL WHERE id = ${agentId} AND resume_failures > 0`

@@ -5,7 +5,7 @@
  * second each agent no live runner holds, or with a request queued long
  * enough that its owner may never have heard of it (its sender recorded it,
  * then was lost before it told the owner). A wake-up that fails is tried
- * again later, doubling the wait up to an hour, never given up.
+ * again later (see AgentStore.resumeFailed), never given up.
  */
 import { DatabaseHealth } from "@agent-runtime/store"
 import type { Sharding } from "@effect/cluster"

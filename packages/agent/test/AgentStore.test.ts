@@ -92,21 +92,26 @@ describe("AgentStore", () => {
       expect(yield* store.agentsToWake(6, 30)).toEqual([{ agentId: "client_resume", resumeFailures: 0 }])
 
       const waits: Array<number> = []
-      for (let failure = 1; failure <= 14; failure++) {
+      for (let failure = 1; failure <= 17; failure++) {
+        yield* store.resumeFailed("client_resume")
+        // Another node's sweep failing in the same window adds nothing.
         yield* store.resumeFailed("client_resume")
         const [row] = yield* sql<{ failures: number; wait: number }>`
           SELECT resume_failures AS failures, extract(epoch from resume_after - now())::float8 AS wait
           FROM agents WHERE id = 'client_resume'`
         expect(row!.failures).toBe(failure)
         waits.push(Math.round(row!.wait))
+        // The window ends: the next sweep's attempt is due.
+        yield* sql`UPDATE agents SET resume_after = now() WHERE id = 'client_resume'`
       }
-      expect(waits).toEqual([1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 3600, 3600])
+      expect(waits).toEqual([1, 1, 1, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 3600, 3600])
+      yield* sql`UPDATE agents SET resume_after = now() + interval '1 hour' WHERE id = 'client_resume'`
       // Not due until its time; the agent shows it meanwhile.
       expect(yield* store.agentsToWake(6, 30)).toEqual([])
       const agent = yield* store.findById("client_resume")
-      expect(agent._tag === "Some" && agent.value.resumeFailures).toBe(14)
+      expect(agent._tag === "Some" && agent.value.resumeFailures).toBe(17)
       yield* sql`UPDATE agents SET resume_after = now() - interval '1 second' WHERE id = 'client_resume'`
-      expect(yield* store.agentsToWake(6, 30)).toEqual([{ agentId: "client_resume", resumeFailures: 14 }])
+      expect(yield* store.agentsToWake(6, 30)).toEqual([{ agentId: "client_resume", resumeFailures: 17 }])
       yield* store.resumeSucceeded("client_resume")
       const cleared = yield* store.findById("client_resume")
       expect(cleared._tag === "Some" && [cleared.value.resumeFailures, cleared.value.resumeAfter]).toEqual([0, null])
