@@ -4,7 +4,7 @@
  *
  * Packages, bottom to top; a package imports only packages of lower layers:
  *
- *   domain  ->  store, egress, codemode  ->  webhooks  ->  accounts, models, identity, files  ->  toolsources
+ *   domain  ->  store, egress, codemode  ->  webhooks, telemetry  ->  accounts, models, identity, files  ->  toolsources
  *     ->  agent, gateway
  *     ->  apps/server
  *
@@ -31,7 +31,7 @@ import * as Path from "node:path"
 const layers = [
   ["domain"],
   ["store", "egress", "codemode"],
-  ["webhooks"],
+  ["webhooks", "telemetry"],
   ["accounts", "models", "identity", "files"],
   ["toolsources"],
   ["agent", "gateway"]

@@ -12,11 +12,13 @@ import { GatewayMigrations } from "@agent-runtime/gateway"
 import { IdentityMigrations } from "@agent-runtime/identity"
 import { ModelsMigrations } from "@agent-runtime/models"
 import type { Migrations } from "@agent-runtime/store"
+import { TelemetryMigrations } from "@agent-runtime/telemetry"
 import { WebhookMigrations } from "@agent-runtime/webhooks"
 
 export const migrations: ReadonlyArray<Migrations.Migrations> = [
   AccountsMigrations.migrations,
   WebhookMigrations.migrations,
+  TelemetryMigrations.migrations,
   FileMigrations.migrations,
   ModelsMigrations.migrations,
   AgentMigrations.migrations,

@@ -48,6 +48,7 @@ import {
   type PersistenceError,
   SealedSecret
 } from "@agent-runtime/store"
+import { TelemetrySettings, TraceExport } from "@agent-runtime/telemetry"
 import { ToolSources } from "@agent-runtime/toolsources"
 import { WebhookDelivery, WebhookEndpoints } from "@agent-runtime/webhooks"
 import {
@@ -89,6 +90,7 @@ import * as Models from "./http/Models.ts"
 import * as Page from "./http/Page.ts"
 import * as RunsHttp from "./http/Runs.ts"
 import * as SchedulesHttp from "./http/Schedules.ts"
+import * as TelemetryHttp from "./http/Telemetry.ts"
 import * as Tokens_ from "./http/Tokens.ts"
 import * as VolumesHttp from "./http/Volumes.ts"
 import * as WebhooksHttp from "./http/Webhooks.ts"
@@ -150,6 +152,7 @@ const layerApi = HttpApiBuilder.api(Api.Api).pipe(
     VolumesHttp.layerClientFiles,
     VolumesHttp.layerDownloads,
     WebhooksHttp.layer,
+    TelemetryHttp.layer,
     WellKnown.layer
   ]),
   Layer.provide([Authentication.layer, Authentication.layerOperator, Authentication.layerAgent])
@@ -183,6 +186,8 @@ export const layerRestApp: Layer.Layer<
   | IdentityTokens.IdentityTokens
   | WebhookEndpoints.WebhookEndpoints
   | WebhookDelivery.WebhookDelivery
+  | TelemetrySettings.TelemetrySettings
+  | TraceExport.TraceExport
   | Volumes.Volumes
   | Downloads.Downloads
   | Listing.Listing
@@ -347,6 +352,9 @@ const layerFiles = Layer.unwrapEffect(
   Layer.provideMerge(Layer.effect(RestBase, Deferred.make<string>()))
 )
 
+/** Tenants' trace export: settings and the per-node exporter. */
+const layerTelemetry = TraceExport.layer().pipe(Layer.provideMerge(TelemetrySettings.layer))
+
 /**
  * Everything a node needs but its configuration, logger and database, on a
  * cluster runner (Sharding, the cluster's Runners, ShardingConfig): the
@@ -354,7 +362,7 @@ const layerFiles = Layer.unwrapEffect(
  */
 export const layerServicesOn = <ROut, E, RIn>(cluster: Layer.Layer<ROut, E, RIn>) =>
   layerAgentsOn(cluster).pipe(
-    Layer.provideMerge(Layer.mergeAll(WebhookEndpoints.layer, layerWebhookDelivery, layerFiles)),
+    Layer.provideMerge(Layer.mergeAll(WebhookEndpoints.layer, layerWebhookDelivery, layerFiles, layerTelemetry)),
     Layer.provideMerge(
       Layer.mergeAll(
         Tenants.layer,

@@ -52,6 +52,7 @@ import {
   Upload
 } from "./Session.ts"
 import { RunAccepted, RunInput, RunParams, StatelessRun } from "./StatelessRun.ts"
+import { TelemetryCleared, TelemetryInput, TelemetrySettings, TelemetryTestResult } from "./Telemetry.ts"
 import { Tenant, TenantCreated, TenantInput } from "./Tenant.ts"
 import { Token, TokenCreated, TokenInput } from "./Token.ts"
 import {
@@ -1439,6 +1440,40 @@ export class WebhooksGroup extends HttpApiGroup.make("webhooks")
   .annotate(OpenApi.Title, "Webhooks")
 {}
 
+export class TelemetryGroup extends HttpApiGroup.make("telemetry")
+  .add(
+    HttpApiEndpoint.get("get", "/v1/telemetry")
+      .addSuccess(Schema.NullOr(TelemetrySettings))
+      .annotate(
+        OpenApi.Description,
+        "The trace export settings (header names only) with what the endpoint last answered; null when none."
+      )
+  )
+  .add(
+    HttpApiEndpoint.put("put", "/v1/telemetry")
+      .setPayload(payload(TelemetryInput))
+      .addSuccess(TelemetrySettings)
+      .annotate(
+        OpenApi.Description,
+        "Exports each run as an OpenTelemetry trace (GenAI conventions) to an OTLP/HTTP endpoint. Changes only " +
+          "what is given; headers are stored encrypted and never shown again, kept while the endpoint keeps its " +
+          "origin, dropped when it moves; {} removes them. See docs/telemetry.md."
+      )
+  )
+  .add(HttpApiEndpoint.del("clear", "/v1/telemetry").addSuccess(TelemetryCleared))
+  .add(
+    HttpApiEndpoint.post("test", "/v1/telemetry/test")
+      .addSuccess(TelemetryTestResult)
+      .addError(ApiError.NotFound.Wire)
+      .annotate(
+        OpenApi.Description,
+        "Sends one span (`agent-runtime test span`) now and answers what the endpoint said, with the span's ids."
+      )
+  )
+  .middleware(Authentication)
+  .annotate(OpenApi.Title, "Telemetry")
+{}
+
 export class AdminGroup extends HttpApiGroup.make("admin")
   .add(
     HttpApiEndpoint.post("createTenant", "/v1/admin/tenants")
@@ -1587,6 +1622,7 @@ export class Api extends HttpApi.make("agent-runtime")
   .add(ClientFilesGroup)
   .add(DownloadsGroup)
   .add(WebhooksGroup)
+  .add(TelemetryGroup)
   .add(AdminGroup)
   .add(WellKnownGroup)
   // Any route can meet these: unreadable or invalid input, unknown routes, oversized bodies, defects, and a

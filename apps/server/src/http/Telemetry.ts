@@ -1,0 +1,22 @@
+import { Api, Auth } from "@agent-runtime/domain"
+import { TelemetrySettings, TraceExport } from "@agent-runtime/telemetry"
+import { HttpApiBuilder, type HttpApiGroup } from "@effect/platform"
+import { Effect, type Layer, Option } from "effect"
+import * as Errors from "./Errors.ts"
+
+const tenant = Effect.map(Auth.CurrentPrincipal, (principal) => principal.tenantId)
+
+export const layer: Layer.Layer<
+  HttpApiGroup.ApiGroup<"agent-runtime", "telemetry">,
+  never,
+  Auth.Authentication | TelemetrySettings.TelemetrySettings | TraceExport.TraceExport
+> = HttpApiBuilder.group(Api.Api, "telemetry", (handlers) =>
+  Effect.gen(function*() {
+    const settings = yield* TelemetrySettings.TelemetrySettings
+    const traces = yield* TraceExport.TraceExport
+    return Errors.handlers(handlers)
+      .handle("get", () => Effect.flatMap(tenant, (tenantId) => Effect.map(settings.get(tenantId), Option.getOrNull)))
+      .handle("put", ({ payload }) => Effect.flatMap(tenant, (tenantId) => settings.put(tenantId, payload)))
+      .handle("clear", () => Effect.flatMap(tenant, settings.clear))
+      .handle("test", () => Effect.flatMap(tenant, traces.test))
+  }))

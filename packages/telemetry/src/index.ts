@@ -1,0 +1,5 @@
+export * as RunSpans from "./RunSpans.ts"
+export * as TelemetryMigrations from "./TelemetryMigrations.ts"
+export * as TelemetrySettings from "./TelemetrySettings.ts"
+export * as TraceExport from "./TraceExport.ts"
+export * as TraceParent from "./TraceParent.ts"
