@@ -100,6 +100,7 @@ import * as Readiness from "./Readiness.ts"
 import * as Runners from "./Runners.ts"
 import * as ServerConfig from "./ServerConfig.ts"
 import * as Sockets from "./Sockets.ts"
+import * as Tracing from "./Tracing.ts"
 
 /** Where the REST API listens, as a base URL. */
 export class RestAddress extends Context.Tag("@agent-runtime/server/RestAddress")<RestAddress, string>() {}
@@ -201,7 +202,7 @@ export const layerRestApp: Layer.Layer<
   | Definitions.Definitions
   | Schedules.Schedules
   | RunnerReports.RunnerReports
-> = HttpApiBuilder.serve((app) => HttpMiddleware.logger(Cors.middleware(app))).pipe(
+> = HttpApiBuilder.serve((app) => HttpMiddleware.logger(Cors.middleware(TelemetryHttp.middleware(app)))).pipe(
   Layer.provide([
     HttpApiBuilder.middlewareOpenApi({ path: "/v1/openapi.json" }),
     HttpApiScalar.layer({ path: "/docs" }),
@@ -404,5 +405,8 @@ export const layer: Layer.Layer<
   // Whether the node reaches its database: readiness, the runner listing, and event streams told to move on.
   Layer.provideMerge(Layer.mergeAll(Readiness.layer, DatabaseHealth.layer)),
   Layer.provide(layerDatabase),
+  // Beneath everything it traces, so it is installed first and closed last: the spans the others end with as
+  // they close are still flushed.
+  Layer.provide(Tracing.layer),
   Layer.provideMerge(ServerConfig.layer)
 )

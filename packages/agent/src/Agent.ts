@@ -52,7 +52,9 @@ export const PromptRequest = Schema.Struct({
   allowDisconnected: Schema.optional(Schema.Boolean),
   files: Schema.optional(Schema.Array(AttachedFile)),
   /** Structured output: the JSON Schema its answer must fit (see StructuredOutput). */
-  output: Schema.optional(Schema.Struct({ schema: Schema.Record({ key: Schema.String, value: Schema.Unknown }) }))
+  output: Schema.optional(Schema.Struct({ schema: Schema.Record({ key: Schema.String, value: Schema.Unknown }) })),
+  /** The caller's W3C trace context: the run's spans continue its trace (see TraceExport). */
+  traceparent: Schema.optional(Schema.String)
 })
 export type PromptRequest = typeof PromptRequest.Type
 
@@ -71,7 +73,8 @@ export const requestOf = (agentId: string, prompt: PromptRequest): NewRequest =>
     ...(prompt.spendLimit === undefined ? {} : { spendLimit: prompt.spendLimit }),
     ...(prompt.allowDisconnected === true ? { allowDisconnected: true } : {}),
     ...(prompt.files === undefined ? {} : { files: prompt.files }),
-    ...(prompt.output === undefined ? {} : { output: prompt.output })
+    ...(prompt.output === undefined ? {} : { output: prompt.output }),
+    ...(prompt.traceparent === undefined ? {} : { traceparent: prompt.traceparent })
   }
 })
 

@@ -12,6 +12,7 @@ import { IdentityTokens } from "@agent-runtime/identity"
 import { UsageLog } from "@agent-runtime/models"
 import type { ModelClient } from "@agent-runtime/models"
 import { DatabaseHealth } from "@agent-runtime/store"
+import { TraceExport } from "@agent-runtime/telemetry"
 import { Entity, ShardingConfig } from "@effect/cluster"
 import type { Sharding } from "@effect/cluster"
 import { Cause, Deferred, Duration, Effect, Exit, Fiber, Layer, Option, Queue, Schedule, Stream } from "effect"
@@ -115,6 +116,7 @@ const start = Effect.gen(function*() {
     inputStore: yield* Inputs.InputStore,
     usage: yield* UsageLog.UsageLog,
     drain: yield* Drain,
+    traces: yield* TraceExport.TraceExport,
     agent: { ...yield* loadAgent(loaded) },
     history: yield* loadHistory(loaded),
     requests: new Requests(),
@@ -284,6 +286,7 @@ export const layer: Layer.Layer<
   | ModelClient.ModelClient
   | Volumes.Volumes
   | Tools.Tools
+  | TraceExport.TraceExport
 > = Layer.unwrapEffect(Effect.map(entityClient, (makeClient) => {
   const behaviour = Effect.gen(function*() {
     const instance = yield* start

@@ -16,6 +16,7 @@ import {
 import { Volumes } from "@agent-runtime/files"
 import type { Listing, UsageLog } from "@agent-runtime/models"
 import { Ids, PersistenceError } from "@agent-runtime/store"
+import { TraceExport } from "@agent-runtime/telemetry"
 import type { Sharding } from "@effect/cluster"
 import { Context, Duration, Effect, Layer, Option, type Scope, type Stream } from "effect"
 import { entityClient, fingerprint, toRecord } from "./Agent.ts"
@@ -297,6 +298,7 @@ const method =
 
 export const make = Effect.gen(function*() {
   const store = yield* AgentStore
+  const traces = yield* TraceExport.TraceExport
   const tokens = yield* AgentTokens.AgentTokens
   const events = yield* AgentEvents.AgentEvents
   const makeClient = yield* entityClient
@@ -467,14 +469,34 @@ export const make = Effect.gen(function*() {
 
   // The agent is checked (the tenant's, not expired) with every read of the request, in the same statement.
   const request = (tenantId: string, agentId: string, requestId: string, wait: Duration.Duration) =>
-    recordOf(
-      agentId,
-      requestId,
-      Effect.flatMap(
-        store.requestOf(tenantId, agentId, requestId),
-        (found) => liveRequestOf(agentId, requestId, found)
-      ),
-      wait
+    Effect.suspend(() => {
+      let traceparent: string | undefined
+      return recordOf(
+        agentId,
+        requestId,
+        Effect.flatMap(
+          store.requestOf(tenantId, agentId, requestId),
+          (found) => liveRequestOf(agentId, requestId, found)
+        ).pipe(Effect.tap((row) => {
+          traceparent = (row.input as { traceparent?: string }).traceparent
+        })),
+        wait
+      ).pipe(Effect.flatMap((record) => withTrace(tenantId, agentId, record, traceparent)))
+    })
+
+  /** The record with its trace context, when the tenant exports telemetry (see TraceExport). */
+  const withTrace = (
+    tenantId: string,
+    agentId: string,
+    record: Run.RequestRecord,
+    traceparent: string | undefined
+  ) =>
+    Effect.map(
+      traces.contextOf({ tenantId, agentId, requestId: record.id, traceparent }),
+      Option.match({
+        onNone: () => record,
+        onSome: (trace) => new Run.RequestRecord({ ...record, trace: new Run.TraceContext(trace) })
+      })
     )
 
   // So is the caller's credential.
@@ -610,4 +632,5 @@ export const layer: Layer.Layer<
   | Definitions
   | AgentTokens.AgentTokens
   | Listing.Listing
+  | TraceExport.TraceExport
 > = Layer.effect(Agents, make).pipe(Layer.provide(Prompts.layer))

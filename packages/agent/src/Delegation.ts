@@ -13,6 +13,7 @@
  */
 import { Agent as AgentSchemas, Input } from "@agent-runtime/domain"
 import { Ids, PersistenceError } from "@agent-runtime/store"
+import { RunSpans } from "@agent-runtime/telemetry"
 import type { Sharding } from "@effect/cluster"
 import { Context, Duration, Effect, Layer, Option, Schedule } from "effect"
 import { applyChanges, definitionSettings, entityClient, fingerprint, requestOf } from "./Agent.ts"
@@ -208,8 +209,11 @@ export const make = Effect.gen(function*() {
       })
       // Recorded and announced to its owner, as every prompt (see Arrivals); a database away for a moment is
       // waited out.
+      // The delegate's run continues the trace under this tool call's span.
+      const traceparent = yield* RunSpans.traceparent
       yield* store.insertRequest(
         requestOf(agentId, {
+          ...(traceparent === undefined ? {} : { traceparent }),
           requestId: delegatedRequest,
           method: "prompt",
           fingerprint: fingerprint({ task: call.task }),

@@ -10,8 +10,9 @@ import { Agent as AgentSchemas, ApiError, Run, Session } from "@agent-runtime/do
 import { Volumes } from "@agent-runtime/files"
 import { UsageLog } from "@agent-runtime/models"
 import { Ids } from "@agent-runtime/store"
+import { TraceParent } from "@agent-runtime/telemetry"
 import type { Statement } from "@effect/sql"
-import { Context, Effect, Either, Layer, Option } from "effect"
+import { Context, Effect, Either, FiberRef, Layer, Option } from "effect"
 import { type AttachedFile, entityClient, fingerprint, type PromptRequest, requestOf, toRecord } from "./Agent.ts"
 import type { PersistenceError } from "./AgentError.ts"
 import * as AgentEvents from "./AgentEvents.ts"
@@ -123,6 +124,16 @@ export const requestFor = (
   ...(input.allowDisconnected === true ? { allowDisconnected: true } : {}),
   ...(input.output === undefined ? {} : { output: { schema: input.output.schema } })
 })
+
+/**
+ * The request with the caller's `traceparent`, when its HTTP request carried one: its run continues that
+ * trace. Not part of the fingerprint: a retry under another span is the same request.
+ */
+const withCallerTrace = (prompt: PromptRequest): Effect.Effect<PromptRequest> =>
+  Effect.map(
+    FiberRef.get(TraceParent.fromCaller),
+    (traceparent) => traceparent === undefined ? prompt : { ...prompt, traceparent }
+  )
 
 /** An execute request's code, and how long it may run. */
 export interface Execution {
@@ -299,7 +310,7 @@ export const make = Effect.gen(function*() {
       if (input.allowDisconnected !== true) yield* checkConnected(agent)
       const files = attached === undefined ? undefined : yield* attached(prompt.requestId)
       const request = yield* store.insertRequest(
-        requestOf(agent.id, files === undefined ? prompt : { ...prompt, files }),
+        requestOf(agent.id, yield* withCallerTrace(files === undefined ? prompt : { ...prompt, files })),
         announceOf(prompt)
       )
       return yield* answerOf(request, prompt)
@@ -325,10 +336,11 @@ export const make = Effect.gen(function*() {
     }
     const request = requestFor(input, requestId, "prompt")
     return Effect.flatMap(
-      store.acceptFor(caller.tenant, requestOf(agentId, request), {
-        allowDisconnected: input.allowDisconnected === true,
-        announce: announceOf(request)
-      }),
+      Effect.flatMap(withCallerTrace(request), (traced) =>
+        store.acceptFor(caller.tenant, requestOf(agentId, traced), {
+          allowDisconnected: input.allowDisconnected === true,
+          announce: announceOf(request)
+        })),
       (found): Effect.Effect<Run.RequestRecord, ApiError.Unauthorized | PromptError | PersistenceError> =>
         Option.isNone(found)
           ? Effect.fail(caller.refused)

@@ -16,6 +16,7 @@ import { FileMigrations } from "@agent-runtime/files"
 import { IdentityMigrations, IdentityTokens } from "@agent-runtime/identity"
 import { ModelsMigrations, UsageLog } from "@agent-runtime/models"
 import { Database, DatabaseHealth, SealedSecret } from "@agent-runtime/store"
+import { TelemetryMigrations, TelemetrySettings, TraceExport } from "@agent-runtime/telemetry"
 import { AgentFixtures, TestDatabase, ToolServer } from "@agent-runtime/testing"
 import { WebhookMigrations } from "@agent-runtime/webhooks"
 import { ShardingConfig, TestRunner } from "@effect/cluster"
@@ -48,13 +49,15 @@ const DatabaseLive = Layer.unwrapEffect(
         FileMigrations.migrations,
         ModelsMigrations.migrations,
         AgentMigrations.migrations,
-        IdentityMigrations.migrations
+        IdentityMigrations.migrations,
+        TelemetryMigrations.migrations
       ]
     }))
 )
 
 const EntityLive = AgentRuntime.layer.pipe(
   Layer.provideMerge(Inputs.layer),
+  Layer.provideMerge(TraceExport.layer().pipe(Layer.provideMerge(TelemetrySettings.layer))),
   Layer.provideMerge(AgentFixtures.layerTools.pipe(Layer.provideMerge(IdentityTokens.layer()))),
   Layer.provideMerge(TestRunner.layer),
   Layer.provideMerge(Layer.mergeAll(

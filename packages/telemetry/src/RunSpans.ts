@@ -38,7 +38,27 @@ export interface Traced {
   readonly common: Attributes
   /** Hands a finished span to the exporter; never waits. */
   readonly offer: (span: SpanData) => void
+  /** What the run's model calls added up to on this node, for the run span. */
+  readonly usage: Usage
 }
+
+export interface Usage {
+  responses: number
+  inputTokens: number
+  outputTokens: number
+  cacheReadTokens: number
+  cacheWriteTokens: number
+  costUsd: number
+}
+
+export const emptyUsage = (): Usage => ({
+  responses: 0,
+  inputTokens: 0,
+  outputTokens: 0,
+  cacheReadTokens: 0,
+  cacheWriteTokens: 0,
+  costUsd: 0
+})
 
 interface Open {
   readonly traced: Traced
@@ -62,13 +82,15 @@ const within = <A, E, R>(
   name: string,
   kind: Kind,
   parentSpanId: string | undefined,
-  self: Effect.Effect<A, E, R>
+  self: Effect.Effect<A, E, R>,
+  options?: { readonly startMs?: number; readonly ends?: (exit: Exit.Exit<A, E>) => boolean }
 ): Effect.Effect<A, E, R> =>
   Effect.suspend(() => {
-    const startMs = Date.now()
+    const startMs = options?.startMs ?? Date.now()
     return Effect.locally(self, current, open).pipe(
       Effect.onExit((exit) =>
         Effect.sync(() => {
+          if (options?.ends !== undefined && !options.ends(exit)) return
           const failed = Exit.isFailure(exit)
           const interrupted = failed && Cause.isInterruptedOnly(exit.cause)
           const error = open.error ?? (failed
@@ -102,18 +124,24 @@ const errorType = (error: unknown): string => {
 
 /**
  * Runs `self` as the run's span: the id every node derives for the request, under the caller's span when it
- * sent a traceparent.
+ * sent a traceparent. Recorded only when `ends` says the run ended here: a run handed on or cut with its
+ * node is recorded, with the same id, by the node that finishes it.
  */
-export const run =
-  (traced: Traced, name: string, attributes: Attributes) =>
-  <A, E, R>(self: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
-    within(
-      { traced, spanId: traced.context.spanId, attributes: { ...attributes }, error: undefined },
-      name,
-      "server",
-      traced.context.parentSpanId,
-      self
-    )
+export const run = <A, E>(
+  traced: Traced,
+  name: string,
+  attributes: Attributes,
+  options: { readonly startMs: number; readonly ends: (exit: Exit.Exit<A, E>) => boolean }
+) =>
+<R>(self: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
+  within(
+    { traced, spanId: traced.context.spanId, attributes: { ...attributes }, error: undefined },
+    name,
+    "server",
+    traced.context.parentSpanId,
+    self,
+    options
+  )
 
 /** Runs `self` as a child of the span open in this fiber; as it is when the run is not traced. */
 export const span =
@@ -175,6 +203,15 @@ export const record = (
       status: { error: false }
     })
   })
+
+/** The span open in this fiber as a W3C traceparent, for work it starts elsewhere (a delegate's run). */
+export const traceparent: Effect.Effect<string | undefined> = Effect.map(
+  FiberRef.get(current),
+  (open) => open === undefined ? undefined : TraceParent.format(open.traced.context.traceId, open.spanId, true)
+)
+
+/** The traced run this fiber is in, if any. */
+export const currentRun: Effect.Effect<Traced | undefined> = Effect.map(FiberRef.get(current), (open) => open?.traced)
 
 /** Whether this fiber is inside a traced run: callers skip work only spans would need. */
 export const traced: Effect.Effect<boolean> = Effect.map(FiberRef.get(current), (open) => open !== undefined)

@@ -21,7 +21,7 @@ import { JsonTraceSerializer, ProtobufTraceSerializer } from "@opentelemetry/otl
 import { resourceFromAttributes } from "@opentelemetry/resources"
 import type { ReadableSpan } from "@opentelemetry/sdk-trace-base"
 import { Context, Duration, Effect, Layer, Metric, Option, Redacted, Schedule } from "effect"
-import type * as RunSpans from "./RunSpans.ts"
+import * as RunSpans from "./RunSpans.ts"
 import * as TelemetrySettings from "./TelemetrySettings.ts"
 import * as TraceParent from "./TraceParent.ts"
 
@@ -50,6 +50,8 @@ export interface RunRequest {
   readonly requestId: string
   /** The caller's `traceparent`, as sent with the request. */
   readonly traceparent?: string | undefined
+  /** The tenant's sampleRate decides, not the header's flag (a resume in the trace of the run that asked). */
+  readonly sampledByRate?: boolean | undefined
 }
 
 export class TraceExport extends Context.Tag("@agent-runtime/telemetry/TraceExport")<TraceExport, {
@@ -263,11 +265,12 @@ export const make = (options: Options = {}) =>
     const begin = (request: RunRequest) =>
       settings.target(request.tenantId).pipe(
         Effect.map(Option.flatMap((target): Option.Option<RunSpans.Traced> => {
-          const context = TraceParent.forRequest(
+          const caller = TraceParent.forRequest(
             request.agentId,
             request.requestId,
             TraceParent.parse(request.traceparent)
           )
+          const context = request.sampledByRate === true ? { ...caller, sampledByCaller: undefined } : caller
           if (!TraceParent.sampled(context, target.sampleRate)) return Option.none()
           return Option.some({
             tenantId: request.tenantId,
@@ -278,7 +281,8 @@ export const make = (options: Options = {}) =>
               "agent_runtime.agent.id": request.agentId,
               "agent_runtime.request.id": request.requestId
             },
-            offer: offerFor(request.tenantId)
+            offer: offerFor(request.tenantId),
+            usage: RunSpans.emptyUsage()
           })
         })),
         Effect.catchAll((error) =>

@@ -6,7 +6,11 @@
  * works on the run (a moved turn, a resumed one) names the same trace and
  * the same run span without asking anyone.
  */
+import { FiberRef } from "effect"
 import * as Crypto from "node:crypto"
+
+/** The `traceparent` header of the HTTP request being served, set by the API's edge for what it records. */
+export const fromCaller = FiberRef.unsafeMake<string | undefined>(undefined)
 
 /** A parsed `traceparent`: the caller's trace, the span to continue under, and its sampled flag. */
 export interface TraceParent {
@@ -42,6 +46,10 @@ export const parse = (value: string | null | undefined): TraceParent | undefined
   if (traceId === zeroTrace || parentSpanId === zeroSpan) return undefined
   return { traceId: traceId!, parentSpanId: parentSpanId!, sampled: (parseInt(flags!, 16) & 1) === 1 }
 }
+
+/** The header as sent when it is one `parse` takes (kept with a request), else undefined. */
+export const valid = (value: string | ReadonlyArray<string> | null | undefined): string | undefined =>
+  typeof value === "string" && parse(value) !== undefined ? value.trim() : undefined
 
 export const format = (traceId: string, spanId: string, sampled: boolean) =>
   `00-${traceId}-${spanId}-${sampled ? "01" : "00"}`

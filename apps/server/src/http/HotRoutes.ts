@@ -16,6 +16,7 @@ import { Tokens } from "@agent-runtime/accounts"
 import { Agents } from "@agent-runtime/agent"
 import { Api, type ApiError, Run, Token } from "@agent-runtime/domain"
 import { DatabaseHealth, PersistenceError } from "@agent-runtime/store"
+import { TraceParent } from "@agent-runtime/telemetry"
 import { Context, Duration, Effect, Layer, Runtime, Schema } from "effect"
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http"
 import { ServerConfig } from "../ServerConfig.ts"
@@ -101,7 +102,11 @@ export const layer: Layer.Layer<
           Effect.catchTag("ParseError", Errors.invalidInput),
           keyFirst(request)
         )
-        return yield* encodeRecord(yield* agents.promptAs(apiKeyCaller(tokens, secretOf(request)), agentId, payload))
+        const accepted = agents.promptAs(apiKeyCaller(tokens, secretOf(request)), agentId, payload)
+        const traceparent = TraceParent.valid(request.headers.traceparent)
+        return yield* encodeRecord(
+          yield* traceparent === undefined ? accepted : Effect.locally(accepted, TraceParent.fromCaller, traceparent)
+        )
       })
 
     const settled = (request: IncomingMessage, agentId: string, requestId: string, wait: string | undefined) =>

@@ -1,8 +1,17 @@
 import { Api, Auth } from "@agent-runtime/domain"
-import { TelemetrySettings, TraceExport } from "@agent-runtime/telemetry"
-import { HttpApiBuilder, type HttpApiGroup } from "@effect/platform"
+import { TelemetrySettings, TraceExport, TraceParent } from "@agent-runtime/telemetry"
+import { HttpApiBuilder, type HttpApiGroup, type HttpApp, HttpServerRequest } from "@effect/platform"
 import { Effect, type Layer, Option } from "effect"
 import * as Errors from "./Errors.ts"
+
+/** Around the whole app: a request's W3C `traceparent` is kept for what the request records (see Prompts). */
+export const middleware = <E, R>(
+  app: HttpApp.Default<E, R>
+): HttpApp.Default<E, R | HttpServerRequest.HttpServerRequest> =>
+  Effect.flatMap(HttpServerRequest.HttpServerRequest, (request) => {
+    const traceparent = TraceParent.valid(request.headers.traceparent)
+    return traceparent === undefined ? app : Effect.locally(app, TraceParent.fromCaller, traceparent)
+  })
 
 const tenant = Effect.map(Auth.CurrentPrincipal, (principal) => principal.tenantId)
 

@@ -4,6 +4,8 @@
  * far is summarized by the model into one compactionSummary message, which
  * stands in for all before it (see `modelContext.ts`).
  */
+import type { Credentials } from "@agent-runtime/models"
+import { RunSpans } from "@agent-runtime/telemetry"
 import { Effect, Option } from "effect"
 import type { StoredMessage } from "../Turn.ts"
 import { contextTokens, estimateTokens, modelContext } from "./modelContext.ts"
@@ -22,32 +24,52 @@ export const compactIfNeeded = Effect.fn("Turn.compaction")(function*(run: TurnR
   const tokens = contextTokens(hooks.history()) + estimateTokens(systemPrompt) + estimateTokens(incoming) +
     estimateTokens(run.modelTools)
   if (hooks.historySize() === 0 || tokens <= limits.contextWindow - limits.maxTokens) return
-  const context = modelContext(hooks.history())
-  yield* run.event("compaction_start", { tokens })
-  yield* hooks.durable
-  const summary = yield* run.models.complete({
-    target: resolved.right,
-    tenantId: input.tenantId,
-    keyScope: Option.fromNullable(input.config.keyScope),
-    model: input.config.model,
-    context: {
-      ...(systemPrompt === "" ? {} : { systemPrompt }),
-      messages: [...context, { role: "user", content: compactionPrompt, timestamp: Date.now() }]
-    },
-    modelHeaders: input.config.modelHeaders,
-    usage: { kind: "compaction", ...usageOf(input) }
-  }).pipe(stopOnDatabaseFault, Effect.either)
-  if (summary._tag === "Left") {
-    yield* run.event("compaction_end", { skipped: summary.left.message })
-    return
-  }
-  const index = hooks.historySize()
-  const message: StoredMessage = {
-    role: "compactionSummary",
-    summary: textOf(summary.right),
-    tokensBefore: tokens,
-    timestamp: Date.now()
-  }
-  yield* hooks.append(index, message)
-  yield* run.event("compaction_end", { index, message })
+  yield* summarize(run, resolved.right, tokens).pipe(RunSpans.span("compaction", "client", {
+    "agent_runtime.operation": "compaction",
+    "gen_ai.request.model": input.config.model,
+    "agent_runtime.compaction.tokens_before": tokens,
+    "agent_runtime.compaction.summarized_messages": hooks.historySize()
+  }))
 })
+
+/** The summary asked of the model and kept in history, or the compaction skipped when the model fails. */
+const summarize = (run: TurnRun, target: Credentials.Target, tokens: number) =>
+  Effect.gen(function*() {
+    const { hooks, input, systemPrompt } = run
+    const context = modelContext(hooks.history())
+    yield* run.event("compaction_start", { tokens })
+    yield* hooks.durable
+    const summary = yield* run.models.complete({
+      target,
+      tenantId: input.tenantId,
+      keyScope: Option.fromNullable(input.config.keyScope),
+      model: input.config.model,
+      context: {
+        ...(systemPrompt === "" ? {} : { systemPrompt }),
+        messages: [...context, { role: "user", content: compactionPrompt, timestamp: Date.now() }]
+      },
+      modelHeaders: input.config.modelHeaders,
+      usage: { kind: "compaction", ...usageOf(input) }
+    }).pipe(stopOnDatabaseFault, Effect.either)
+    if (summary._tag === "Left") {
+      yield* RunSpans.annotate({ "agent_runtime.compaction.skipped": true })
+      yield* RunSpans.fail(summary.left._tag, summary.left.message)
+      yield* run.event("compaction_end", { skipped: summary.left.message })
+      return
+    }
+    const { usage } = summary.right
+    yield* RunSpans.annotate({
+      "gen_ai.usage.input_tokens": usage.input,
+      "gen_ai.usage.output_tokens": usage.output,
+      "agent_runtime.cost.usd": usage.cost.total
+    })
+    const index = hooks.historySize()
+    const message: StoredMessage = {
+      role: "compactionSummary",
+      summary: textOf(summary.right),
+      tokensBefore: tokens,
+      timestamp: Date.now()
+    }
+    yield* hooks.append(index, message)
+    yield* run.event("compaction_end", { index, message })
+  })

@@ -5,6 +5,7 @@
  */
 import { Input } from "@agent-runtime/domain"
 import type { UsageLog } from "@agent-runtime/models"
+import type { TraceExport } from "@agent-runtime/telemetry"
 import type { Context, Fiber, Types } from "effect"
 import { Effect, Option, Queue } from "effect"
 import { toRecord } from "../Agent.ts"
@@ -119,6 +120,7 @@ export interface Instance {
   readonly inputStore: Context.Tag.Service<typeof Inputs.InputStore>
   readonly usage: Context.Tag.Service<typeof UsageLog.UsageLog>
   readonly drain: Context.Tag.Service<typeof Drain>
+  readonly traces: Context.Tag.Service<typeof TraceExport.TraceExport>
   readonly journal: Journal.Journal
   /** The agent as last read or configured here. */
   readonly agent: Types.Mutable<AgentRow>

@@ -7,7 +7,8 @@
  * owner is handed on under the same request id.
  */
 import { DatabaseHealth } from "@agent-runtime/store"
-import { Cause, Duration, Effect, Exit, Fiber } from "effect"
+import { RunSpans, TraceParent } from "@agent-runtime/telemetry"
+import { Cause, Duration, Effect, Exit, Fiber, Option } from "effect"
 import type { RequestRow } from "../AgentStore.ts"
 import * as ApplicationConnection from "../ApplicationConnection.ts"
 import * as RunEvents from "../RunEvents.ts"
@@ -19,7 +20,7 @@ import { hooksFor } from "./turnHooks.ts"
 type RequestInput =
   & { readonly text?: string; readonly actor?: string; readonly suspension?: string; readonly code?: string }
   & { readonly timeoutMs?: number }
-  & { readonly allowDisconnected?: boolean }
+  & { readonly allowDisconnected?: boolean; readonly traceparent?: string }
   & Pick<Turn.TurnInput, "metadata" | "from" | "files" | "output">
 
 /**
@@ -115,6 +116,160 @@ const outcomeOf = (instance: Instance, resumed: boolean, exit: Exit.Exit<Turn.Tu
         : { error: `the runtime could not run the turn: ${Cause.pretty(cause).split("\n")[0]}` }
   })
 
+/**
+ * The request's trace, when its tenant exports and it is sampled: under its caller's span, or (a resume)
+ * under the run that asked, in that run's trace.
+ */
+const traceOf = (instance: Instance, row: RequestRow) =>
+  Effect.gen(function*() {
+    const { agentId, journal, store } = instance
+    const input = row.input as RequestInput
+    if (row.method !== "resume" || input.suspension === undefined) {
+      return yield* instance.traces.begin({
+        tenantId: instance.agent.tenantId,
+        agentId,
+        requestId: row.id,
+        traceparent: input.traceparent
+      })
+    }
+    const suspension = yield* journal.retrying(store.getRequest(agentId, input.suspension))
+    const asked = Option.map(suspension, (asking) =>
+      TraceParent.forRequest(
+        agentId,
+        asking.id,
+        TraceParent.parse((asking.input as RequestInput).traceparent)
+      ))
+    return yield* instance.traces.begin({
+      tenantId: instance.agent.tenantId,
+      agentId,
+      requestId: row.id,
+      traceparent: Option.getOrUndefined(Option.map(asked, (context) =>
+        TraceParent.format(context.traceId, context.spanId, context.sampledByCaller ?? true))),
+      // The run that asked was sampled by the tenant's rate (same trace id, same answer) unless its caller chose.
+      sampledByRate: Option.match(asked, {
+        onNone: () =>
+          true,
+        onSome: (context) =>
+          context.sampledByCaller === undefined
+      })
+    })
+  })
+
+/** A resumed run's waits for a person, each a span under it, known now that their inputs settled. */
+const waits = (instance: Instance, suspension: string) =>
+  instance.inputStore.forRequest(instance.agentId, suspension).pipe(
+    Effect.flatMap((inputs) =>
+      Effect.forEach(inputs, (input) =>
+        RunSpans.record(
+          "await_human_input",
+          "internal",
+          input.createdAt * 1000,
+          (input.answer?.at ?? Date.now() / 1000) * 1000,
+          {
+            "agent_runtime.input.id": input.id,
+            "agent_runtime.input.kind": input.kind,
+            "agent_runtime.input.state": input.state,
+            "gen_ai.tool.call.id": input.toolCallId
+          },
+          { "agent_runtime.input.message": input.message }
+        ), { discard: true })
+    ),
+    // Spans are best effort: a read that fails leaves them out, not the run.
+    Effect.ignore
+  )
+
+/** What the run span says of how the run ended. */
+const endAttributes = (
+  instance: Instance,
+  row: RequestRow,
+  traced: RunSpans.Traced,
+  exit: Exit.Exit<Turn.TurnOutcome>
+): RunSpans.Attributes => {
+  const { usage } = traced
+  const counts: RunSpans.Attributes = {
+    "gen_ai.usage.input_tokens": usage.inputTokens,
+    "gen_ai.usage.output_tokens": usage.outputTokens,
+    "gen_ai.usage.cache_read.input_tokens": usage.cacheReadTokens,
+    "gen_ai.usage.cache_creation.input_tokens": usage.cacheWriteTokens,
+    "agent_runtime.cost.usd": usage.costUsd,
+    "agent_runtime.run.model_responses": usage.responses,
+    "agent_runtime.run.resumes": row.resumes
+  }
+  if (Exit.isFailure(exit)) {
+    const aborted = instance.turn.aborting && Cause.isInterruptedOnly(exit.cause)
+    return {
+      ...counts,
+      "agent_runtime.run.status": "failed",
+      "agent_runtime.error.code": aborted ? "aborted" : "internal"
+    }
+  }
+  const { result } = exit.value
+  const stopped = "stopped" in result ? result.stopped : undefined
+  const status = stopped === "input_required" ? "input_required" : result.error === null ? "completed" : "failed"
+  return {
+    ...counts,
+    "agent_runtime.run.status": status,
+    "agent_runtime.run.tool_calls": result.toolCalls.length,
+    "agent_runtime.run.uncertain": exit.value.uncertain === true,
+    ...(stopped === undefined ? {} : { "agent_runtime.run.stopped": stopped }),
+    ...(exit.value.code === undefined ? {} : { "agent_runtime.error.code": exit.value.code }),
+    ...("inputs" in result && result.inputs !== undefined ? { "agent_runtime.run.inputs": result.inputs.length } : {})
+  }
+}
+
+/**
+ * The turn inside the run's span, when traced. The span is recorded where the run ends: not when the turn is
+ * handed on or cut with its node (the next owner records it, with the same id).
+ */
+const traced = (
+  instance: Instance,
+  row: RequestRow,
+  input: Turn.TurnInput,
+  trace: Option.Option<RunSpans.Traced>
+) =>
+<R>(turn: Effect.Effect<Turn.TurnOutcome, never, R>): Effect.Effect<Turn.TurnOutcome, never, R> => {
+  if (Option.isNone(trace)) return turn
+  const run = trace.value
+  const { agent, agentId } = instance
+  const executes = row.method === "execute"
+  const operation = executes ? "execute_code" : "invoke_agent"
+  const suspension = (row.input as RequestInput).suspension
+  const waited = row.method === "resume" && suspension !== undefined ? waits(instance, suspension) : Effect.void
+  return Effect.zipRight(waited, turn).pipe(
+    Effect.onExit((exit) =>
+      Effect.zipRight(
+        RunSpans.annotate(endAttributes(instance, row, run, exit)),
+        RunSpans.content(() => ({
+          "gen_ai.input.messages": input.code === undefined ? input.text : undefined,
+          "agent_runtime.code": input.code,
+          "gen_ai.output.messages": Exit.isSuccess(exit) && "reply" in exit.value.result
+            ? exit.value.result.reply
+            : undefined,
+          "agent_runtime.output": Exit.isSuccess(exit) && "output" in exit.value.result
+            ? exit.value.result.output
+            : undefined
+        }))
+      )
+    ),
+    RunSpans.run(run, `${operation} ${agent.name || agentId}`, {
+      "gen_ai.operation.name": operation,
+      "gen_ai.agent.id": agentId,
+      "gen_ai.agent.name": agent.name || agentId,
+      "gen_ai.conversation.id": agentId,
+      "gen_ai.request.model": agent.config.model,
+      "agent_runtime.run.method": row.method,
+      ...(input.actor === undefined ? {} : { "agent_runtime.actor": input.actor })
+    }, {
+      startMs: row.startedAt * 1000,
+      ends: (exit) =>
+        Exit.isSuccess(exit)
+          ? exit.value.handoff !== true
+          : !DatabaseHealth.isUnreachable(exit.cause) &&
+            (instance.turn.aborting || !Cause.isInterruptedOnly(exit.cause))
+    })
+  )
+}
+
 /** Runs `row`'s turn to its end (or hands it on) and settles it. */
 export const runRequest = (instance: Instance, row: RequestRow) =>
   Effect.gen(function*() {
@@ -132,7 +287,10 @@ export const runRequest = (instance: Instance, row: RequestRow) =>
     requests.activeBegan = began
     instance.turn.aborting = false
     const input = turnInput(instance, row, resumed ? { began, unjournaled } : undefined)
-    const fiber = yield* Effect.fork(Turn.run(input, hooksFor(instance, row, input.actor ?? input.from?.id)))
+    const trace = yield* traceOf(instance, row)
+    const fiber = yield* Effect.fork(
+      Turn.run(input, hooksFor(instance, row, input.actor ?? input.from?.id)).pipe(traced(instance, row, input, trace))
+    )
     instance.turn.fiber = fiber
     const exit = yield* Fiber.await(fiber)
     if (Exit.isFailure(exit) && DatabaseHealth.isUnreachable(exit.cause)) {

@@ -8,6 +8,7 @@ import { Codemode } from "@agent-runtime/codemode"
 import type { Input } from "@agent-runtime/domain"
 import { ModelClient } from "@agent-runtime/models"
 import { Storable } from "@agent-runtime/store"
+import { RunSpans } from "@agent-runtime/telemetry"
 import { Effect } from "effect"
 import * as StructuredOutput from "../StructuredOutput.ts"
 import * as Tools from "../Tools.ts"
@@ -136,11 +137,38 @@ const runInnerCall = (
     }
     yield* run.event("codemode", { stage: "call_end", ...ids, toolName: tool.name, isError: result.isError })
     recordCall(run, { tool: tool.name, ...ids, ok: !result.isError }, result)
+    yield* spanResult(args, result)
     return {
       text: result.content.map((part) => part.text).join(""),
       isError: result.isError
     } satisfies Codemode.ToolOutput
-  })
+  }).pipe(RunSpans.span(`execute_tool ${call.tool.name}`, "internal", {
+    ...toolAttributes(call.tool.name, toolCallId ?? call.innerCallId, call.tool.source),
+    "agent_runtime.tool.inner_call.id": call.innerCallId
+  }))
+
+/** A traced tool call's span: its tool, and where the tool comes from. */
+const toolAttributes = (name: string, toolCallId: string, source: string | undefined): RunSpans.Attributes => ({
+  "gen_ai.operation.name": "execute_tool",
+  "gen_ai.tool.name": name,
+  "gen_ai.tool.call.id": toolCallId,
+  "gen_ai.tool.type": "function",
+  "agent_runtime.tool.source": source ?? "runtime"
+})
+
+/** What a traced tool call's span says of its result. */
+const spanResult = (args: unknown, result: Tools.ToolResult) =>
+  Effect.zipRight(
+    result.isError
+      ? RunSpans.fail(result.code ?? "tool_error", result.content.map((part) => part.text).join(""))
+      : result.ask === undefined
+      ? Effect.void
+      : RunSpans.annotate({ "agent_runtime.tool.input_required": true }),
+    RunSpans.content(() => ({
+      "gen_ai.tool.call.arguments": args,
+      "gen_ai.tool.call.result": result.content.map((part) => part.text).join("")
+    }))
+  )
 
 /**
  * Code against the code-mode tools (the codemode tool, or an execute request). Each call the code makes
@@ -223,6 +251,21 @@ const runCall = Effect.fn("Turn.toolCall")(function*(
   sent: ReadonlyMap<string, SentCall>,
   earlier?: ReadonlyMap<string, Earlier>
 ) {
+  return yield* callOnce(run, call, sent, earlier).pipe(
+    RunSpans.span(
+      `execute_tool ${call.name}`,
+      "internal",
+      toolAttributes(call.name, call.id, run.toolSet.direct.get(call.name)?.source)
+    )
+  )
+})
+
+const callOnce = Effect.fnUntraced(function*(
+  run: TurnRun,
+  call: ToolCall,
+  sent: ReadonlyMap<string, SentCall>,
+  earlier?: ReadonlyMap<string, Earlier>
+) {
   yield* Effect.annotateCurrentSpan({ "gen_ai.tool.name": call.name, "gen_ai.tool.call.id": call.id })
   yield* run.event("tool_execution_start", { toolCallId: call.id, toolName: call.name, args: call.arguments })
   const { toolSet } = run
@@ -264,6 +307,7 @@ const runCall = Effect.fn("Turn.toolCall")(function*(
   }
   // What a tool, an application or a tool server answered is kept as the journal can keep it.
   result = Storable.value(result)
+  yield* spanResult(call.arguments, result)
   if (result.ask === undefined) {
     yield* run.event("tool_execution_end", {
       toolCallId: call.id,
