@@ -128,6 +128,7 @@ export interface NewRequest {
 
 /** A request of an agent, read with the agent's expiry (see `requestOf`). */
 export interface RequestOfAgent {
+  readonly tenantId: string
   readonly expiresAt: number | null
   readonly request: Option.Option<RequestRow>
 }
@@ -575,8 +576,11 @@ export const make = Effect.gen(function*() {
     )
 
   const requestFor = (tenant: Statement.Fragment, agentId: string, id: string) =>
-    sql<RequestRow & { readonly agentExpiresAt: number | null; readonly agentFound: boolean }>`
-      SELECT a.id IS NOT NULL AS agent_found, ${sql.unsafe(epoch("a.expires_at"))} AS agent_expires_at, r.*
+    sql<
+      RequestRow & { readonly agentExpiresAt: number | null; readonly agentFound: boolean; readonly reader: string }
+    >`
+      SELECT a.id IS NOT NULL AS agent_found, ${sql.unsafe(epoch("a.expires_at"))} AS agent_expires_at, k.reader,
+        r.*
       FROM (${tenant}) AS k (reader)
       LEFT JOIN agents a ON a.id = ${agentId} AND a.tenant_id = k.reader AND a.deleted_at IS NULL
         AND a.retention_seconds IS NULL
@@ -585,9 +589,10 @@ export const make = Effect.gen(function*() {
         Effect.map((rows) =>
           Option.map(
             Option.fromNullable(rows[0]),
-            ({ agentExpiresAt, agentFound, ...request }): Option.Option<RequestOfAgent> =>
+            ({ agentExpiresAt, agentFound, reader, ...request }): Option.Option<RequestOfAgent> =>
               agentFound
                 ? Option.some({
+                  tenantId: reader,
                   expiresAt: agentExpiresAt,
                   request: request.id === null ? Option.none<RequestRow>() : Option.some(request as RequestRow)
                 })

@@ -478,11 +478,13 @@ export const make = Effect.gen(function*() {
           store.requestOf(tenantId, agentId, requestId),
           (found) => liveRequestOf(agentId, requestId, found)
         ).pipe(Effect.tap((row) => {
-          traceparent = (row.input as { traceparent?: string }).traceparent
+          traceparent = traceparentOf(row)
         })),
         wait
       ).pipe(Effect.flatMap((record) => withTrace(tenantId, agentId, record, traceparent)))
     })
+
+  const traceparentOf = (row: RequestRow) => (row.input as { readonly traceparent?: string }).traceparent
 
   /** The record with its trace context, when the tenant exports telemetry (see TraceExport). */
   const withTrace = (
@@ -501,18 +503,30 @@ export const make = Effect.gen(function*() {
 
   // So is the caller's credential.
   const requestAs = (caller: Caller, agentId: string, requestId: string, wait: Duration.Duration) =>
-    recordOf(
-      agentId,
-      requestId,
-      Effect.flatMap(
-        store.requestFor(caller.tenant, agentId, requestId),
-        (found): Effect.Effect<RequestRow, ApiError.Unauthorized | ApiError.NotFound | ApiError.Gone> =>
-          Option.isNone(found)
-            ? Effect.fail(caller.refused)
-            : liveRequestOf(agentId, requestId, found.value)
-      ),
-      wait
-    )
+    Effect.suspend(() => {
+      let read: { readonly tenantId: string; readonly traceparent: string | undefined } | undefined
+      return recordOf(
+        agentId,
+        requestId,
+        Effect.flatMap(
+          store.requestFor(caller.tenant, agentId, requestId),
+          (found): Effect.Effect<RequestRow, ApiError.Unauthorized | ApiError.NotFound | ApiError.Gone> =>
+            Option.isNone(found)
+              ? Effect.fail(caller.refused)
+              : Effect.tap(liveRequestOf(agentId, requestId, found.value), (row) => {
+                // Found live, so the agent was found: its tenant came with it.
+                read = Option.getOrUndefined(
+                  Option.map(found.value, (agent) => ({ tenantId: agent.tenantId, traceparent: traceparentOf(row) }))
+                )
+              })
+        ),
+        wait
+      ).pipe(
+        Effect.flatMap((record) =>
+          read === undefined ? Effect.succeed(record) : withTrace(read.tenantId, agentId, record, read.traceparent)
+        )
+      )
+    })
 
   /** A status request: answered at once, from the owner's view of the agent. */
   const statusRequest = (tenantId: string, agentId: string) =>

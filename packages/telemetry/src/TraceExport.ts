@@ -222,18 +222,21 @@ export const make = (options: Options = {}) =>
         )
       })
 
+    // Suspended: the tenants with spans are read at each round, not once.
     const sendDue = (all: boolean) =>
-      Effect.forEach(
-        [...queues.keys()].filter((tenantId) => !sending.has(tenantId)),
-        (tenantId) =>
-          Effect.suspend(() => {
-            sending.add(tenantId)
-            const batches = all ? Math.ceil((queues.get(tenantId)?.length ?? 0) / maxBatch) : 1
-            return Effect.repeatN(sendBatch(tenantId), Math.max(0, batches - 1)).pipe(
-              Effect.ensuring(Effect.sync(() => sending.delete(tenantId)))
-            )
-          }),
-        { concurrency: 8, discard: true }
+      Effect.suspend(() =>
+        Effect.forEach(
+          [...queues.keys()].filter((tenantId) => !sending.has(tenantId)),
+          (tenantId) =>
+            Effect.suspend(() => {
+              sending.add(tenantId)
+              const batches = all ? Math.ceil((queues.get(tenantId)?.length ?? 0) / maxBatch) : 1
+              return Effect.repeatN(sendBatch(tenantId), Math.max(0, batches - 1)).pipe(
+                Effect.ensuring(Effect.sync(() => sending.delete(tenantId)))
+              )
+            }),
+          { concurrency: 8, discard: true }
+        )
       )
 
     yield* sendDue(false).pipe(

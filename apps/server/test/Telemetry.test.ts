@@ -1,0 +1,229 @@
+/**
+ * Tenants' trace export over real HTTP into a real OTLP receiver on loopback
+ * (protobuf decoded with the protocol's own schema, and JSON): one trace per
+ * run under the caller's traceparent, the span tree and its attributes,
+ * content only when asked, sampling, retries and a receiver that hangs.
+ */
+import { Http, McpTestServer, OtlpReceiver, TestWorld } from "@agent-runtime/testing"
+import { expect, layer } from "@effect/vitest"
+import { Effect } from "effect"
+
+const traceId = "4bf92f3577b34da6a3ce929d0e0e4736"
+const callerSpan = "00f067aa0ba902b7"
+
+const setup = (name: string) =>
+  Effect.gen(function*() {
+    const world = yield* TestWorld.TestWorld
+    world.upstream.reset()
+    const { api, token } = yield* TestWorld.tenantWithModel(world, name)
+    const receiver = yield* OtlpReceiver.make
+    const mcp = yield* McpTestServer.start()
+    yield* mcp.addTool({
+      name: "double",
+      description: "Doubles n.",
+      inputSchema: { type: "object", properties: { n: { type: "number" } }, required: ["n"] },
+      run: async ({ n }) => ({ content: [{ type: "text", text: JSON.stringify({ doubled: n * 2 }) }] })
+    })
+    const definition = yield* api.post("/v1/definitions", {
+      token,
+      json: {
+        name: `${name}-definition`,
+        model: "fake/m1",
+        builtins: ["ask_user"],
+        toolSources: [{ kind: "mcp", name: "calc", url: mcp.url, exposure: "codemode", tools: { include: ["double"] } }]
+      }
+    })
+    expect(definition.status, definition.text).toBe(201)
+    const agent = yield* api.post("/v1/agents", {
+      token,
+      json: { definition: definition.body.id, mounts: [], name: "Support bot" }
+    })
+    expect(agent.status, agent.text).toBe(201)
+    return { world, api, token, receiver, agentId: agent.body.id as string }
+  })
+
+layer(TestWorld.layer(), { excludeTestServices: true })("telemetry", (it) => {
+  it.scoped("a run with two model calls, code mode's inner call and an answered question is one trace under the caller's span", () =>
+    Effect.gen(function*() {
+      const { agentId, api, receiver, token, world } = yield* setup("telemetry-tree")
+      const put = yield* api.put("/v1/telemetry", {
+        token,
+        json: { endpoint: `${receiver.url}/v1/traces`, headers: { "x-api-key": "secret-value-1" } }
+      })
+      expect(put.status, put.text).toBe(200)
+      expect(put.body).toMatchObject({ headers: ["x-api-key"], protocol: "http/protobuf", sampleRate: 1 })
+      expect(put.text).not.toContain("secret-value-1")
+      expect((yield* api.get("/v1/telemetry", { token })).text).not.toContain("secret-value-1")
+
+      world.upstream.script({
+        toolCalls: [{ id: "call_code", name: "codemode", arguments: { code: "return await tools.double({ n: 21 })" } }]
+      })
+      world.upstream.script({
+        toolCalls: [{ id: "call_ask", name: "ask_user", arguments: { questions: [{ question: "Which color?" }] } }]
+      })
+      const accepted = yield* api.post(`/v1/agents/${agentId}/prompt`, {
+        token,
+        json: { text: "double it, then ask" },
+        headers: { traceparent: `00-${traceId}-${callerSpan}-01` }
+      })
+      expect(accepted.status, accepted.text).toBe(202)
+      const stopped = yield* Http.settled(api, token, agentId, accepted.body.id)
+      expect(stopped.stopped, JSON.stringify(stopped)).toBe("input_required")
+      // The record says where its trace is.
+      expect(stopped.trace).toMatchObject({ traceId, parentSpanId: callerSpan, sampled: true })
+
+      world.upstream.script({ text: "Blue it is." })
+      const [pending] = stopped.outcome.result.inputs
+      const answered = yield* api.post(`/v1/agents/${agentId}/inputs/${pending.id}/answer`, {
+        token,
+        json: { action: "accept", content: { answers: { "Which color?": "blue" } } }
+      })
+      expect(answered.status, answered.text).toBe(200)
+      const resumed = yield* Http.settled(api, token, agentId, answered.body.request.id)
+      expect(resumed.state).toBe("completed")
+
+      const spans = yield* receiver.waitFor((all) =>
+        all.filter((span) => span.name.startsWith("invoke_agent")).length === 2 &&
+        all.some((span) => span.name === "await_human_input")
+      )
+      const exported = receiver.exports()
+      expect(exported[0]!.headers["x-api-key"]).toBe("secret-value-1")
+      expect(exported[0]!.contentType).toBe("application/x-protobuf")
+      for (const span of spans) expect(span.traceId, span.name).toBe(traceId)
+      const [first, second] = spans.filter((span) => span.name === "invoke_agent Support bot")
+        .sort((a, b) => Number(a.startNanos - b.startNanos))
+      expect(first!.parentSpanId).toBe(callerSpan)
+      expect(first!.spanId).toBe(stopped.trace.spanId)
+      expect(first!.kind).toBe(2)
+      expect(first!.attributes).toMatchObject({
+        "gen_ai.operation.name": "invoke_agent",
+        "gen_ai.agent.id": agentId,
+        "gen_ai.agent.name": "Support bot",
+        "gen_ai.request.model": "fake/m1",
+        "agent_runtime.run.status": "input_required",
+        "agent_runtime.run.stopped": "input_required",
+        "agent_runtime.run.model_responses": 2,
+        "agent_runtime.request.id": stopped.id,
+        "agent_runtime.agent.id": agentId
+      })
+      // The run that resumed after the answer: under the run that asked.
+      expect(second!.parentSpanId).toBe(first!.spanId)
+      expect(second!.attributes).toMatchObject({ "agent_runtime.run.status": "completed" })
+      const children = (parent: string) => spans.filter((span) => span.parentSpanId === parent)
+      const under = children(first!.spanId).map((span) => span.name).sort()
+      // ... and the run that resumed after the answer.
+      expect(under).toEqual([
+        "chat fake/m1",
+        "chat fake/m1",
+        "execute_tool ask_user",
+        "execute_tool codemode",
+        "invoke_agent Support bot"
+      ])
+      const chat = children(first!.spanId).find((span) => span.name === "chat fake/m1")!
+      expect(chat.kind).toBe(3)
+      expect(chat.attributes).toMatchObject({
+        "gen_ai.operation.name": "chat",
+        "gen_ai.request.model": "fake/m1",
+        "gen_ai.response.finish_reasons": ["toolUse"]
+      })
+      expect(typeof chat.attributes["gen_ai.usage.input_tokens"]).toBe("number")
+      const codemode = children(first!.spanId).find((span) => span.name === "execute_tool codemode")!
+      expect(codemode.attributes).toMatchObject({ "gen_ai.tool.name": "codemode", "gen_ai.tool.call.id": "call_code" })
+      const [inner] = children(codemode.spanId)
+      expect(inner).toMatchObject({ name: "execute_tool double" })
+      expect(inner!.attributes).toMatchObject({
+        "gen_ai.tool.call.id": "call_code",
+        "agent_runtime.tool.inner_call.id": "call_code:0"
+      })
+      const ask = children(first!.spanId).find((span) => span.name === "execute_tool ask_user")!
+      expect(ask.attributes).toMatchObject({ "agent_runtime.tool.input_required": true })
+      // The resumed run answers the waiting call from its input, then asks the model.
+      expect(children(second!.spanId).map((span) => span.name).sort()).toEqual([
+        "await_human_input",
+        "chat fake/m1",
+        "execute_tool ask_user"
+      ])
+      const wait = children(second!.spanId).find((span) => span.name === "await_human_input")!
+      expect(wait.attributes).toMatchObject({
+        "agent_runtime.input.id": pending.id,
+        "agent_runtime.input.kind": "question",
+        "agent_runtime.input.state": "answered",
+        "gen_ai.tool.call.id": "call_ask"
+      })
+      // No content without include.content.
+      for (const span of spans) {
+        expect(Object.keys(span.attributes).filter((key) => /messages|arguments|result|message$/.test(key)), span.name)
+          .toEqual([])
+      }
+      const status = (yield* api.get("/v1/telemetry", { token })).body.status
+      expect(status.lastExportAt).toBeGreaterThan(0)
+      expect(status.lastError).toBeNull()
+    }))
+
+  it.scoped("content only when asked, JSON when asked; a 503 is sent again once; sampling 0 sends nothing", () =>
+    Effect.gen(function*() {
+      const { agentId, api, receiver, token, world } = yield* setup("telemetry-content")
+      yield* api.put("/v1/telemetry", {
+        token,
+        json: { endpoint: receiver.url, protocol: "http/json", include: { content: true } }
+      })
+      receiver.behave([{ status: 503, retryAfter: "0" }])
+      world.upstream.script({ text: "the answer" })
+      const done = yield* Http.prompted(api, token, agentId, { text: "the question" })
+      expect(done.state).toBe("completed")
+      const spans = yield* receiver.waitFor((all) => all.some((span) => span.name.startsWith("invoke_agent")))
+      const run = spans.find((span) => span.name.startsWith("invoke_agent"))!
+      expect(run.attributes["gen_ai.input.messages"]).toBe("the question")
+      expect(run.attributes["gen_ai.output.messages"]).toBe("the answer")
+      expect(receiver.exports().map((entry) => entry.status)).toEqual([503, 200])
+      expect(receiver.exports()[1]!.path).toBe("/v1/traces")
+      expect(receiver.exports()[1]!.contentType).toBe("application/json")
+      // The batch arrived once.
+      expect(new Set(spans.map((span) => span.spanId)).size).toBe(spans.length)
+
+      yield* api.put("/v1/telemetry", { token, json: { sampleRate: 0 } })
+      yield* Effect.sleep("2500 millis")
+      const before = receiver.arrived()
+      world.upstream.script({ text: "unsampled" })
+      const quiet = yield* Http.prompted(api, token, agentId, { text: "again" })
+      expect(quiet.trace).toMatchObject({ sampled: false })
+      yield* Effect.sleep("4 seconds")
+      expect(receiver.arrived()).toBe(before)
+    }))
+
+  it.scoped("a receiver that hangs never holds a run; test and clear answer what the endpoint said", () =>
+    Effect.gen(function*() {
+      const { agentId, api, receiver, token, world } = yield* setup("telemetry-hang")
+      const test0 = yield* api.post("/v1/telemetry/test", { token })
+      expect(test0.status).toBe(404)
+      yield* api.put("/v1/telemetry", { token, json: { endpoint: receiver.url } })
+      const tested = yield* api.post("/v1/telemetry/test", { token })
+      expect(tested.status, tested.text).toBe(200)
+      expect(tested.body).toMatchObject({ ok: true, status: 200 })
+      expect(receiver.spans().map((span) => span.traceId)).toContain(tested.body.traceId)
+      receiver.behave([], { hang: true })
+      const started = Date.now()
+      for (let n = 0; n < 3; n++) {
+        world.upstream.script({ text: `answer ${n}` })
+        const done = yield* Http.prompted(api, token, agentId, { text: `question ${n}` })
+        expect(done.state).toBe("completed")
+      }
+      expect(Date.now() - started).toBeLessThan(10_000)
+      receiver.behave([{ status: 401 }])
+      const refused = yield* api.post("/v1/telemetry/test", { token })
+      expect(refused.body).toMatchObject({ ok: false, status: 401, error: "HTTP 401" })
+      expect((yield* api.get("/v1/telemetry", { token })).body.status.lastError).toBe("HTTP 401")
+      expect((yield* api.delete("/v1/telemetry", { token })).body).toEqual({ deleted: true })
+      expect((yield* api.delete("/v1/telemetry", { token })).body).toEqual({ deleted: false })
+      expect((yield* api.get("/v1/telemetry", { token })).body).toBeNull()
+      // Refused endpoints and headers change nothing.
+      const bad = yield* api.put("/v1/telemetry", { token, json: { endpoint: "ftp://x" } })
+      expect(bad.status).toBe(400)
+      const reserved = yield* api.put("/v1/telemetry", {
+        token,
+        json: { endpoint: receiver.url, headers: { "Content-Type": "x" } }
+      })
+      expect(reserved.status).toBe(400)
+      expect((yield* api.get("/v1/telemetry", { token })).body).toBeNull()
+    }))
+})
