@@ -15,7 +15,6 @@ import {
   Definitions,
   Delegation,
   Drain,
-  EventLog,
   FileNotices,
   Inputs,
   type RunnerReports,
@@ -86,6 +85,7 @@ import * as Health from "./http/Health.ts"
 import * as HotRoutes from "./http/HotRoutes.ts"
 import * as InputsHttp from "./http/Inputs.ts"
 import * as Me from "./http/Me.ts"
+import * as MetricsHttp from "./http/Metrics.ts"
 import * as Models from "./http/Models.ts"
 import * as Page from "./http/Page.ts"
 import * as RunsHttp from "./http/Runs.ts"
@@ -95,7 +95,9 @@ import * as Tokens_ from "./http/Tokens.ts"
 import * as VolumesHttp from "./http/Volumes.ts"
 import * as WebhooksHttp from "./http/Webhooks.ts"
 import * as WellKnown from "./http/WellKnown.ts"
+import * as Metrics from "./Metrics.ts"
 import { migrations } from "./Migrations.ts"
+import * as OtelResource from "./OtelResource.ts"
 import * as Readiness from "./Readiness.ts"
 import * as Runners from "./Runners.ts"
 import * as ServerConfig from "./ServerConfig.ts"
@@ -202,11 +204,15 @@ export const layerRestApp: Layer.Layer<
   | Definitions.Definitions
   | Schedules.Schedules
   | RunnerReports.RunnerReports
-> = HttpApiBuilder.serve((app) => HttpMiddleware.logger(Cors.middleware(TelemetryHttp.middleware(app)))).pipe(
+  | Metrics.Metrics
+> = HttpApiBuilder.serve((app) =>
+  Metrics.middleware(HttpMiddleware.logger(Cors.middleware(TelemetryHttp.middleware(app))))
+).pipe(
   Layer.provide([
     HttpApiBuilder.middlewareOpenApi({ path: "/v1/openapi.json" }),
     HttpApiScalar.layer({ path: "/docs" }),
     Page.layer,
+    MetricsHttp.layer,
     Errors.layer
   ]),
   Layer.provide(layerApi),
@@ -322,13 +328,13 @@ const layerAgentsOn = <ROut, E, RIn>(cluster: Layer.Layer<ROut, E, RIn>) =>
     Layer.provideMerge(Layer.mergeAll(Agents.layer, Runs.layer, BrowserTokens.layer, Runners.layer, AgentFiles.layer)),
     Layer.provideMerge(Layer.mergeAll(AgentEvents.layer, AgentTokens.layer)),
     Layer.provideMerge(AgentRuntime.layer),
-    Layer.provideMerge(Layer.mergeAll(EventLog.layerLocalLogs, Tools.layer, Settlements.layer)),
+    Layer.provideMerge(Layer.mergeAll(Metrics.layerLocalLogs, Tools.layer, Settlements.layer)),
     Layer.provideMerge(Layer.mergeAll(ToolSources.layer(), WebSearch.layer, Delegation.layer)),
     Layer.provide(cluster),
     // Below the cluster runner, so it closes after the runner has let its shards go.
     Layer.provideMerge(AgentRuntime.layerReleaseAnnouncements),
     Layer.provideMerge(Inputs.layer),
-    Layer.provideMerge(Layer.mergeAll(AgentStore.layer, Drain.layer, Definitions.layer, Schedules.layer))
+    Layer.provideMerge(Layer.mergeAll(AgentStore.layer, Metrics.layerDrain, Definitions.layer, Schedules.layer))
   )
 
 /** Webhook senders, holding their endpoints' leases under the runner's address. */
@@ -353,6 +359,9 @@ const layerFiles = Layer.unwrapEffect(
   Layer.provideMerge(Layer.effect(RestBase, Deferred.make<string>()))
 )
 
+/** The operator's metrics, scraped at `GET /v1/admin/metrics`. */
+const layerMetrics = Metrics.layer.pipe(Layer.provide(OtelResource.layer))
+
 /** Tenants' trace export: settings and the per-node exporter. */
 const layerTelemetry = TraceExport.layer().pipe(Layer.provideMerge(TelemetrySettings.layer))
 
@@ -362,7 +371,8 @@ const layerTelemetry = TraceExport.layer().pipe(Layer.provideMerge(TelemetrySett
  * node's own in `layer`; the cluster's in-memory `TestRunner` in tests.
  */
 export const layerServicesOn = <ROut, E, RIn>(cluster: Layer.Layer<ROut, E, RIn>) =>
-  layerAgentsOn(cluster).pipe(
+  layerMetrics.pipe(
+    Layer.provideMerge(layerAgentsOn(cluster)),
     Layer.provideMerge(Layer.mergeAll(WebhookEndpoints.layer, layerWebhookDelivery, layerFiles, layerTelemetry)),
     Layer.provideMerge(
       Layer.mergeAll(

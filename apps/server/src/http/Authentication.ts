@@ -142,6 +142,18 @@ export const layerAgent: Layer.Layer<Auth.AgentAuthentication, never, Agents.Age
   })
 )
 
+/** The operator token, else 403 for a live API key and 401 for anything else: what an operator route asks. */
+export const operatorOnly = (operator: Operator.Operator["Type"], tokens: Tokens.Tokens["Type"], secret: string) =>
+  Effect.gen(function*() {
+    if (secret === "") return yield* missing
+    if (operator.verify(secret)) return
+    // A live API key is a known caller without the right; anything else is no caller at all.
+    const key = yield* tokens.authenticate(secret)
+    return yield* Option.isSome(key)
+      ? new ApiError.Forbidden({ error: "operator routes need the operator token" })
+      : invalid
+  }).pipe(PersistenceError.orDie)
+
 export const layerOperator: Layer.Layer<Auth.OperatorAuthentication, never, Operator.Operator | Tokens.Tokens> = Layer
   .effect(
     Auth.OperatorAuthentication,
@@ -149,17 +161,7 @@ export const layerOperator: Layer.Layer<Auth.OperatorAuthentication, never, Oper
       const operator = yield* Operator.Operator
       const tokens = yield* Tokens.Tokens
       return Auth.OperatorAuthentication.of({
-        operator: (token) =>
-          Effect.gen(function*() {
-            const secret = Redacted.value(token)
-            if (secret === "") return yield* missing
-            if (operator.verify(secret)) return
-            // A live API key is a known caller without the right; anything else is no caller at all.
-            const key = yield* tokens.authenticate(secret)
-            return yield* Option.isSome(key)
-              ? new ApiError.Forbidden({ error: "operator routes need the operator token" })
-              : invalid
-          }).pipe(PersistenceError.orDie)
+        operator: (token) => operatorOnly(operator, tokens, Redacted.value(token))
       })
     })
   )

@@ -17,14 +17,21 @@ import { Agents } from "@agent-runtime/agent"
 import { Api, type ApiError, Run, Token } from "@agent-runtime/domain"
 import { DatabaseHealth, PersistenceError } from "@agent-runtime/store"
 import { TraceParent } from "@agent-runtime/telemetry"
-import { Context, Duration, Effect, Layer, Runtime, Schema } from "effect"
+import { Headers, HttpTraceContext } from "@effect/platform"
+import { Context, Duration, Effect, Layer, Option, Runtime, Schema } from "effect"
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http"
+import * as Metrics from "../Metrics.ts"
 import { ServerConfig } from "../ServerConfig.ts"
+import * as Tracing from "../Tracing.ts"
 import { apiKey, apiKeyCaller } from "./Authentication.ts"
 import * as Errors from "./Errors.ts"
 
 const promptPath = /^\/v1\/agents\/([\w.~-]+)\/prompt$/
 const requestPath = /^\/v1\/agents\/([\w.~-]+)\/requests\/([\w.~-]+)(?:\?wait=([\w.~-]*))?$/
+
+// The endpoints' routes as the API's router names them, for their spans and metrics.
+const promptRoute = "/v1/agents/:id/prompt"
+const requestRoute = "/v1/agents/:id/requests/:requestId"
 
 // The endpoints' own schemas and statuses.
 const decodePrompt = Schema.decodeUnknown(Api.payload(Run.PromptInput))
@@ -89,6 +96,7 @@ export const layer: Layer.Layer<
     const tokens = yield* Tokens.Tokens
     const health = yield* DatabaseHealth.DatabaseHealth
     const runFork = Runtime.runFork(yield* Effect.runtime<never>())
+    const exporting = yield* Tracing.Exporting
 
     // The API's bearer scheme takes whatever follows the scheme's 7 characters.
     const secretOf = (request: IncomingMessage) => request.headers.authorization!.slice(7)
@@ -124,30 +132,74 @@ export const layer: Layer.Layer<
         return yield* encodeRecord(record)
       })
 
-    /** Answers with `effect`'s value, or its failure as the API answers it; logged as the API logs. */
+    /**
+     * The server span the API's tracer would open (named, parented by a caller's `traceparent` and described
+     * as it does), made only while the node exports its spans: without an exporter a span is cost for nothing.
+     */
+    const traced = exporting
+      ? (request: IncomingMessage, route: string, answering: Effect.Effect<number>) =>
+        Effect.useSpan(`http.server ${request.method}`, {
+          kind: "server",
+          captureStackTrace: false,
+          parent: Option.getOrUndefined(HttpTraceContext.fromHeaders(Headers.fromInput(request.headers)))
+        }, (span) => {
+          const url = request.url ?? ""
+          const query = url.indexOf("?")
+          span.attribute("http.request.method", request.method)
+          span.attribute("url.path", query === -1 ? url : url.slice(0, query))
+          if (query !== -1) span.attribute("url.query", url.slice(query + 1))
+          span.attribute("url.scheme", "http")
+          span.attribute("http.route", route)
+          if (request.headers["user-agent"] !== undefined) {
+            span.attribute("user_agent.original", request.headers["user-agent"])
+          }
+          return Effect.tap(
+            Effect.withParentSpan(answering, span),
+            (status) => span.attribute("http.response.status_code", status)
+          )
+        })
+      : (_request: IncomingMessage, _route: string, answering: Effect.Effect<number>) => answering
+
+    /**
+     * Answers with `effect`'s value, or its failure as the API answers it; logged, traced and counted under
+     * `route` (the endpoint's pattern) as the API does.
+     */
     const answer = (
       request: IncomingMessage,
       response: ServerResponse,
+      route: string,
       status: number,
       effect: Effect.Effect<unknown, unknown>
     ) => {
+      const started = performance.now()
+      Metrics.requestStarted()
+      const answering = effect.pipe(
+        PersistenceError.orDie,
+        Effect.matchCauseEffect({
+          onSuccess: (value) => Effect.sync(() => send(response, status, value)).pipe(Effect.as(status)),
+          onFailure: (cause) =>
+            Effect.map(Errors.failureOf(health, request.method, cause), (error) => {
+              const answered = Errors.answerOf(error)
+              send(response, answered.status, answered.body, answered.headers)
+              return answered.status
+            })
+        }),
+        Effect.tap((sent) =>
+          Effect.annotateLogs(Effect.log("Sent HTTP response"), {
+            "http.method": request.method,
+            "http.url": request.url,
+            "http.status": sent
+          })
+        )
+      )
       const fiber = runFork(
-        effect.pipe(
-          PersistenceError.orDie,
-          Effect.matchCauseEffect({
-            onSuccess: (value) => Effect.sync(() => send(response, status, value)).pipe(Effect.as(status)),
-            onFailure: (cause) =>
-              Effect.map(Errors.failureOf(health, request.method, cause), (error) => {
-                const answered = Errors.answerOf(error)
-                send(response, answered.status, answered.body, answered.headers)
-                return answered.status
-              })
-          }),
-          Effect.flatMap((sent) =>
-            Effect.annotateLogs(Effect.log("Sent HTTP response"), {
-              "http.method": request.method,
-              "http.url": request.url,
-              "http.status": sent
+        traced(request, route, answering).pipe(
+          Effect.onExit((exit) =>
+            Effect.sync(() => {
+              Metrics.requestEnded()
+              // A client that left before its answer, as the platform counts it.
+              const sent = exit._tag === "Success" ? exit.value : 499
+              Metrics.observeRequest(request.method!, route, sent, (performance.now() - started) / 1000)
             })
           )
         )
@@ -171,13 +223,13 @@ export const layer: Layer.Layer<
             match === null || !isCommon(request) || !(length <= config.maxBodyBytes) ||
             request.headers["content-type"]?.split(";")[0]!.trim().toLowerCase() !== "application/json"
           ) return false
-          answer(request, response, Api.promptAccepted, prompt(request, match[1]!))
+          answer(request, response, promptRoute, Api.promptAccepted, prompt(request, match[1]!))
           return true
         }
         if (request.method === "GET") {
           const match = requestPath.exec(url)
           if (match === null || !isCommon(request)) return false
-          answer(request, response, 200, settled(request, match[1]!, match[2]!, match[3]))
+          answer(request, response, requestRoute, 200, settled(request, match[1]!, match[2]!, match[3]))
           return true
         }
         return false
