@@ -193,6 +193,10 @@ export const make: Effect.Effect<
   const serializer = new PrometheusSerializer(undefined, false, undefined, false, true)
   const sessionName = Runners.sessionName(config)
   let cpuUsed = 0
+  // Shown at 0 from the start (a series that appears only with its first value is hard to alert on); the
+  // labelled ones appear with each label's first value.
+  turnDuration.register()
+  httpActive.register()
 
   const processFigures = Effect.sync(() => {
     const { system, user } = process.cpuUsage()

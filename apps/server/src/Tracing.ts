@@ -12,8 +12,10 @@ import {
   AlwaysOnSampler,
   BatchSpanProcessor,
   ParentBasedSampler,
+  type ReadableSpan,
   type Sampler,
   SamplingDecision,
+  type SpanExporter,
   TraceIdRatioBasedSampler
 } from "@opentelemetry/sdk-trace-base"
 import { Config, type ConfigError, Context, Duration, Effect, Layer, Option, Runtime } from "effect"
@@ -89,6 +91,30 @@ const withoutLoneStatements = (sampler: Sampler): Sampler => ({
   toString: () => `WithoutLoneStatements{${sampler.toString()}}`
 })
 
+const signatureParameter = /(^|[?&])signature=[^&#]*/g
+
+/**
+ * A signed link's signature is its credential (`/v1/files/...?signature=`, `/v1/links/...`): the URL attributes
+ * the HTTP tracer records keep the parameter, not its value, so the collector holds no working link.
+ */
+const withoutSignatures = (exporter: SpanExporter): SpanExporter => {
+  const scrub = (span: ReadableSpan): ReadableSpan => {
+    const redacted = Object.entries(span.attributes).flatMap(([key, value]) =>
+      typeof value === "string" && key.startsWith("url.") && value.includes("signature=")
+        ? [[key, value.replace(signatureParameter, "$1signature=REDACTED")]]
+        : []
+    )
+    return redacted.length === 0
+      ? span
+      : Object.create(span, { attributes: { value: { ...span.attributes, ...Object.fromEntries(redacted) } } })
+  }
+  return {
+    export: (spans, done) => exporter.export(spans.map(scrub), done),
+    shutdown: () => exporter.shutdown(),
+    forceFlush: () => exporter.forceFlush?.() ?? Promise.resolve()
+  }
+}
+
 /**
  * The traces endpoint, from `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` as it is or `OTEL_EXPORTER_OTLP_ENDPOINT`
  * with `/v1/traces` appended; none when neither is set, when `OTEL_TRACES_EXPORTER` is `none` or when
@@ -138,7 +164,9 @@ const exporting = (options: Options, server: ServerConfig) =>
     Layer.discard(Tracer.layer).pipe(
       Layer.provide(
         NodeSdk.layerTracerProvider(
-          new BatchSpanProcessor(new OTLPTraceExporter({ url: options.url, headers: options.headers })),
+          new BatchSpanProcessor(
+            withoutSignatures(new OTLPTraceExporter({ url: options.url, headers: options.headers }))
+          ),
           // What is still batched is flushed as the node stops; the stop timeout bounds it, as it bounds the rest.
           { sampler: options.sampler, shutdownTimeout: Duration.seconds(server.stopTimeoutSeconds) }
         )

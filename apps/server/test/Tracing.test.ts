@@ -151,6 +151,32 @@ layer(WorldLive, { excludeTestServices: true })("operator traces", (it) => {
       expect(lone.map((span) => span.attributes["db.query.text"])).toEqual([])
     }))
 
+  it.scoped("a signed link's signature does not reach the collector", () =>
+    Effect.gen(function*() {
+      const { node, receiver, upstream } = yield* TracingWorld
+      const { api, token } = yield* TestWorld.tenantWithModel({ node, upstream }, "signed")
+      const volume = (yield* api.post("/v1/volumes", { token, json: {} })).body.id as string
+      const link = yield* api.post(`/v1/volumes/${volume}/links`, { token, json: { path: "/a.txt", method: "PUT" } })
+      const url = new URL(link.body.url)
+      const signature = url.searchParams.get("signature")!
+      expect(signature.length).toBeGreaterThan(10)
+      const used = caller()
+      const put = yield* Http.request(node.rest, "PUT", url.pathname + url.search, {
+        headers: { traceparent: used.traceparent, "content-type": "text/plain" },
+        body: "signed"
+      })
+      expect(put.status).toBeLessThan(300)
+      const spans = yield* receiver.waitFor((spans) =>
+        spans.some((span) => span.traceId === used.traceId && span.kind === serverKind)
+      )
+      const server = spans.find((span) => span.traceId === used.traceId && span.kind === serverKind)!
+      expect(server.attributes["http.route"]).toBe("/v1/links/:volumeId")
+      expect(server.attributes["url.query"]).toMatch(/(^|&)signature=REDACTED(&|$)/)
+      expect(server.attributes["url.full"]).toContain("signature=REDACTED")
+      const attributes = spans.filter((span) => span.traceId === used.traceId).map((span) => span.attributes)
+      expect(JSON.stringify(attributes)).not.toContain(signature)
+    }))
+
   it.scoped("a log line written in a span carries its trace_id and span_id", () =>
     Effect.gen(function*() {
       const { node, receiver } = yield* TracingWorld
