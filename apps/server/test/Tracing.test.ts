@@ -218,6 +218,18 @@ it.scopedLive("a stopping node flushes the spans it still holds", () =>
     })
   }), { timeout: 90_000 })
 
+it.scopedLive("an export the collector refuses is a warning in the node's log", () =>
+  Effect.gen(function*() {
+    const { node, receiver } = yield* start({ OTEL_BSP_SCHEDULE_DELAY: "100" })
+    receiver.behave([], { status: 400 })
+    yield* Http.request(node.rest, "GET", "/v1/admin/tenants", { token: node.operatorToken })
+    const deadline = Date.now() + 15_000
+    const warned = () => node.output().split("\n").find((line) => line.includes("component=otel"))
+    while (warned() === undefined && Date.now() < deadline) yield* Effect.sleep("100 millis")
+    expect(receiver.arrived()).toBeGreaterThan(0)
+    expect(warned()).toContain("level=WARN")
+  }), { timeout: 60_000 })
+
 /** Reads `Tracing.config` from exactly these variables. */
 const read = (variables: Record<string, string>) =>
   Effect.withConfigProvider(Effect.exit(Tracing.config), ConfigProvider.fromMap(new Map(Object.entries(variables))))
