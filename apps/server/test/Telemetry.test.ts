@@ -4,8 +4,16 @@
  * run under the caller's traceparent, the span tree and its attributes,
  * content only when asked, sampling, retries and a receiver that hangs.
  */
-import { Http, McpTestServer, OtlpReceiver, TestWorld } from "@agent-runtime/testing"
-import { expect, layer } from "@effect/vitest"
+import {
+  FakeUpstream,
+  Http,
+  McpTestServer,
+  OtlpReceiver,
+  TestDatabase,
+  TestNode,
+  TestWorld
+} from "@agent-runtime/testing"
+import { expect, it, layer } from "@effect/vitest"
 import { Effect } from "effect"
 
 const traceId = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -158,6 +166,19 @@ layer(TestWorld.layer(), { excludeTestServices: true })("telemetry", (it) => {
       const status = (yield* api.get("/v1/telemetry", { token })).body.status
       expect(status.lastExportAt).toBeGreaterThan(0)
       expect(status.lastError).toBeNull()
+      // Headers stay while the endpoint keeps its origin, and go when it moves.
+      const samePlace = yield* api.put("/v1/telemetry", { token, json: { endpoint: `${receiver.url}/other/traces` } })
+      expect(samePlace.body.headers).toEqual(["x-api-key"])
+      const moved = yield* api.put("/v1/telemetry", {
+        token,
+        json: { endpoint: receiver.url.replace("127.0.0.1", "localhost") }
+      })
+      expect(moved.body).toMatchObject({
+        headers: [],
+        endpoint: `${receiver.url.replace("127.0.0.1", "localhost")}/v1/traces`
+      })
+      // The secret never reached a log line.
+      expect(world.node.output()).not.toContain("secret-value-1")
     }))
 
   it.scoped("content only when asked, JSON when asked; a 503 is sent again once; sampling 0 sends nothing", () =>
@@ -227,3 +248,84 @@ layer(TestWorld.layer(), { excludeTestServices: true })("telemetry", (it) => {
       expect((yield* api.get("/v1/telemetry", { token })).body).toBeNull()
     }))
 })
+
+it.scopedLive(
+  "a turn moved by a drain keeps its trace: each node exports its own spans, the run span comes once, from the node that finished it",
+  () =>
+    Effect.gen(function*() {
+      const upstream = yield* FakeUpstream.start()
+      const receiver = yield* OtlpReceiver.make
+      const databaseUrl = yield* TestDatabase.make
+      const operatorToken = `aro_${"t".repeat(43)}`
+      const env = { ALLOW_PRIVATE_URLS: "true" }
+      const [one, two] = yield* Effect.all([
+        TestNode.start({ databaseUrl, operatorToken, env }),
+        TestNode.start({ databaseUrl, operatorToken, env })
+      ], { concurrency: 2 })
+      const api1 = Http.client(one.rest)
+      const api2 = Http.client(two.rest)
+      const token = (yield* api1.post("/v1/admin/tenants", { token: operatorToken, json: { name: "moved" } })).body
+        .token as string
+      yield* api1.put("/v1/providers/fake", {
+        token,
+        json: {
+          type: "openai-completions",
+          baseUrl: `${upstream.url}/v1`,
+          models: [{ id: "m1", contextWindow: 10000 }]
+        }
+      })
+      yield* api1.put("/v1/telemetry", { token, json: { endpoint: receiver.url } })
+      // Both runners hold shards before agents are placed.
+      for (let i = 0; i < 50; i++) {
+        const listed = (yield* api2.get("/v1/admin/runners", { token: operatorToken })).body
+        if (listed.data.length === 2 && listed.data.every((runner: any) => runner.shards > 0)) break
+        yield* Effect.sleep("200 millis")
+      }
+      const agents = yield* Effect.forEach(
+        Array.from({ length: 16 }),
+        () =>
+          Effect.map(api1.post("/v1/agents", { token, json: { model: "fake/m1" } }), (made) => made.body.id as string)
+      )
+      yield* Effect.forEach(agents, (id) => api2.get(`/v1/agents/${id}/state`, { token }), { discard: true })
+      const owners = yield* TestDatabase.query(databaseUrl, "SELECT id, owner FROM agents")
+      const agentId = owners.find((row: any) => row.owner === one.runnerAddress)?.id as string
+      expect(agentId).toBeDefined()
+      const words = Array.from({ length: 40 }, (_, i) => `w${i}`).join(" ")
+      upstream.script({ text: words, toolCalls: [{ name: "lookup", arguments: { q: "x" } }], tokenDelayMs: 100 })
+      upstream.script({ text: "finished on the other runner" })
+      const accepted = yield* api2.post(`/v1/agents/${agentId}/prompt`, {
+        token,
+        json: { text: "two steps" },
+        headers: { traceparent: `00-${traceId}-${callerSpan}-01` }
+      })
+      expect(accepted.status, accepted.text).toBe(202)
+      yield* Effect.sleep("400 millis")
+      const drained = yield* api2.post(`/v1/admin/runners/${encodeURIComponent(one.runnerAddress)}/drain`, {
+        token: operatorToken
+      })
+      expect(drained.status, drained.text).toBe(202)
+      const done = (yield* api2.get(`/v1/agents/${agentId}/requests/${accepted.body.id}?wait=25`, { token })).body
+      expect(done).toMatchObject({ state: "completed", trace: { traceId, parentSpanId: callerSpan } })
+      const spans = yield* receiver.waitFor(
+        (all) =>
+          all.some((span) => span.name.startsWith("invoke_agent")) &&
+          all.filter((span) => span.name === "chat fake/m1").length === 2,
+        30_000
+      )
+      for (const span of spans) expect(span.traceId, span.name).toBe(traceId)
+      const runs = spans.filter((span) => span.name.startsWith("invoke_agent"))
+      expect(runs).toHaveLength(1)
+      expect(runs[0]!.spanId).toBe(done.trace.spanId)
+      expect(runs[0]!.parentSpanId).toBe(callerSpan)
+      expect(runs[0]!.attributes).toMatchObject({
+        "agent_runtime.run.status": "completed",
+        "agent_runtime.run.resumes": 1
+      })
+      // The drained node's step and the next node's, under the same run span.
+      const under = spans.filter((span) => span.parentSpanId === runs[0]!.spanId).map((span) => span.name).sort()
+      expect(under).toEqual(["chat fake/m1", "chat fake/m1", "execute_tool lookup"])
+      // Sent once each.
+      expect(new Set(spans.map((span) => span.spanId)).size).toBe(spans.length)
+    }),
+  { timeout: 120_000 }
+)

@@ -15,7 +15,7 @@
  */
 import { ApiError, Telemetry } from "@agent-runtime/domain"
 import { Egress } from "@agent-runtime/egress"
-import type { PersistenceError } from "@agent-runtime/store"
+import { PersistenceError } from "@agent-runtime/store"
 import { type Attributes, type HrTime, SpanKind, SpanStatusCode } from "@opentelemetry/api"
 import { JsonTraceSerializer, ProtobufTraceSerializer } from "@opentelemetry/otlp-transformer"
 import { resourceFromAttributes } from "@opentelemetry/resources"
@@ -32,6 +32,7 @@ export const maxAttempts = 5
 export const flushInterval = Duration.seconds(2)
 export const exportTimeout = Duration.seconds(10)
 export const flushOnStop = Duration.seconds(3)
+export const settingsWait = Duration.seconds(1)
 
 /** Spans dropped: a full queue, or a batch out of attempts or refused. */
 export const droppedSpans = Metric.counter("telemetry_spans_dropped", {
@@ -142,6 +143,19 @@ export const make = (options: Options = {}) =>
 
     const drop = (count: number) => droppedSpans.unsafeUpdate(count, [])
 
+    /**
+     * The tenant's target, read within `settingsWait`: a run or a record never waits on a database that does
+     * not answer (a connection cut by a partition hangs rather than fails); it goes untraced instead.
+     */
+    const targetOf = (tenantId: string) =>
+      settings.target(tenantId).pipe(
+        Effect.timeoutFail({
+          duration: settingsWait,
+          onTimeout: () =>
+            new PersistenceError.PersistenceError({ cause: new Error("the telemetry settings were not read in time") })
+        })
+      )
+
     const offerFor = (tenantId: string) => (span: RunSpans.SpanData) => {
       let queue = queues.get(tenantId)
       if (queue === undefined) queues.set(tenantId, queue = [])
@@ -212,7 +226,7 @@ export const make = (options: Options = {}) =>
         queued -= batch.length
         if (queue.length === 0) queues.delete(tenantId)
         if (batch.length === 0) return
-        const target = yield* settings.target(tenantId).pipe(Effect.orElseSucceed(() => Option.none()))
+        const target = yield* targetOf(tenantId).pipe(Effect.orElseSucceed(() => Option.none()))
         if (Option.isNone(target)) return drop(batch.length)
         const sent = yield* deliver(target.value, batch)
         if (ok(sent)) exportedSpans.unsafeUpdate(batch.length, [])
@@ -248,7 +262,7 @@ export const make = (options: Options = {}) =>
     yield* Effect.addFinalizer(() => sendDue(true).pipe(Effect.timeout(flushOnStop), Effect.ignore))
 
     const contextOf = (request: RunRequest) =>
-      settings.target(request.tenantId).pipe(
+      targetOf(request.tenantId).pipe(
         Effect.map(Option.map((target) => {
           const context = TraceParent.forRequest(
             request.agentId,
@@ -266,7 +280,7 @@ export const make = (options: Options = {}) =>
       )
 
     const begin = (request: RunRequest) =>
-      settings.target(request.tenantId).pipe(
+      targetOf(request.tenantId).pipe(
         Effect.map(Option.flatMap((target): Option.Option<RunSpans.Traced> => {
           const caller = TraceParent.forRequest(
             request.agentId,
@@ -288,14 +302,15 @@ export const make = (options: Options = {}) =>
             usage: RunSpans.emptyUsage()
           })
         })),
+        // At debug level: while the database is away every run would say it.
         Effect.catchAll((error) =>
-          Effect.as(Effect.logWarning("reading telemetry settings failed; the run is not traced", error), Option.none())
+          Effect.as(Effect.logDebug("reading telemetry settings failed; the run is not traced", error), Option.none())
         )
       )
 
     const test = (tenantId: string) =>
       Effect.gen(function*() {
-        const target = yield* settings.target(tenantId)
+        const target = yield* targetOf(tenantId)
         if (Option.isNone(target)) return yield* new ApiError.NotFound({ error: "no telemetry export is set" })
         const now = Date.now()
         const span: RunSpans.SpanData = {

@@ -193,7 +193,8 @@ const endAttributes = (
     "gen_ai.usage.cache_creation.input_tokens": usage.cacheWriteTokens,
     "agent_runtime.cost.usd": usage.costUsd,
     "agent_runtime.run.model_responses": usage.responses,
-    "agent_runtime.run.resumes": row.resumes
+    // The row as read before this node took the turn over (markResumed counts it then).
+    "agent_runtime.run.resumes": row.resumes + (row.state === "running" ? 1 : 0)
   }
   if (Exit.isFailure(exit)) {
     const aborted = instance.turn.aborting && Cause.isInterruptedOnly(exit.cause)

@@ -1,0 +1,172 @@
+/**
+ * `node scripts/bench/telemetry.ts`: what trace export costs a turn, in one
+ * run on one node (its own process, embedded PostgreSQL, the fake upstream
+ * answering at once), so the ratio holds on a noisy machine.
+ *
+ * Two tenants on the node, the same load: one exports nothing, the other
+ * exports every run to an OTLP receiver that never answers (the worst a
+ * tenant's backend can do). Phases alternate off, on, off, on after a warm-up
+ * of both; each figure is the better of its two phases. Then one run with a
+ * tool call is traced into a receiver that answers, and its span tree is
+ * printed as the receiver decoded it.
+ *
+ * Environment: BENCH_CLIENTS (default 16), BENCH_PER_PHASE (turns per phase, default 600), BENCH_WARMUP
+ * (default 200).
+ */
+import * as OtlpReceiver from "@agent-runtime/testing/OtlpReceiver"
+import { NodeRuntime } from "@effect/platform-node"
+import { Console, Effect } from "effect"
+import * as BenchNode from "./benchNode.ts"
+
+const clients = Number(process.env.BENCH_CLIENTS ?? 16)
+const perPhase = Number(process.env.BENCH_PER_PHASE ?? 600)
+const warmup = Number(process.env.BENCH_WARMUP ?? 200)
+
+const percentile = (values: ReadonlyArray<number>, p: number) => {
+  const sorted = [...values].sort((a, b) => a - b)
+  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]!
+}
+
+const json = async (url: string, token: string, init: { method?: string; body?: unknown } = {}) => {
+  const response = await fetch(url, {
+    method: init.method ?? "GET",
+    headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+    ...(init.body === undefined ? {} : { body: JSON.stringify(init.body) })
+  })
+  const body = await response.json() as any
+  if (response.status >= 400) {
+    throw new Error(`${init.method ?? "GET"} ${url}: ${response.status} ${JSON.stringify(body)}`)
+  }
+  return body
+}
+
+interface Phase {
+  readonly perSecond: number
+  readonly p50: number
+  readonly p99: number
+}
+
+const better = (a: Phase, b: Phase) => a.perSecond >= b.perSecond ? a : b
+
+const program = Effect.scoped(Effect.gen(function*() {
+  const { node, token, upstream } = yield* BenchNode.start("telemetry", { maxRecorded: 1000 })
+  const base = node.rest
+  const hanging = yield* OtlpReceiver.make
+  hanging.behave([], { hang: true })
+  const answering = yield* OtlpReceiver.make
+  // The exporting tenant: another tenant of the node, with the same provider.
+  const exporting = yield* Effect.promise(async () => {
+    const tenant = await json(`${base}/v1/admin/tenants`, node.operatorToken, {
+      method: "POST",
+      body: { name: "exporting" }
+    })
+    await json(`${base}/v1/providers/fake`, tenant.token, {
+      method: "PUT",
+      body: {
+        type: "openai-completions",
+        baseUrl: `${upstream.url}/v1`,
+        models: [{ id: "m1", contextWindow: 1_000_000 }]
+      }
+    })
+    await json(`${base}/v1/telemetry`, tenant.token, { method: "PUT", body: { endpoint: hanging.url } })
+    return tenant.token as string
+  })
+  const agentsOf = (owner: string) =>
+    Promise.all(
+      Array.from({ length: clients }, () =>
+        json(`${base}/v1/agents`, owner, { method: "POST", body: { model: "fake/m1", mounts: [] } })
+          .then((created) =>
+            created.id as string
+          ))
+    )
+  const [quiet, traced] = yield* Effect.promise(() => Promise.all([agentsOf(token), agentsOf(exporting)]))
+  let n = 0
+  const phase = async (owner: string, agents: ReadonlyArray<string>, count: number): Promise<Phase> => {
+    let left = count
+    const latencies: Array<number> = []
+    const started = performance.now()
+    await Promise.all(agents.map(async (agentId) => {
+      while (left > 0) {
+        left--
+        const at = performance.now()
+        const request = await json(`${base}/v1/agents/${agentId}/prompt`, owner, {
+          method: "POST",
+          body: { text: `turn ${n++}` }
+        })
+        let record = request
+        while (record.state !== "completed") {
+          record = await json(`${base}/v1/agents/${agentId}/requests/${request.id}?wait=25`, owner)
+        }
+        latencies.push(performance.now() - at)
+      }
+    }))
+    const seconds = (performance.now() - started) / 1000
+    return {
+      perSecond: Math.round((count / seconds) * 10) / 10,
+      p50: Math.round(percentile(latencies, 50) * 10) / 10,
+      p99: Math.round(percentile(latencies, 99) * 10) / 10
+    }
+  }
+  const [offA, onA, offB, onB] = yield* Effect.promise(async () => {
+    await phase(token, quiet, warmup)
+    await phase(exporting, traced, warmup)
+    return [
+      await phase(token, quiet, perPhase),
+      await phase(exporting, traced, perPhase),
+      await phase(token, quiet, perPhase),
+      await phase(exporting, traced, perPhase)
+    ]
+  })
+  const off = better(offA!, offB!)
+  const on = better(onA!, onB!)
+
+  // One traced run with a tool call, into a receiver that answers: its tree as exported.
+  yield* Effect.promise(() =>
+    json(`${base}/v1/telemetry`, exporting, { method: "PUT", body: { endpoint: answering.url } })
+  )
+  yield* Effect.sleep("2500 millis")
+  upstream.script({ toolCalls: [{ id: "call_lookup", name: "lookup", arguments: { q: "order 123" } }] })
+  upstream.script({ text: "Order 123 shipped." })
+  yield* Effect.promise(async () => {
+    const request = await json(`${base}/v1/agents/${traced[0]}/prompt`, exporting, {
+      method: "POST",
+      body: { text: "where is order 123?" }
+    })
+    let record = request
+    while (record.state !== "completed") {
+      record = await json(`${base}/v1/agents/${traced[0]}/requests/${request.id}?wait=25`, exporting)
+    }
+  })
+  const spans = yield* answering.waitFor((all) => all.some((span) => span.name.startsWith("invoke_agent")))
+  const lines: Array<string> = []
+  const print = (parent: string | undefined, depth: number) => {
+    for (const span of spans.filter((candidate) => candidate.parentSpanId === parent)) {
+      const ms = Number((span.endNanos - span.startNanos) / 1_000_000n)
+      const attributes = Object.entries(span.attributes)
+        .filter(([key]) => !key.startsWith("agent_runtime.tenant") && key !== "agent_runtime.agent.id")
+        .map(([key, value]) => `${key}=${JSON.stringify(value)}`).join(" ")
+      lines.push(`${"  ".repeat(depth)}${span.name} (${ms} ms, span ${span.spanId}) ${attributes}`)
+      print(span.spanId, depth + 1)
+    }
+  }
+  print(undefined, 0)
+  yield* Console.log(JSON.stringify(
+    {
+      clients,
+      perPhase,
+      exportOff: off,
+      exportOnToAHangingReceiver: on,
+      onPerOff: {
+        throughput: Math.round((on.perSecond / off.perSecond) * 1000) / 1000,
+        p50: Math.round((on.p50 / off.p50) * 1000) / 1000,
+        p99: Math.round((on.p99 / off.p99) * 1000) / 1000
+      },
+      phases: { off: [offA, offB], on: [onA, onB] }
+    },
+    null,
+    2
+  ))
+  yield* Console.log(`one trace (${spans[0]!.traceId}):\n${lines.join("\n")}`)
+}))
+
+NodeRuntime.runMain(program)
