@@ -57,7 +57,17 @@ layer(TestWorld.layer(), { excludeTestServices: true })("operator metrics", (it)
         yield* Http.settled(api, token, agentId, accepted.body.id)
       }
 
-      const scraped = yield* scrape(world.node, world.node.operatorToken)
+      // A request reads settled as its run ends (the run's time is taken after), and the cluster sets its entity
+      // gauge every second: scraped until both show.
+      const deadline = Date.now() + 10_000
+      let scraped = yield* scrape(world.node, world.node.operatorToken)
+      const shown = (samples: ReadonlyArray<Sample>) =>
+        sample(samples, "agent_runtime_turn_duration_seconds_count") === 2 &&
+        sample(samples, "effect_cluster_entities", { type: "Agent" }) === 1
+      while (!shown(samplesOf(scraped.text)) && Date.now() < deadline) {
+        yield* Effect.sleep("200 millis")
+        scraped = yield* scrape(world.node, world.node.operatorToken)
+      }
       expect(scraped.status).toBe(200)
       expect(scraped.headers.get("content-type")).toBe("text/plain; version=0.0.4; charset=utf-8")
       const samples = samplesOf(scraped.text)
@@ -93,7 +103,8 @@ layer(TestWorld.layer(), { excludeTestServices: true })("operator metrics", (it)
       expect(sample(samples, "agent_runtime_turns_running")).toBe(0)
       expect(sample(samples, "agent_runtime_requests_queued")).toBe(0)
 
-      // The cluster's own Effect metrics come through the same bridge: one node holds every shard.
+      // The cluster's own Effect metrics come through the same bridge: one node holds every shard, the agent is
+      // alive on it.
       expect(sample(samples, "effect_cluster_shards")).toBe(300)
       expect(sample(samples, "effect_cluster_entities", { type: "Agent" })).toBe(1)
 
