@@ -136,6 +136,10 @@ const routes = [
   ["put", "/v1/usage-webhook"],
   ["delete", "/v1/usage-webhook"],
   ["post", "/v1/usage-webhook/secret"],
+  ["get", "/v1/telemetry"],
+  ["put", "/v1/telemetry"],
+  ["delete", "/v1/telemetry"],
+  ["post", "/v1/telemetry/test"],
   ["get", "/v1/admin/webhooks/{webhookId}/attempts"]
 ] as const
 
