@@ -324,8 +324,16 @@ export const layer: Layer.Layer<
      * A message reached this instance after it stopped serving the agent (Journal.supersede): the cluster
      * places the agent here, so it claims it again (Journal.reclaim), reloads it from the journal and runs
      * its open work, a cut turn resumed.
+     *
+     * The message that asked may be given up by its sender meanwhile (a Wake waits 5 s while the database
+     * comes back), cutting the reclaim short: until one runs to its end (`reclaimed`), the next message
+     * reclaims again. A reclaim cut after its claim, before its runner started, once left an instance that
+     * no longer counted as superseded and had no runner: nothing ran the agent's work there again (a
+     * stateless run stayed `running` for good after a database restart in the fault suite).
      */
+    let reclaimed = true
     const reclaim = Effect.gen(function*() {
+      reclaimed = false
       yield* journal.reclaim
       Object.assign(instance.agent, yield* loadAgent(instance))
       instance.history.splice(0, instance.history.length, ...yield* loadHistory(instance))
@@ -333,13 +341,21 @@ export const layer: Layer.Layer<
       yield* Effect.logInfo("claimed the agent again").pipe(
         Effect.annotateLogs({ agentId, epoch: journal.term().epoch })
       )
-      yield* Effect.forkIn(running, entityScope)
+      // The runner and the mark together: a reclaim cut between them would start a second runner.
+      yield* Effect.uninterruptible(Effect.zipRight(
+        Effect.forkIn(running, entityScope),
+        Effect.sync(() => {
+          reclaimed = true
+        })
+      ))
       yield* loadOpenWork(instance)
     })
     const reclaiming = yield* Effect.makeSemaphore(1)
     const current = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
       Effect.zipRight(
-        reclaiming.withPermits(1)(Effect.suspend(() => journal.superseded() ? reclaim : Effect.void)),
+        reclaiming.withPermits(1)(
+          Effect.suspend(() => journal.superseded() || !reclaimed ? reclaim : Effect.void)
+        ),
         effect
       )
     yield* loadOpenWork(instance)
