@@ -56,3 +56,23 @@ export const start = (name: string, options: { readonly maxRecorded: number }) =
     })
     return { node, upstream, databaseUrl, api, token, tenantId: tenant.id as string }
   })
+
+/** The p-th percentile of `values` (nearest rank). */
+export const percentile = (values: ReadonlyArray<number>, p: number) => {
+  const sorted = [...values].sort((a, b) => a - b)
+  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]!
+}
+
+/** A JSON call with a bearer token; throws with the answer on a 4xx or 5xx. */
+export const json = async (url: string, token: string, init: { method?: string; body?: unknown } = {}) => {
+  const response = await fetch(url, {
+    method: init.method ?? "GET",
+    headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
+    ...(init.body === undefined ? {} : { body: JSON.stringify(init.body) })
+  })
+  const body = await response.json() as any
+  if (response.status >= 400) {
+    throw new Error(`${init.method ?? "GET"} ${url}: ${response.status} ${JSON.stringify(body)}`)
+  }
+  return body
+}

@@ -18,27 +18,11 @@ import { NodeRuntime } from "@effect/platform-node"
 import { Console, Effect } from "effect"
 import * as BenchNode from "./benchNode.ts"
 
+const { json, percentile } = BenchNode
+
 const clients = Number(process.env.BENCH_CLIENTS ?? 16)
 const perPhase = Number(process.env.BENCH_PER_PHASE ?? 600)
 const warmup = Number(process.env.BENCH_WARMUP ?? 200)
-
-const percentile = (values: ReadonlyArray<number>, p: number) => {
-  const sorted = [...values].sort((a, b) => a - b)
-  return sorted[Math.min(sorted.length - 1, Math.floor((p / 100) * sorted.length))]!
-}
-
-const json = async (url: string, token: string, init: { method?: string; body?: unknown } = {}) => {
-  const response = await fetch(url, {
-    method: init.method ?? "GET",
-    headers: { authorization: `Bearer ${token}`, "content-type": "application/json" },
-    ...(init.body === undefined ? {} : { body: JSON.stringify(init.body) })
-  })
-  const body = await response.json() as any
-  if (response.status >= 400) {
-    throw new Error(`${init.method ?? "GET"} ${url}: ${response.status} ${JSON.stringify(body)}`)
-  }
-  return body
-}
 
 interface Phase {
   readonly perSecond: number

@@ -47,7 +47,7 @@ const setup = (name: string) =>
       json: { definition: definition.body.id, mounts: [], name: "Support bot" }
     })
     expect(agent.status, agent.text).toBe(201)
-    return { world, api, token, receiver, agentId: agent.body.id as string }
+    return { world, api, token, receiver, agentId: agent.body.id as string, agentToken: agent.body.token as string }
   })
 
 layer(TestWorld.layer(), { excludeTestServices: true })("telemetry", (it) => {
@@ -210,6 +210,37 @@ layer(TestWorld.layer(), { excludeTestServices: true })("telemetry", (it) => {
       expect(quiet.trace).toMatchObject({ sampled: false })
       yield* Effect.sleep("4 seconds")
       expect(receiver.arrived()).toBe(before)
+    }))
+
+  it.scoped("a stateless run and an application's /clients request continue the caller's trace too", () =>
+    Effect.gen(function*() {
+      const { agentId, agentToken, api, receiver, token, world } = yield* setup("telemetry-entry")
+      yield* api.put("/v1/telemetry", { token, json: { endpoint: receiver.url } })
+      const runSpan = "1111111111111111"
+      const clientSpan = "2222222222222222"
+      world.upstream.script({ text: "run answer" })
+      const run = yield* api.post("/v1/runs", {
+        token,
+        json: { model: "fake/m1", input: "classify this", wait: 20 },
+        headers: { traceparent: `00-${traceId}-${runSpan}-01` }
+      })
+      expect(run.status, run.text).toBe(200)
+      world.upstream.script({ text: "client answer" })
+      const accepted = yield* api.post(`/clients/${agentId}/requests`, {
+        token: agentToken,
+        json: { method: "prompt", text: "hello", requestId: "c-trace" },
+        headers: { traceparent: `00-${traceId}-${clientSpan}-01` }
+      })
+      expect(accepted.status, accepted.text).toBe(202)
+      const done = (yield* api.get(`/clients/${agentId}/requests/c-trace?wait=20`, { token: agentToken })).body
+      expect(done.state).toBe("completed")
+      const spans = yield* receiver.waitFor((all) =>
+        all.filter((span) => span.name.startsWith("invoke_agent")).length === 2
+      )
+      const parents = spans.filter((span) => span.name.startsWith("invoke_agent")).map((span) => span.parentSpanId)
+        .sort()
+      expect(parents).toEqual([runSpan, clientSpan].sort())
+      for (const span of spans) expect(span.traceId).toBe(traceId)
     }))
 
   it.scoped("a receiver that hangs never holds a run; test and clear answer what the endpoint said", () =>
