@@ -25,9 +25,7 @@ export type TelemetryPreset = typeof TelemetryPreset.Type
 export const maxTelemetryHeaders = 32
 export const maxTelemetryHeaderBytes = 8192
 
-const headerName = Schema.String.pipe(
-  Schema.pattern(/^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,128}$/, { message: () => "must be an HTTP header name" })
-)
+const headerName = /^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,128}$/
 const headerValue = Schema.String.pipe(
   Schema.pattern(/^[\t\x20-\x7e\x80-\xff]{0,4096}$/, {
     message: () => "must be at most 4096 characters without control characters"
@@ -50,10 +48,13 @@ export const reservedHeaders: ReadonlySet<string> = new Set([
   "expect"
 ])
 
-export const TelemetryHeaders = Schema.Record({ key: headerName, value: headerValue }).pipe(
+// Names are checked by the filter, so the document shows a plain map of strings.
+export const TelemetryHeaders = Schema.Record({ key: Schema.String, value: headerValue }).pipe(
   Schema.filter((headers) => {
     const names = Object.keys(headers)
     if (names.length > maxTelemetryHeaders) return `at most ${maxTelemetryHeaders} headers`
+    const invalid = names.find((name) => !headerName.test(name))
+    if (invalid !== undefined) return `${JSON.stringify(invalid.slice(0, 64))} is not an HTTP header name`
     const reserved = names.find((name) => reservedHeaders.has(name.toLowerCase()))
     if (reserved !== undefined) return `${reserved} is set by the runtime`
     const lower = new Set(names.map((name) => name.toLowerCase()))
