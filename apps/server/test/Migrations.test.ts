@@ -40,7 +40,8 @@ const sinceTheList = [
   "file_usage",
   "volume_changes",
   "volume_snapshots",
-  "volume_snapshot_files"
+  "volume_snapshot_files",
+  "telemetry_settings"
 ]
 
 /** Columns added since the list to tables it made (agents' application tools, stateless runs): likewise left out. */
