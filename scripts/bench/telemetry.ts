@@ -38,23 +38,22 @@ const program = Effect.scoped(Effect.gen(function*() {
   const hanging = yield* OtlpReceiver.make
   hanging.behave([], { hang: true })
   const answering = yield* OtlpReceiver.make
-  // The exporting tenant: another tenant of the node, with the same provider.
-  const exporting = yield* Effect.promise(async () => {
-    const tenant = await json(`${base}/v1/admin/tenants`, node.operatorToken, {
-      method: "POST",
-      body: { name: "exporting" }
+  /** Another tenant of the node, with the same provider, exporting to `endpoint`. */
+  const exportingTo = (name: string, endpoint: string) =>
+    Effect.promise(async () => {
+      const tenant = await json(`${base}/v1/admin/tenants`, node.operatorToken, { method: "POST", body: { name } })
+      await json(`${base}/v1/providers/fake`, tenant.token, {
+        method: "PUT",
+        body: {
+          type: "openai-completions",
+          baseUrl: `${upstream.url}/v1`,
+          models: [{ id: "m1", contextWindow: 1_000_000 }]
+        }
+      })
+      await json(`${base}/v1/telemetry`, tenant.token, { method: "PUT", body: { endpoint } })
+      return tenant.token as string
     })
-    await json(`${base}/v1/providers/fake`, tenant.token, {
-      method: "PUT",
-      body: {
-        type: "openai-completions",
-        baseUrl: `${upstream.url}/v1`,
-        models: [{ id: "m1", contextWindow: 1_000_000 }]
-      }
-    })
-    await json(`${base}/v1/telemetry`, tenant.token, { method: "PUT", body: { endpoint: hanging.url } })
-    return tenant.token as string
-  })
+  const exporting = yield* exportingTo("exporting", hanging.url)
   const agentsOf = (owner: string) =>
     Promise.all(
       Array.from({ length: clients }, () =>
@@ -104,21 +103,22 @@ const program = Effect.scoped(Effect.gen(function*() {
   const off = better(offA!, offB!)
   const on = better(onA!, onB!)
 
-  // One traced run with a tool call, into a receiver that answers: its tree as exported.
-  yield* Effect.promise(() =>
-    json(`${base}/v1/telemetry`, exporting, { method: "PUT", body: { endpoint: answering.url } })
-  )
-  yield* Effect.sleep("2500 millis")
+  // One traced run with a tool call, by a third tenant into a receiver that answers: its tree as exported.
+  const shown = yield* exportingTo("shown", answering.url)
   upstream.script({ toolCalls: [{ id: "call_lookup", name: "lookup", arguments: { q: "order 123" } }] })
   upstream.script({ text: "Order 123 shipped." })
   yield* Effect.promise(async () => {
-    const request = await json(`${base}/v1/agents/${traced[0]}/prompt`, exporting, {
+    const agent = await json(`${base}/v1/agents`, shown, {
+      method: "POST",
+      body: { model: "fake/m1", mounts: [], name: "Support bot" }
+    })
+    const request = await json(`${base}/v1/agents/${agent.id}/prompt`, shown, {
       method: "POST",
       body: { text: "where is order 123?" }
     })
     let record = request
     while (record.state !== "completed") {
-      record = await json(`${base}/v1/agents/${traced[0]}/requests/${request.id}?wait=25`, exporting)
+      record = await json(`${base}/v1/agents/${agent.id}/requests/${request.id}?wait=25`, shown)
     }
   })
   const spans = yield* answering.waitFor((all) => all.some((span) => span.name.startsWith("invoke_agent")))

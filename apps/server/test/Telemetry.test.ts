@@ -231,7 +231,7 @@ layer(TestWorld.layer(), { excludeTestServices: true })("telemetry", (it) => {
         json: { method: "prompt", text: "hello", requestId: "c-trace" },
         headers: { traceparent: `00-${traceId}-${clientSpan}-01` }
       })
-      expect(accepted.status, accepted.text).toBe(202)
+      expect(accepted.status, accepted.text).toBe(200)
       const done = (yield* api.get(`/clients/${agentId}/requests/c-trace?wait=20`, { token: agentToken })).body
       expect(done.state).toBe("completed")
       const spans = yield* receiver.waitFor((all) =>

@@ -20,7 +20,7 @@ import { type Attributes, type HrTime, SpanKind, SpanStatusCode } from "@opentel
 import { JsonTraceSerializer, ProtobufTraceSerializer } from "@opentelemetry/otlp-transformer"
 import { resourceFromAttributes } from "@opentelemetry/resources"
 import type { ReadableSpan } from "@opentelemetry/sdk-trace-base"
-import { Context, Duration, Effect, Layer, Metric, Option, Redacted, Schedule } from "effect"
+import { Context, Duration, Effect, FiberSet, Layer, Metric, Option, Redacted, Schedule } from "effect"
 import * as RunSpans from "./RunSpans.ts"
 import * as TelemetrySettings from "./TelemetrySettings.ts"
 import * as TraceParent from "./TraceParent.ts"
@@ -33,6 +33,8 @@ export const flushInterval = Duration.seconds(2)
 export const exportTimeout = Duration.seconds(10)
 export const flushOnStop = Duration.seconds(3)
 export const settingsWait = Duration.seconds(1)
+/** Batches in flight at once on a node, all tenants together. */
+export const maxSending = 8
 
 /** Spans dropped: a full queue, or a batch out of attempts or refused. */
 export const droppedSpans = Metric.counter("telemetry_spans_dropped", {
@@ -237,29 +239,36 @@ export const make = (options: Options = {}) =>
       })
 
     // Suspended: the tenants with spans are read at each round, not once.
+    // Each tenant's sends run apart from the round that starts them: an endpoint that hangs holds its own
+    // tenant's batches for their attempts, never another tenant's, nor the next round.
+    const senders = yield* FiberSet.make<void, never>()
+    const lanes = yield* Effect.makeSemaphore(maxSending)
+    const sendTenant = (tenantId: string, all: boolean) =>
+      Effect.suspend(() => {
+        const batches = all ? Math.ceil((queues.get(tenantId)?.length ?? 0) / maxBatch) : 1
+        return Effect.repeatN(sendBatch(tenantId), Math.max(0, batches - 1))
+      }).pipe(
+        lanes.withPermits(1),
+        Effect.catchAllCause((cause) => Effect.logWarning("exporting tenant spans failed", cause)),
+        Effect.ensuring(Effect.sync(() => sending.delete(tenantId)))
+      )
     const sendDue = (all: boolean) =>
       Effect.suspend(() =>
         Effect.forEach(
           [...queues.keys()].filter((tenantId) => !sending.has(tenantId)),
-          (tenantId) =>
-            Effect.suspend(() => {
-              sending.add(tenantId)
-              const batches = all ? Math.ceil((queues.get(tenantId)?.length ?? 0) / maxBatch) : 1
-              return Effect.repeatN(sendBatch(tenantId), Math.max(0, batches - 1)).pipe(
-                Effect.ensuring(Effect.sync(() => sending.delete(tenantId)))
-              )
-            }),
-          { concurrency: 8, discard: true }
+          (tenantId) => {
+            sending.add(tenantId)
+            return FiberSet.run(senders, sendTenant(tenantId, all))
+          },
+          { discard: true }
         )
       )
 
-    yield* sendDue(false).pipe(
-      Effect.catchAllCause((cause) => Effect.logWarning("exporting tenant spans failed", cause)),
-      Effect.repeat(Schedule.spaced(flushInterval)),
-      Effect.forkScoped
-    )
+    yield* sendDue(false).pipe(Effect.repeat(Schedule.spaced(flushInterval)), Effect.forkScoped)
     // A stopping node sends what it holds, within a bound: export is best effort.
-    yield* Effect.addFinalizer(() => sendDue(true).pipe(Effect.timeout(flushOnStop), Effect.ignore))
+    yield* Effect.addFinalizer(() =>
+      Effect.zipRight(sendDue(true), FiberSet.awaitEmpty(senders)).pipe(Effect.timeout(flushOnStop), Effect.ignore)
+    )
 
     const contextOf = (request: RunRequest) =>
       targetOf(request.tenantId).pipe(

@@ -261,7 +261,8 @@ const traced = (
       "agent_runtime.run.method": row.method,
       ...(input.actor === undefined ? {} : { "agent_runtime.actor": input.actor })
     }, {
-      startMs: row.startedAt * 1000,
+      // When this node began it; a resumed run from when it was accepted (to the second: what the row keeps).
+      startMs: row.state === "running" ? row.startedAt * 1000 : Date.now(),
       ends: (exit) =>
         Exit.isSuccess(exit)
           ? exit.value.handoff !== true
