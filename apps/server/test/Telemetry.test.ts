@@ -243,6 +243,73 @@ layer(TestWorld.layer(), { excludeTestServices: true })("telemetry", (it) => {
       for (const span of spans) expect(span.traceId).toBe(traceId)
     }))
 
+  it.scoped("a delegate's run continues the trace under the tool call; a compaction is a span of the run", () =>
+    Effect.gen(function*() {
+      const world = yield* TestWorld.TestWorld
+      world.upstream.reset()
+      const { api, token } = yield* TestWorld.tenantWithModel(world, "telemetry-delegate")
+      const receiver = yield* OtlpReceiver.make
+      yield* api.put("/v1/telemetry", { token, json: { endpoint: receiver.url } })
+      yield* api.put("/v1/providers/fake", {
+        token,
+        json: {
+          type: "openai-completions",
+          baseUrl: `${world.upstream.url}/v1`,
+          models: [{ id: "m1", contextWindow: 100_000 }, { id: "m2", contextWindow: 100_000 }, {
+            id: "tiny",
+            contextWindow: 1000
+          }]
+        }
+      })
+      const researcher = (yield* api.post("/v1/definitions", {
+        token,
+        json: { name: "researcher", description: "finds facts", model: "fake/m2" }
+      })).body.id
+      const lead = (yield* api.post("/v1/definitions", {
+        token,
+        json: { name: "lead", model: "fake/m1", builtins: ["delegate"], delegate: { agents: [researcher] } }
+      })).body.id
+      const parent = (yield* api.post("/v1/agents", { token, json: { definition: lead } })).body
+      world.upstream.script({
+        toolCalls: [{ id: "call_d1", name: "delegate", arguments: { agent: "researcher", task: "find X" } }]
+      }, { model: "m1" })
+      world.upstream.script({ text: "X is 42." }, { model: "m2" })
+      world.upstream.script({ text: "X is 42, says the researcher." }, { model: "m1" })
+      const done = yield* Http.prompted(api, token, parent.id, { text: "what is X?" })
+      expect(done.state).toBe("completed")
+      const spans = yield* receiver.waitFor((all) =>
+        all.filter((span) => span.name.startsWith("invoke_agent")).length === 2
+      )
+      const delegateCall = spans.find((span) => span.name === "execute_tool delegate")!
+      const child = spans.find((span) =>
+        span.name === "invoke_agent researcher" || (
+          span.name.startsWith("invoke_agent") && span.parentSpanId === delegateCall.spanId
+        )
+      )!
+      expect(child.parentSpanId).toBe(delegateCall.spanId)
+      expect(child.traceId).toBe(delegateCall.traceId)
+      expect(spans.find((span) => span.spanId === delegateCall.parentSpanId)!.attributes).toMatchObject({
+        "agent_runtime.request.id": done.id
+      })
+
+      // A window too small for the history: the model summarizes it first, inside the run.
+      const small = (yield* api.post("/v1/agents", { token, json: { model: "fake/tiny", mounts: [] } })).body
+      world.upstream.script({ text: "first answer" }, { model: "tiny" })
+      yield* Http.prompted(api, token, small.id, { text: "a".repeat(1200) })
+      world.upstream.script({ text: "SUMMARY", usage: { input: 700, output: 20 } }, { model: "tiny" })
+      world.upstream.script({ text: "second answer" }, { model: "tiny" })
+      const second = yield* Http.prompted(api, token, small.id, { text: "b".repeat(1200) })
+      const compacted = yield* receiver.waitFor((all) => all.some((span) => span.name === "compaction"))
+      const compaction = compacted.find((span) => span.name === "compaction")!
+      const run = compacted.find((span) => span.spanId === compaction.parentSpanId)!
+      expect(run.attributes).toMatchObject({ "agent_runtime.request.id": second.id })
+      expect(compaction.attributes).toMatchObject({
+        "agent_runtime.operation": "compaction",
+        "gen_ai.usage.input_tokens": 700,
+        "gen_ai.usage.output_tokens": 20
+      })
+    }))
+
   it.scoped("a receiver that hangs never holds a run; test and clear answer what the endpoint said", () =>
     Effect.gen(function*() {
       const { agentId, api, receiver, token, world } = yield* setup("telemetry-hang")
