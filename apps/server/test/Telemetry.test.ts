@@ -281,11 +281,9 @@ layer(TestWorld.layer(), { excludeTestServices: true })("telemetry", (it) => {
         all.filter((span) => span.name.startsWith("invoke_agent")).length === 2
       )
       const delegateCall = spans.find((span) => span.name === "execute_tool delegate")!
-      const child = spans.find((span) =>
-        span.name === "invoke_agent researcher" || (
-          span.name.startsWith("invoke_agent") && span.parentSpanId === delegateCall.spanId
-        )
-      )!
+      // The sub-agent's run: in the parent's trace, under the call that made it.
+      const runs = spans.filter((span) => span.name.startsWith("invoke_agent"))
+      const child = runs.find((span) => span.attributes["gen_ai.agent.id"] !== parent.id)!
       expect(child.parentSpanId).toBe(delegateCall.spanId)
       expect(child.traceId).toBe(delegateCall.traceId)
       expect(spans.find((span) => span.spanId === delegateCall.parentSpanId)!.attributes).toMatchObject({
