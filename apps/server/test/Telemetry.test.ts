@@ -326,6 +326,9 @@ layer(TestWorld.layer(), { excludeTestServices: true })("telemetry", (it) => {
         expect(done.state).toBe("completed")
       }
       expect(Date.now() - started).toBeLessThan(10_000)
+      receiver.behave([{ status: 302 }])
+      const redirected = yield* api.post("/v1/telemetry/test", { token })
+      expect(redirected.body).toMatchObject({ ok: false, status: 302, error: "HTTP 302: redirects are not followed" })
       receiver.behave([{ status: 401 }])
       const refused = yield* api.post("/v1/telemetry/test", { token })
       expect(refused.body).toMatchObject({ ok: false, status: 401, error: "HTTP 401" })
