@@ -8,7 +8,7 @@ import { Runs } from "@agent-runtime/agent"
 import { HttpClient, HttpClientRequest } from "@effect/platform"
 import { SqlClient } from "@effect/sql"
 import { expect, layer } from "@effect/vitest"
-import { Effect } from "effect"
+import { Effect, Fiber, Schedule } from "effect"
 import * as InProcess from "./InProcess.ts"
 
 const { ServerLive, Upstream, raw, tenantWithModel } = InProcess
@@ -205,6 +205,46 @@ layer(ServerLive, { timeout: 90_000, excludeTestServices: true })("stateless run
       expect(yield* sql`SELECT 1 FROM agents WHERE id = ${id}`).toEqual([])
       expect(yield* sql`SELECT 1 FROM agent_messages WHERE agent_id = ${id}`).toEqual([])
       expect(yield* sql`SELECT 1 FROM volumes WHERE id = ${volume!.id}`).toEqual([])
+    }))
+
+  it.effect("a run its owner stopped serving while the release went unrecorded is picked up by that owner", () =>
+    Effect.gen(function*() {
+      const { token, upstream } = yield* fresh
+      const sql = yield* SqlClient.SqlClient
+      upstream.script({ text: "first" })
+      const created = yield* post("/v1/runs", { model: "fake/m1", input: "answer", wait: 10 }, token)
+      expect(created.body).toMatchObject({ status: "completed", text: "first" })
+      const id = created.body.id as string
+      const [held] = yield* sql<{ owner: string }>`SELECT owner FROM agents WHERE id = ${id}`
+      expect(held!.owner).toEqual(expect.any(String))
+      // Its entity idles out (10 s) and lets the run go.
+      yield* Effect.repeat(sql<{ owner: string | null }>`SELECT owner FROM agents WHERE id = ${id}`, {
+        until: ([row]) => row?.owner === null,
+        schedule: Schedule.spaced("500 millis")
+      }).pipe(Effect.timeout("20 seconds"))
+      // The node in process writes no runner report: it is given one, kept fresh, as a live node's is.
+      yield* sql`INSERT INTO runner_reports (address, started_at, reported_at, state)
+        VALUES (${held!.owner}, now() - interval '1 hour', now(), 'active')
+        ON CONFLICT (address) DO UPDATE SET started_at = excluded.started_at, reported_at = now()`
+      const reporting = yield* sql`UPDATE runner_reports SET reported_at = now() WHERE address = ${held!.owner}`.pipe(
+        Effect.repeat(Schedule.spaced("500 millis")),
+        Effect.fork
+      )
+      // The shape a database outage once left: the entity gone mid-turn, its release unrecorded, so the run
+      // looks held by a live runner to every sweep, with its turn open and no one running it.
+      yield* sql`UPDATE agents SET owner = ${held!.owner} WHERE id = ${id}`
+      yield* sql`UPDATE agent_requests SET state = 'running', ended_at = NULL WHERE agent_id = ${id}`
+      // Watched from the database only: any message to the run (a read of it) would start it by itself.
+      yield* Effect.repeat(sql<{ state: string }>`SELECT state FROM agent_requests WHERE agent_id = ${id}`, {
+        until: ([row]) => row?.state === "completed",
+        schedule: Schedule.spaced("500 millis")
+      }).pipe(Effect.timeout("20 seconds"))
+      yield* Fiber.interrupt(reporting)
+      yield* sql`DELETE FROM runner_reports WHERE address = ${held!.owner}`
+      const ended = yield* get(`/v1/runs/${id}`, token)
+      // Its turn's answer was journaled: the resumed turn ends with it, and asks the model nothing more.
+      expect(ended.body).toMatchObject({ status: "completed", text: "first" })
+      expect(upstream.requests()).toHaveLength(1)
     }))
 
   it.effect("the same Idempotency-Key and body are the same run; another body is 409", () =>

@@ -145,7 +145,15 @@ const runner = (instance: Instance, wake: Effect.Effect<unknown, unknown>) => {
   return Effect.gen(function*() {
     while (true) {
       yield* Queue.take(instance.wakeup)
-      const keepingAlive = yield* Effect.fork(Effect.delay(Entity.keepAlive(true), keepAliveAfter))
+      // Asked until it is recorded: a keep-alive lost to a database outage let the cluster reap a busy entity as
+      // idle (a stateless run's after 10 s), and a release that failed with it left its work to no one.
+      const keepingAlive = yield* Effect.fork(
+        Entity.keepAlive(true).pipe(
+          Effect.sandbox,
+          Effect.retry(Schedule.spaced("1 second")),
+          Effect.delay(keepAliveAfter)
+        )
+      )
       // A draining node starts nothing new: open work stays journaled for the next owner.
       while (canStart()) {
         // Its turn gets the tools of an application still in its handshake; an abort meanwhile cancels it.

@@ -369,6 +369,13 @@ export class AgentStore extends Context.Tag("@agent-runtime/agent/AgentStore")<A
     leaseSeconds: number,
     unheardSeconds: number
   ) => Effect.Effect<ReadonlyArray<{ readonly agentId: string; readonly resumeFailures: number }>, PersistenceError>
+  /**
+   * Agents with unfinished work whose owner is `owner`, whose next wake-up is due: the runner at that
+   * address compares them with the agents it serves (see Wakeups).
+   */
+  readonly ownedToWake: (
+    owner: string
+  ) => Effect.Effect<ReadonlyArray<{ readonly agentId: string; readonly resumeFailures: number }>, PersistenceError>
   /** Waking the agent's work failed: the next attempt waits twice as long as the last, at most an hour. */
   readonly resumeFailed: (agentId: string) => Effect.Effect<void, PersistenceError>
   readonly resumeSucceeded: (agentId: string) => Effect.Effect<void, PersistenceError>
@@ -796,6 +803,12 @@ export const make = Effect.gen(function*() {
           OR EXISTS (SELECT 1 FROM agent_requests r JOIN runner_reports w ON w.address = a.owner
             WHERE r.agent_id = a.id AND r.state = 'running' AND r.began_at < w.started_at))`
 
+  const ownedToWake = (owner: string) =>
+    sql<{ agentId: string; resumeFailures: number }>`
+      SELECT a.id AS agent_id, a.resume_failures FROM agents a
+      WHERE a.owner = ${owner} AND a.deleted_at IS NULL AND (a.resume_after IS NULL OR a.resume_after <= now())
+        AND a.id IN (SELECT agent_id FROM agent_requests WHERE state <> 'completed')`
+
   /**
    * Waking the agent's work failed: after a few quick attempts (an outage or a move fails several in a row),
    * each waits twice as long as the last, at most an hour. Every node's sweep may have tried in the same
@@ -888,6 +901,7 @@ export const make = Effect.gen(function*() {
     subAgents: flow(subAgents, PersistenceError.refail),
     complete,
     agentsToWake: flow(agentsToWake, PersistenceError.refail),
+    ownedToWake: flow(ownedToWake, PersistenceError.refail),
     resumeFailed: flow(resumeFailed, PersistenceError.refail),
     resumeSucceeded: flow(resumeSucceeded, PersistenceError.refail),
     appendMessage,

@@ -4,18 +4,23 @@
  * PostgreSQL channel, so it starts on its next owner at once), and every
  * second each agent no live runner holds, or with a request queued long
  * enough that its owner may never have heard of it (its sender recorded it,
- * then was lost before it told the owner). A wake-up that fails is tried
- * again later (see AgentStore.resumeFailed), never given up.
+ * then was lost before it told the owner). And every few seconds each agent
+ * this runner owns with work open that it does not serve: an instance that
+ * stopped while the database could not record its release. A wake-up that
+ * fails is tried again later (see AgentStore.resumeFailed), never given up.
  */
 import { DatabaseHealth } from "@agent-runtime/store"
+import { ShardingConfig } from "@effect/cluster"
 import type { Sharding } from "@effect/cluster"
 import { PgClient } from "@effect/sql-pg"
-import { Duration, Effect, Layer, Schedule, Stream } from "effect"
+import { Duration, Effect, Layer, Option, Schedule, Stream } from "effect"
 import { entityClient } from "./Agent.ts"
 import { ownerAnswerLimit } from "./AgentEvents.ts"
 import { AgentStore } from "./AgentStore.ts"
 import { releasedChannel } from "./Announcements.ts"
 import { Drain } from "./Drain.ts"
+import * as EventLog from "./EventLog.ts"
+import * as RunnerReports from "./RunnerReports.ts"
 
 export interface Options {
   /** How long a runner may stay silent before its agents count as no one's (the cluster's shard lease). */
@@ -28,10 +33,19 @@ export interface Options {
  */
 const unheardSeconds = 30
 
+/** How often the runner looks for agents it owns with open work but does not serve. */
+const ownedInterval = Duration.seconds(5)
+
 export const layer = (options: Options): Layer.Layer<
   never,
   never,
-  Sharding.Sharding | Drain | DatabaseHealth.DatabaseHealth | AgentStore | PgClient.PgClient
+  | Sharding.Sharding
+  | ShardingConfig.ShardingConfig
+  | Drain
+  | DatabaseHealth.DatabaseHealth
+  | AgentStore
+  | EventLog.LocalLogs
+  | PgClient.PgClient
 > =>
   Layer.scopedDiscard(Effect.gen(function*() {
     const store = yield* AgentStore
@@ -39,6 +53,8 @@ export const layer = (options: Options): Layer.Layer<
     const makeClient = yield* entityClient
     const sql = yield* PgClient.PgClient
     const health = yield* DatabaseHealth.DatabaseHealth
+    const localLogs = yield* EventLog.LocalLogs
+    const runnerAddress = Option.map((yield* ShardingConfig.ShardingConfig).runnerAddress, RunnerReports.addressOf)
 
     /**
      * Sends the agent's owner a Wake, so it loads its open work. Bounded: a
@@ -89,6 +105,25 @@ export const layer = (options: Options): Layer.Layer<
         })
     )
 
+    /**
+     * The agents recorded as this runner's, with work open, that it serves no term of: their instance stopped
+     * (reaped, moved) while the database could not record the release, so they still look held by a live
+     * runner to every other node's sweep. The Wake starts them again, here or on the shard's new owner.
+     */
+    const wakeOwnedUnserved = Option.match(runnerAddress, {
+      onNone: () => Effect.void,
+      onSome: (owner) =>
+        Effect.flatMap(
+          Effect.suspend(() => drain.isDraining() ? Effect.succeed([]) : store.ownedToWake(owner)),
+          (agents) =>
+            Effect.forEach(
+              agents.filter(({ agentId }) => Option.isNone(localLogs.get(agentId))),
+              ({ agentId, resumeFailures }) => wake(agentId, resumeFailures),
+              { concurrency: 16, discard: true }
+            )
+        )
+    })
+
     yield* sql.listen(releasedChannel).pipe(
       Stream.runForEach((agentId) => Effect.fork(wakeReleased(agentId))),
       // A listener whose connection died with the database hears nothing more, and never fails (the driver
@@ -104,6 +139,11 @@ export const layer = (options: Options): Layer.Layer<
     yield* wakeOpenWork.pipe(
       Effect.catchAllCause(DatabaseHealth.warnUnlessUnreachable("waking agents failed")),
       Effect.repeat(Schedule.spaced(Duration.seconds(1))),
+      Effect.forkScoped
+    )
+    yield* wakeOwnedUnserved.pipe(
+      Effect.catchAllCause(DatabaseHealth.warnUnlessUnreachable("waking this runner's unserved agents failed")),
+      Effect.repeat(Schedule.spaced(ownedInterval)),
       Effect.forkScoped
     )
   }))
