@@ -175,7 +175,9 @@ const runner = (instance: Instance, wake: Effect.Effect<unknown, unknown>) => {
           Effect.zipRight(
             wake.pipe(
               Effect.timeout("5 seconds"),
-              // Until one is answered: the journal may still be out of reach.
+              // Until one is answered: the journal may still be out of reach, and a Wake cut short by this
+              // instance stopping (its shards let go while the database was away) must reach the next one.
+              Effect.sandbox,
               Effect.retry({ schedule: Schedule.spaced("1 second"), times: 120 }),
               Effect.ignore,
               Effect.forkDaemon
