@@ -118,7 +118,13 @@ export const layer = (options: Options): Layer.Layer<
           (agents) =>
             Effect.forEach(
               agents.filter(({ agentId }) => Option.isNone(localLogs.get(agentId))),
-              ({ agentId, resumeFailures }) => wake(agentId, resumeFailures),
+              ({ agentId, resumeFailures }) =>
+                Effect.zipRight(
+                  Effect.logInfo("waking an agent this runner owns with open work but does not serve").pipe(
+                    Effect.annotateLogs({ agentId })
+                  ),
+                  wake(agentId, resumeFailures)
+                ),
               { concurrency: 16, discard: true }
             )
         )
