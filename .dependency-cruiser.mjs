@@ -4,7 +4,8 @@
  *
  * Packages, bottom to top; a package imports only packages of lower layers:
  *
- *   domain  ->  store, egress, codemode  ->  webhooks, telemetry  ->  accounts, models, identity, files  ->  toolsources
+ *   domain  ->  store, egress, codemode  ->  webhooks, telemetry  ->  billing  ->  accounts, models, identity, files
+ *     ->  toolsources
  *     ->  agent, gateway
  *     ->  apps/server
  *
@@ -32,6 +33,7 @@ const layers = [
   ["domain"],
   ["store", "egress", "codemode"],
   ["webhooks", "telemetry"],
+  ["billing"],
   ["accounts", "models", "identity", "files"],
   ["toolsources"],
   ["agent", "gateway"]

@@ -7,6 +7,7 @@
  */
 import type { Operator, Tenants, Tokens } from "@agent-runtime/accounts"
 import { Drain } from "@agent-runtime/agent"
+import type { Ledger } from "@agent-runtime/billing"
 import type { Egress } from "@agent-runtime/egress"
 import {
   Authenticator,
@@ -65,6 +66,7 @@ export const layer: Layer.Layer<
   | Credentials.Credentials
   | Listing.Listing
   | UsageLog.UsageLog
+  | Ledger.Ledger
 > = Gateway.layer.pipe(
   Layer.provide(Layer.mergeAll(Authenticator.layer, Targets.layer, Slots.layer)),
   Layer.provideMerge(Layer.mergeAll(UsageBatch.layer, TenantSettings.layer)),

@@ -7,6 +7,7 @@
  */
 import { AccountsMigrations } from "@agent-runtime/accounts"
 import { AgentMigrations } from "@agent-runtime/agent"
+import { BillingMigrations } from "@agent-runtime/billing"
 import { FileMigrations } from "@agent-runtime/files"
 import { GatewayMigrations } from "@agent-runtime/gateway"
 import { IdentityMigrations } from "@agent-runtime/identity"
@@ -19,6 +20,7 @@ export const migrations: ReadonlyArray<Migrations.Migrations> = [
   AccountsMigrations.migrations,
   WebhookMigrations.migrations,
   TelemetryMigrations.migrations,
+  BillingMigrations.migrations,
   FileMigrations.migrations,
   ModelsMigrations.migrations,
   AgentMigrations.migrations,

@@ -25,6 +25,7 @@ import {
   Tools,
   Wakeups
 } from "@agent-runtime/agent"
+import { BillingEvents, Ledger, Rates } from "@agent-runtime/billing"
 import { Api } from "@agent-runtime/domain"
 import { Egress, Resolver } from "@agent-runtime/egress"
 import { ContentStore, Downloads, Volumes } from "@agent-runtime/files"
@@ -77,6 +78,7 @@ import * as Gateway from "./Gateway.ts"
 import * as Admin from "./http/Admin.ts"
 import * as AgentsHttp from "./http/Agents.ts"
 import * as Authentication from "./http/Authentication.ts"
+import * as BillingHttp from "./http/Billing.ts"
 import * as Clients from "./http/Clients.ts"
 import * as Cors from "./http/Cors.ts"
 import * as DefinitionsHttp from "./http/Definitions.ts"
@@ -156,6 +158,7 @@ const layerApi = HttpApiBuilder.api(Api.Api).pipe(
     VolumesHttp.layerDownloads,
     WebhooksHttp.layer,
     TelemetryHttp.layer,
+    BillingHttp.layer,
     WellKnown.layer
   ]),
   Layer.provide([Authentication.layer, Authentication.layerOperator, Authentication.layerAgent])
@@ -191,6 +194,8 @@ export const layerRestApp: Layer.Layer<
   | WebhookDelivery.WebhookDelivery
   | TelemetrySettings.TelemetrySettings
   | TraceExport.TraceExport
+  | Ledger.Ledger
+  | UsageLog.UsageLog
   | Volumes.Volumes
   | Downloads.Downloads
   | Listing.Listing
@@ -237,7 +242,8 @@ const layerModels = ModelClient.layer.pipe(
   Layer.provideMerge(Listing.layer),
   Layer.provideMerge(Credentials.layer),
   Layer.provideMerge(Layer.mergeAll(Keys.layer, KeyScopes.layer, CustomProviders.layer)),
-  Layer.provideMerge(Layer.mergeAll(Catalog.layer, UsageLog.layer)),
+  Layer.provideMerge(Layer.mergeAll(Catalog.layer, UsageLog.layer, Ledger.layer)),
+  Layer.provideMerge(Rates.layerConfig),
   Layer.provideMerge(Layer.mergeAll(Egress.layerConfig.pipe(Layer.provide(Resolver.layer)), SealedSecret.layerConfig))
 )
 
@@ -373,7 +379,9 @@ const layerTelemetry = TraceExport.layer().pipe(Layer.provideMerge(TelemetrySett
 export const layerServicesOn = <ROut, E, RIn>(cluster: Layer.Layer<ROut, E, RIn>) =>
   layerMetrics.pipe(
     Layer.provideMerge(layerAgentsOn(cluster)),
-    Layer.provideMerge(Layer.mergeAll(WebhookEndpoints.layer, layerWebhookDelivery, layerFiles, layerTelemetry)),
+    Layer.provideMerge(
+      Layer.mergeAll(WebhookEndpoints.layer, layerWebhookDelivery, layerFiles, layerTelemetry, BillingEvents.layer)
+    ),
     Layer.provideMerge(
       Layer.mergeAll(
         Tenants.layer,

@@ -41,13 +41,21 @@ const sinceTheList = [
   "volume_changes",
   "volume_snapshots",
   "volume_snapshot_files",
-  "telemetry_settings"
+  "telemetry_settings",
+  "tenant_billing",
+  "ledger_entries"
 ]
 
-/** Columns added since the list to tables it made (agents' application tools, stateless runs): likewise left out. */
-const columnsSinceTheList = ["application_tools", "tools_hash", "connection", "retention_seconds", "run_key"].map((
-  column
-) => `agents.${column}`)
+/**
+ * Columns added since the list to tables it made (agents' application tools, stateless runs, the usage's
+ * subject): likewise left out.
+ */
+const columnsSinceTheList = [
+  ...["application_tools", "tools_hash", "connection", "retention_seconds", "run_key"].map((column) =>
+    `agents.${column}`
+  ),
+  "usage_records.subject"
+]
 
 /** Indexes added since the list to tables it made (sub-agents by their ancestors, usage by agent, runs): likewise. */
 const indexesSinceTheList = ["agents_delegated", "usage_records_agent", "agents_run_key", "agents_runs"]

@@ -140,6 +140,13 @@ const routes = [
   ["put", "/v1/telemetry"],
   ["delete", "/v1/telemetry"],
   ["post", "/v1/telemetry/test"],
+  ["get", "/v1/usage"],
+  ["get", "/v1/billing"],
+  ["patch", "/v1/billing"],
+  ["get", "/v1/billing/ledger"],
+  ["put", "/v1/admin/tenants/{id}/billing"],
+  ["get", "/v1/admin/tenants/{id}/billing"],
+  ["post", "/v1/admin/tenants/{id}/ledger"],
   ["get", "/v1/admin/webhooks/{webhookId}/attempts"]
 ] as const
 

@@ -7,6 +7,7 @@
  * says so with turn_resumed (turn_recovered when the runner that began it,
  * restarted under the same address, goes on with it).
  */
+import { Ledger } from "@agent-runtime/billing"
 import type { Volumes } from "@agent-runtime/files"
 import { IdentityTokens } from "@agent-runtime/identity"
 import { UsageLog } from "@agent-runtime/models"
@@ -115,6 +116,7 @@ const start = Effect.gen(function*() {
     runnerAddress,
     inputStore: yield* Inputs.InputStore,
     usage: yield* UsageLog.UsageLog,
+    ledger: yield* Ledger.Ledger,
     drain: yield* Drain,
     traces: yield* TraceExport.TraceExport,
     agent: { ...yield* loadAgent(loaded) },
@@ -292,6 +294,7 @@ export const layer: Layer.Layer<
   | AgentStore
   | Inputs.InputStore
   | UsageLog.UsageLog
+  | Ledger.Ledger
   | IdentityTokens.IdentityTokens
   | ModelClient.ModelClient
   | Volumes.Volumes

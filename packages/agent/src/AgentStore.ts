@@ -3,6 +3,7 @@
  * their history, and the blocks of event ids they hand out. Whatever node
  * owns an agent rebuilds its state from here.
  */
+import { Ledger } from "@agent-runtime/billing"
 import { Agent as AgentSchemas, ApiError } from "@agent-runtime/domain"
 import { Storable } from "@agent-runtime/store"
 import { Outbox } from "@agent-runtime/webhooks"
@@ -261,7 +262,8 @@ export class AgentStore extends Context.Tag("@agent-runtime/agent/AgentStore")<A
   /**
    * `findFor` and `insertRequest` in one statement, for a prompt that needs no check of the agent first: the
    * request is recorded only when the agent is live and has nothing a prompt must check before it is
-   * accepted (no spend limit and, unless `allowDisconnected`, no application tools; see Agents). Otherwise
+   * accepted (no spend limit, a tenant not prepaid and, unless `allowDisconnected`, no application tools; see
+   * Agents). Otherwise
    * `request` is none and the agent is there to check. A row recorded now is announced, as `insertRequest`'s.
    */
   readonly acceptFor: (
@@ -345,7 +347,9 @@ export class AgentStore extends Context.Tag("@agent-runtime/agent/AgentStore")<A
     id: string,
     outcome: Record<string, unknown>,
     report: Outbox.NewEvent | undefined,
-    steeredInto?: string
+    steeredInto?: string,
+    /** A prepaid tenant's charge for the turn, written once: only by the statement that ends the request. */
+    charge?: Ledger.Charge
   ) => Write
   readonly updateConfig: (agentId: string, config: AgentConfig) => Write
   /** The tools the application listed, and their hash. */
@@ -543,7 +547,7 @@ export const make = Effect.gen(function*() {
           AND a.retention_seconds IS NULL),
       accepting AS (
         SELECT id FROM agent WHERE id IS NOT NULL AND (expires_at IS NULL OR expires_at > now())
-          AND config -> 'spendLimit' IS NULL
+          AND config -> 'spendLimit' IS NULL AND ${Ledger.unbilled(sql, sql`agent.tenant_id`)}
           ${options.allowDisconnected ? sql`` : sql`AND coalesce(jsonb_array_length(application_tools), 0) = 0`}),
       inserted AS (
         INSERT INTO agent_requests (agent_id, id, method, state, fingerprint, input)
@@ -779,16 +783,27 @@ export const make = Effect.gen(function*() {
     id: string,
     outcome: Record<string, unknown>,
     report: Outbox.NewEvent | undefined,
-    steeredInto?: string
+    steeredInto?: string,
+    charge?: Ledger.Charge
   ): Write =>
-  (guard) => [
-    // Announced with the change and only with it: a data-modifying statement runs to its end, RETURNING too.
-    sql`UPDATE agent_requests SET state = 'completed', outcome = ${Storable.stringify(outcome)}::jsonb,
+  (guard) => {
+    // With the change and only with it: every part of the statement reads the request before it completes.
+    const charged = charge === undefined ? undefined : Ledger.charging(
+      sql,
+      [charge],
+      sql`${guard} AND EXISTS (SELECT 1 FROM agent_requests
+        WHERE agent_id = ${agentId} AND id = ${id} AND state <> 'completed')`
+    )
+    return [
+      // Announced with the change and only with it: a data-modifying statement runs to its end, RETURNING too.
+      sql`UPDATE agent_requests SET state = 'completed', outcome = ${Storable.stringify(outcome)}::jsonb,
         steered_into = coalesce(${steeredInto ?? null}, steered_into), ended_at = now()
       WHERE agent_id = ${agentId} AND id = ${id} AND state <> 'completed' AND ${guard}
       RETURNING ${Announcements.settledNotify(sql)}`,
-    ...(report === undefined ? [] : [reported(guard, agentId, id, ["queued", "running"], report)])
-  ]
+      ...(report === undefined ? [] : [reported(guard, agentId, id, ["queued", "running"], report)]),
+      ...(charged === undefined ? [] : [charged])
+    ]
+  }
 
   const agentsToWake = (leaseSeconds: number, unheardSeconds: number) =>
     sql<{ agentId: string; resumeFailures: number }>`

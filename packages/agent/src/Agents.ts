@@ -3,6 +3,7 @@
  * delete, prompt, request records, events, state and history. Work goes to
  * the agent's entity; reads of settled data come from the journal.
  */
+import type { Ledger } from "@agent-runtime/billing"
 import {
   Agent as AgentSchemas,
   ApiError,
@@ -123,6 +124,7 @@ export class Agents extends Context.Tag("@agent-runtime/agent/Agents")<Agents, {
     | ApiError.NotFound
     | ApiError.Gone
     | ApiError.SpendLimit
+    | ApiError.InsufficientCredit
     | ApiError.IdempotencyConflict
     | ApiError.ApplicationNotConnected
   >
@@ -136,6 +138,7 @@ export class Agents extends Context.Tag("@agent-runtime/agent/Agents")<Agents, {
     | ApiError.NotFound
     | ApiError.Gone
     | ApiError.SpendLimit
+    | ApiError.InsufficientCredit
     | ApiError.IdempotencyConflict
     | ApiError.ApplicationNotConnected
   >
@@ -636,6 +639,7 @@ export const make = Effect.gen(function*() {
 export const layer: Layer.Layer<
   Agents,
   never,
+  | Ledger.Ledger
   | AgentEvents.AgentEvents
   | Sharding.Sharding
   | AgentStore

@@ -6,6 +6,7 @@
  * announced to the agent's owner as it commits (see Arrivals). A request id
  * used before for another body or method is a conflict and records nothing.
  */
+import { Ledger } from "@agent-runtime/billing"
 import { Agent as AgentSchemas, ApiError, Run, Session } from "@agent-runtime/domain"
 import { Volumes } from "@agent-runtime/files"
 import { UsageLog } from "@agent-runtime/models"
@@ -25,13 +26,18 @@ export type PromptError =
   | ApiError.NotFound
   | ApiError.Gone
   | ApiError.SpendLimit
+  | ApiError.InsufficientCredit
   | ApiError.IdempotencyConflict
   | ApiError.ApplicationNotConnected
   | ApiError.InvalidRequest
   | ApiError.TooLarge
 
 /** Why a run without files (a continue, an execute) is refused. */
-export type RunRefused = ApiError.SpendLimit | ApiError.IdempotencyConflict | ApiError.ApplicationNotConnected
+export type RunRefused =
+  | ApiError.SpendLimit
+  | ApiError.InsufficientCredit
+  | ApiError.IdempotencyConflict
+  | ApiError.ApplicationNotConnected
 
 /** Who asks, when its credential is checked in the statement that reads what it asks for. */
 export interface Caller {
@@ -193,11 +199,13 @@ export const make = Effect.gen(function*() {
   const store = yield* AgentStore
   const volumes = yield* Volumes.Volumes
   const usage = yield* UsageLog.UsageLog
+  const ledger = yield* Ledger.Ledger
   const makeClient = yield* entityClient
 
-  /** New prompts are refused with 402 once the agent's spend limit is reached. */
+  /** New prompts are refused with 402 once the tenant's prepaid credit or the agent's spend limit is spent. */
   const checkBudget = (agent: AgentRow) =>
     Effect.gen(function*() {
+      yield* ledger.admit(agent.tenantId)
       const limit = agent.config.spendLimit
       if (limit === undefined) return
       const spent = yield* usage.spent(agent.id, { since: limit.since })
@@ -360,6 +368,7 @@ export const make = Effect.gen(function*() {
         NotFound: refused("NOT_FOUND", 404),
         TooLarge: refused("TOO_LARGE", 413),
         SpendLimit: refused("SPEND_LIMIT", 402),
+        InsufficientCredit: refused("INSUFFICIENT_CREDIT", 402),
         ApplicationNotConnected: refused("APPLICATION_NOT_CONNECTED", 409)
       })
     )
@@ -407,5 +416,5 @@ export const make = Effect.gen(function*() {
 export const layer: Layer.Layer<
   Prompts,
   never,
-  AgentStore | Volumes.Volumes | UsageLog.UsageLog | Effect.Effect.Context<typeof entityClient>
+  AgentStore | Volumes.Volumes | UsageLog.UsageLog | Ledger.Ledger | Effect.Effect.Context<typeof entityClient>
 > = Layer.effect(Prompts, make)

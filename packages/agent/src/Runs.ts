@@ -7,6 +7,7 @@
  * reads leave these rows out. Once it ends, a run is kept for its retention
  * window, then deleted with everything it wrote (see `sweep`).
  */
+import { Ledger } from "@agent-runtime/billing"
 import type { Session, Webhook } from "@agent-runtime/domain"
 import { Agent as AgentSchemas, ApiError, Common, Run, StatelessRun } from "@agent-runtime/domain"
 import { Volumes } from "@agent-runtime/files"
@@ -36,6 +37,7 @@ export type CreateError =
   | ApiError.NotFound
   | ApiError.TooLarge
   | ApiError.SpendLimit
+  | ApiError.InsufficientCredit
   | ApiError.IdempotencyConflict
   | ApiError.IdempotencyInProgress
   | PersistenceError
@@ -214,6 +216,7 @@ export const make = Effect.gen(function*() {
   const volumes = yield* Volumes.Volumes
   const events = yield* AgentEvents.AgentEvents
   const prompts = yield* Prompts.Prompts
+  const ledger = yield* Ledger.Ledger
   const setup = yield* AgentSetup.make
   const makeClient = yield* entityClient
 
@@ -322,6 +325,8 @@ export const make = Effect.gen(function*() {
           error: `inline files come to ${inline} bytes; at most ${Run.maxInlineFileBytes} across the input`
         })
       }
+      // A prepaid tenant's spent credit refuses the run before anything is written.
+      yield* ledger.admit(tenantId)
       const base = yield* setup.configFor(tenantId, settings)
       const builtins = base.builtins?.filter((name) => !personal.has(name))
       // A workspace only when there are files to hold or file tools asked for: a classifier has no tools at all.
@@ -480,6 +485,7 @@ export const make = Effect.gen(function*() {
 export const layer: Layer.Layer<
   Runs,
   never,
+  | Ledger.Ledger
   | SqlClient.SqlClient
   | AgentStore
   | UsageLog.UsageLog

@@ -11,6 +11,7 @@
  * the cluster's real path, persisted ones deduplicated by their primary key.
  */
 import { AccountsMigrations, Tenants } from "@agent-runtime/accounts"
+import { BillingMigrations, Ledger, Rates } from "@agent-runtime/billing"
 import { Egress, Resolver } from "@agent-runtime/egress"
 import { FileMigrations } from "@agent-runtime/files"
 import { IdentityMigrations, IdentityTokens } from "@agent-runtime/identity"
@@ -46,6 +47,7 @@ const DatabaseLive = Layer.unwrapEffect(
       migrations: [
         AccountsMigrations.migrations,
         WebhookMigrations.migrations,
+        BillingMigrations.migrations,
         FileMigrations.migrations,
         ModelsMigrations.migrations,
         AgentMigrations.migrations,
@@ -62,7 +64,7 @@ const EntityLive = AgentRuntime.layer.pipe(
   Layer.provideMerge(TestRunner.layer),
   Layer.provideMerge(Layer.mergeAll(
     AgentStore.layer,
-    UsageLog.layer,
+    Layer.mergeAll(UsageLog.layer, Ledger.layer).pipe(Layer.provide(Rates.layerConfig)),
     DrainModule.layer,
     EventLog.layerLocalLogs,
     Tenants.layer,

@@ -23,6 +23,15 @@ import {
 import * as ApiError from "./ApiError.ts"
 import { ConnectionHeaders, JsonRpcMessage, McpAccepted } from "./Application.ts"
 import { AgentAuthentication, Authentication, OperatorAuthentication } from "./Auth.ts"
+import {
+  Billing,
+  BillingSettingsInput,
+  LedgerEntry,
+  LedgerEntryInput,
+  TenantBillingInput,
+  Usage,
+  UsageParams
+} from "./Billing.ts"
 import { created, Deleted, Page, PageParams } from "./Common.ts"
 import { Definition, DefinitionApply, DefinitionInput, DefinitionUpdate } from "./Definition.ts"
 import { Jwks, KeyRotated } from "./Identity.ts"
@@ -477,6 +486,7 @@ export class AgentsGroup extends HttpApiGroup.make("agents")
       .setPayload(payload(PromptInput))
       .addSuccess(RequestRecord, { status: promptAccepted })
       .addError(ApiError.SpendLimit.Wire)
+      .addError(ApiError.InsufficientCredit.Wire)
       .addError(ApiError.ApplicationNotConnected.Wire)
       .addError(ApiError.NotFound.Wire)
       .addError(ApiError.Gone.Wire)
@@ -506,6 +516,7 @@ export class AgentsGroup extends HttpApiGroup.make("agents")
       .addSuccess(RequestRecord, { status: 202 })
       .addError(ApiError.ApplicationNotConnected.Wire)
       .addError(ApiError.SpendLimit.Wire)
+      .addError(ApiError.InsufficientCredit.Wire)
       .addError(ApiError.NotFound.Wire)
       .addError(ApiError.Gone.Wire)
       .addError(ApiError.IdempotencyConflict.Wire)
@@ -517,6 +528,7 @@ export class AgentsGroup extends HttpApiGroup.make("agents")
       .addSuccess(RequestRecord, { status: 202 })
       .addError(ApiError.ApplicationNotConnected.Wire)
       .addError(ApiError.SpendLimit.Wire)
+      .addError(ApiError.InsufficientCredit.Wire)
       .addError(ApiError.NotFound.Wire)
       .addError(ApiError.Gone.Wire)
       .addError(ApiError.IdempotencyConflict.Wire)
@@ -670,6 +682,7 @@ export class RunsGroup extends HttpApiGroup.make("runs")
       .addSuccess(StatelessRun)
       .addSuccess(RunAccepted, { status: promptAccepted })
       .addError(ApiError.SpendLimit.Wire)
+      .addError(ApiError.InsufficientCredit.Wire)
       .addError(ApiError.IdempotencyConflict.Wire)
       .addError(ApiError.IdempotencyInProgress.Wire)
       .annotate(
@@ -891,6 +904,7 @@ export class ClientsGroup extends HttpApiGroup.make("clients")
       .addSuccess(RequestRecord)
       .addError(ApiError.ApplicationNotConnected.Wire)
       .addError(ApiError.SpendLimit.Wire)
+      .addError(ApiError.InsufficientCredit.Wire)
       .addError(ApiError.NotFound.Wire)
       .addError(ApiError.Gone.Wire)
       .addError(ApiError.IdempotencyConflict.Wire)
@@ -1474,6 +1488,47 @@ export class TelemetryGroup extends HttpApiGroup.make("telemetry")
   .annotate(OpenApi.Title, "Telemetry")
 {}
 
+export class BillingGroup extends HttpApiGroup.make("billing")
+  .add(
+    HttpApiEndpoint.get("usage", "/v1/usage")
+      .setUrlParams(UsageParams)
+      .addSuccess(Usage)
+      .annotate(
+        OpenApi.Description,
+        "What the tenant's model responses used (agent turns, compaction and gateway calls), per UTC day, model " +
+          "and kind, with the totals; the same numbers as its usage.recorded webhooks. Filters by agent, key " +
+          "scope and subject. See docs/billing.md."
+      )
+  )
+  .add(
+    HttpApiEndpoint.get("get", "/v1/billing")
+      .addSuccess(Billing)
+      .annotate(
+        OpenApi.Description,
+        "The tenant's billing: mode, balance, this month's ledger sums, recent entries and the rates; every " +
+          "amount an integer in micro-USD. `billing: none` when the operator bills the tenant nothing."
+      )
+  )
+  .add(
+    HttpApiEndpoint.patch("configure", "/v1/billing")
+      .setPayload(payload(BillingSettingsInput))
+      .addSuccess(Billing)
+      .annotate(
+        OpenApi.Description,
+        "Sets the tenant's monthly cap on charges (null removes it; at the cap new work gets 402 SPEND_LIMIT) " +
+          "and the balance at which billing.balance.low fires."
+      )
+  )
+  .add(
+    HttpApiEndpoint.get("ledger", "/v1/billing/ledger")
+      .setUrlParams(PageParams)
+      .addSuccess(Schema.Array(LedgerEntry))
+      .annotate(OpenApi.Description, "The tenant's ledger, newest first.")
+  )
+  .middleware(Authentication)
+  .annotate(OpenApi.Title, "Billing")
+{}
+
 export class AdminGroup extends HttpApiGroup.make("admin")
   .add(
     HttpApiEndpoint.post("createTenant", "/v1/admin/tenants")
@@ -1520,6 +1575,37 @@ export class AdminGroup extends HttpApiGroup.make("admin")
         "Drains a runner as SIGTERM does: /readyz answers 503, running turns finish their current step and " +
           "continue on other runners (turn_resumed, handoff drain), event streams get `event: reconnect`, then " +
           "the process exits. Idempotent while it drains."
+      )
+  )
+  .add(
+    HttpApiEndpoint.put("setTenantBilling")`/v1/admin/tenants/${idParam}/billing`
+      .setPayload(payload(TenantBillingInput))
+      .addSuccess(Billing)
+      .addError(ApiError.NotFound.Wire)
+      .annotate(
+        OpenApi.Description,
+        "Sets how the tenant is billed: `prepaid` (its runs are paid from credit; 402 at zero) or `none`. " +
+          "`startingCredit` is granted once, the first time the tenant is made prepaid with one."
+      )
+  )
+  .add(
+    HttpApiEndpoint.get("getTenantBilling")`/v1/admin/tenants/${idParam}/billing`
+      .addSuccess(Billing)
+      .addError(ApiError.NotFound.Wire)
+  )
+  .add(
+    HttpApiEndpoint.post("postLedgerEntry")`/v1/admin/tenants/${idParam}/ledger`
+      .setPayload(payload(LedgerEntryInput))
+      .setHeaders(Schema.Struct({
+        "idempotency-key": Schema.optional(Schema.String.pipe(Schema.minLength(1), Schema.maxLength(200)))
+      }))
+      .addSuccess(LedgerEntry, created)
+      .addError(ApiError.NotFound.Wire)
+      .addError(ApiError.IdempotencyConflict.Wire)
+      .annotate(
+        OpenApi.Description,
+        "Grants credit, adjusts the balance (a signed amount) or records a refund (money given back, taken " +
+          "from the balance). The same Idempotency-Key and body is the same entry; another body is 409."
       )
   )
   .add(attempts("webhookAttempts", "/v1/admin"))
@@ -1623,6 +1709,7 @@ export class Api extends HttpApi.make("agent-runtime")
   .add(DownloadsGroup)
   .add(WebhooksGroup)
   .add(TelemetryGroup)
+  .add(BillingGroup)
   .add(AdminGroup)
   .add(WellKnownGroup)
   // Any route can meet these: unreadable or invalid input, unknown routes, oversized bodies, defects, and a

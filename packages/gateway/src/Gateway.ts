@@ -6,6 +6,7 @@
  * listing, admin). See docs/gateway.md.
  */
 import { Operator, Tenants } from "@agent-runtime/accounts"
+import { Ledger } from "@agent-runtime/billing"
 import { Validation } from "@agent-runtime/domain"
 import { Egress } from "@agent-runtime/egress"
 import { type Credentials, Listing } from "@agent-runtime/models"
@@ -158,6 +159,7 @@ export const make = Effect.gen(function*() {
   const operator = yield* Operator.Operator
   const tenants = yield* Tenants.Tenants
   const health = yield* DatabaseHealth.DatabaseHealth
+  const ledger = yield* Ledger.Ledger
 
   /**
    * Runs an Effect from a callback; a failure is thrown as the `GatewayError` it maps to. A database fault
@@ -191,6 +193,8 @@ export const make = Effect.gen(function*() {
     }
     const principal = await auth.authenticate(key)
     if (principal === undefined) throw GatewayError.unauthorized("invalid API key")
+    // A prepaid tenant whose credit is spent (or monthly cap reached) is refused before anything is sent.
+    if (!ledger.knownUnbilled(principal.tenantId)) await run(ledger.admit(principal.tenantId), GatewayError.paymentOf)
     return principal
   }
 
@@ -367,4 +371,5 @@ export const layer: Layer.Layer<
   | Operator.Operator
   | Tenants.Tenants
   | DatabaseHealth.DatabaseHealth
+  | Ledger.Ledger
 > = Layer.effect(Gateway, make)

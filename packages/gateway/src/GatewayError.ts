@@ -4,6 +4,7 @@
  * `ChatCompletions.errorBody` and the others), so the official SDKs raise
  * their typed errors; 429 and 503 carry Retry-After.
  */
+import type { ApiError } from "@agent-runtime/domain"
 import type { ModelError } from "@agent-runtime/models"
 import { Schema } from "effect"
 
@@ -45,3 +46,11 @@ export const fromModelError = (error: ModelError.UnknownModel | ModelError.Model
   error._tag === "UnknownModel"
     ? new GatewayError({ status: 404, code: "NOT_FOUND", message: error.message, param: "model" })
     : new GatewayError({ status: 400, code: "model_key_missing", message: error.message, param: "model" })
+
+/** A prepaid tenant's credit is spent, or its monthly cap reached: 402, as the REST API answers. */
+export const paymentOf = (error: ApiError.InsufficientCredit | ApiError.SpendLimit): GatewayError =>
+  new GatewayError({
+    status: 402,
+    code: error._tag === "InsufficientCredit" ? "INSUFFICIENT_CREDIT" : "SPEND_LIMIT",
+    message: error.error
+  })

@@ -88,7 +88,14 @@ const usageByAgent = Effect.gen(function*() {
   yield* sql`CREATE INDEX usage_records_agent ON usage_records (agent_id, request_id) WHERE agent_id IS NOT NULL`
 })
 
+/** GET /v1/usage filters by the agent's subject, which each record keeps as the usage.recorded event does. */
+const usageSubject = Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
+  yield* sql`ALTER TABLE usage_records ADD COLUMN subject text`
+})
+
 export const migrations = Migrations.make("models_migrations", {
   "1_models": Migrations.legacy(2, models),
-  "2_usage_by_agent": usageByAgent
+  "2_usage_by_agent": usageByAgent,
+  "3_usage_subject": usageSubject
 })

@@ -2,6 +2,8 @@
  * Usage and cost of every model response, per tenant, key scope, provider
  * and model: what limits, billing and webhooks read.
  */
+import { Ledger, Rates } from "@agent-runtime/billing"
+import { Billing } from "@agent-runtime/domain"
 import { PersistenceError } from "@agent-runtime/store"
 import { Outbox } from "@agent-runtime/webhooks"
 import { SqlClient, type Statement } from "@effect/sql"
@@ -39,10 +41,18 @@ export interface Totals {
 }
 
 export interface Service {
-  /** Records one response's usage, with its usage.recorded event, in one statement. */
+  /**
+   * Records one response's usage, with its usage.recorded event and a prepaid tenant's charge for it, in one
+   * statement.
+   */
   readonly record: (entry: Entry) => Effect.Effect<void, PersistenceError.PersistenceError>
   /** Many entries (and their events) in one statement: the gateway records in batches off the response path. */
   readonly recordAll: (entries: ReadonlyArray<Entry>) => Effect.Effect<void, PersistenceError.PersistenceError>
+  /** GET /v1/usage: what the tenant's responses used, per UTC day, model and kind, with the totals. */
+  readonly report: (
+    tenantId: string,
+    params: typeof Billing.UsageParams.Type
+  ) => Effect.Effect<Billing.Usage, PersistenceError.PersistenceError>
   /** What the tenant's responses used and cost, all told. */
   readonly totals: (tenantId: string) => Effect.Effect<Totals, PersistenceError.PersistenceError>
   /**
@@ -67,6 +77,7 @@ export class UsageLog extends Context.Tag("@agent-runtime/models/UsageLog")<Usag
 
 export const make = Effect.gen(function*() {
   const sql = yield* SqlClient.SqlClient
+  const rates = yield* Rates.Rates
 
   /** What the stored row and the usage.recorded event both say, as they both say it. */
   const shared = (entry: Entry) => ({
@@ -85,6 +96,7 @@ export const make = Effect.gen(function*() {
   const row = (entry: Entry) => ({
     ...shared(entry),
     tenantId: entry.tenantId,
+    subject: entry.subject ?? null,
     keySource: entry.keySource,
     reasoning: entry.reasoning ?? null,
     costUsd: entry.costUsd,
@@ -107,13 +119,64 @@ export const make = Effect.gen(function*() {
     merge: sql`jsonb_build_object('at', floor(extract(epoch from now())))`
   })
 
-  const recordAll = (entries: ReadonlyArray<Entry>) =>
-    entries.length === 0
-      ? Effect.void
-      : sql`WITH recorded AS (INSERT INTO usage_records ${sql.insert(entries.map(row))})
+  /** What a prepaid tenant pays for a response: model cost on a key that is not its own. */
+  const chargeOf = (entry: Entry): Ledger.Charge => ({
+    tenantId: entry.tenantId,
+    model: Ledger.modelCharge(rates, entry),
+    tokens: entry.input + entry.output + entry.cacheRead + entry.cacheWrite,
+    responses: 1
+  })
+
+  const recordAll = (entries: ReadonlyArray<Entry>) => {
+    if (entries.length === 0) return Effect.void
+    const charged = Ledger.charging(sql, entries.map(chargeOf))
+    return sql`WITH recorded AS (INSERT INTO usage_records ${sql.insert(entries.map(row))})
+        ${charged === undefined ? sql`` : sql`, charged AS (${charged})`}
         ${Outbox.insert(sql, entries.map(event))}`.pipe(Effect.asVoid, PersistenceError.PersistenceError.refail)
+  }
 
   const record = (entry: Entry) => recordAll([entry])
+
+  const report = (tenantId: string, params: typeof Billing.UsageParams.Type) =>
+    Effect.gen(function*() {
+      const now = Math.floor(Date.now() / 1000)
+      const today = new Date()
+      const since = params.since ?? Date.UTC(today.getUTCFullYear(), today.getUTCMonth(), 1) / 1000
+      const until = params.until ?? now + 1
+      const rows = yield* sql<Omit<Billing.UsageDay, never>>`
+        SELECT to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD') AS day, provider || '/' || model AS model,
+          CASE WHEN kind = 'compaction' THEN 'compaction' ELSE 'turn' END AS kind,
+          count(*)::float8 AS responses, sum(input)::float8 AS input, sum(output)::float8 AS output,
+          sum(cache_read)::float8 AS cache_read, sum(cache_write)::float8 AS cache_write,
+          sum(cost_usd)::float8 AS cost,
+          (count(*) FILTER (WHERE key_source IN ${sql.in(Ledger.operatorKeySources)}))::float8
+            AS platform_responses,
+          coalesce(sum(cost_usd) FILTER (WHERE key_source IN ${sql.in(Ledger.operatorKeySources)}), 0)::float8
+            AS platform_cost
+        FROM usage_records
+        WHERE tenant_id = ${tenantId} AND at >= to_timestamp(${since}) AND at < to_timestamp(${until})
+          ${params.agentId === undefined ? sql`` : sql`AND agent_id = ${params.agentId}`}
+          ${params.keyScope === undefined ? sql`` : sql`AND key_scope = ${params.keyScope}`}
+          ${params.subject === undefined ? sql`` : sql`AND subject = ${params.subject}`}
+        GROUP BY 1, 2, 3 ORDER BY 1, 2, 3`
+      const days = rows.map((row) => new Billing.UsageDay(row, { disableValidation: true }))
+      const sum = (field: keyof Billing.UsageTotals) => days.reduce((total, day) => total + day[field], 0)
+      return new Billing.Usage({
+        since,
+        until,
+        totals: new Billing.UsageTotals({
+          responses: sum("responses"),
+          input: sum("input"),
+          output: sum("output"),
+          cacheRead: sum("cacheRead"),
+          cacheWrite: sum("cacheWrite"),
+          cost: sum("cost"),
+          platformResponses: sum("platformResponses"),
+          platformCost: sum("platformCost")
+        }),
+        days
+      })
+    }).pipe(PersistenceError.PersistenceError.refail)
 
   const totals = (tenantId: string) =>
     sql<Totals>`
@@ -149,7 +212,7 @@ export const make = Effect.gen(function*() {
           'cacheRead', sum(cache_read), 'cacheWrite', sum(cache_write), 'costUsd', sum(cost_usd)) END
       FROM usage_records WHERE agent_id = ${agentId} AND request_id = ${requestId}))`
 
-  return UsageLog.of({ record, recordAll, totals, spent, runUsage })
+  return UsageLog.of({ record, recordAll, report, totals, spent, runUsage })
 })
 
-export const layer: Layer.Layer<UsageLog, never, SqlClient.SqlClient> = Layer.effect(UsageLog, make)
+export const layer: Layer.Layer<UsageLog, never, SqlClient.SqlClient | Rates.Rates> = Layer.effect(UsageLog, make)

@@ -3,6 +3,7 @@
  * to the fake upstream speaking each of the three protocols, keys sealed in
  * the embedded PostgreSQL, usage recorded there.
  */
+import { BillingMigrations, Rates } from "@agent-runtime/billing"
 import { Provider } from "@agent-runtime/domain"
 import { Egress, Resolver } from "@agent-runtime/egress"
 import {
@@ -32,12 +33,18 @@ const layerFor = (databaseUrl: string, egress: { allowPrivate: boolean; resolver
     Layer.provideMerge(Credentials.layer),
     Layer.provideMerge(Layer.mergeAll(Keys.layer, KeyScopes.layer, CustomProviders.layer)),
     Layer.provideMerge(Layer.mergeAll(Catalog.layer, UsageLog.layer)),
+    Layer.provideMerge(Rates.layerConfig),
     Layer.provideMerge(Layer.mergeAll(
       Egress.layer({ allowPrivate: egress.allowPrivate }).pipe(Layer.provide(egress.resolver ?? Resolver.layer)),
       SealedSecret.layer(SealedSecret.parseKey(Crypto.randomBytes(32).toString("base64")))
     )),
     Layer.provideMerge(Database.layerClient(Redacted.make(databaseUrl), {
-      migrations: [TestDatabase.tenantsStandIn, WebhookMigrations.migrations, ModelsMigrations.migrations]
+      migrations: [
+        TestDatabase.tenantsStandIn,
+        WebhookMigrations.migrations,
+        BillingMigrations.migrations,
+        ModelsMigrations.migrations
+      ]
     }))
   )
 

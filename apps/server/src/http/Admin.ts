@@ -1,5 +1,6 @@
 import { Tenants } from "@agent-runtime/accounts"
 import { RunnerReports } from "@agent-runtime/agent"
+import { Ledger } from "@agent-runtime/billing"
 import { Api, type Auth } from "@agent-runtime/domain"
 import { IdentityTokens } from "@agent-runtime/identity"
 import { Keys } from "@agent-runtime/models"
@@ -18,6 +19,7 @@ export const layer: Layer.Layer<
   | IdentityTokens.IdentityTokens
   | Keys.Keys
   | RunnerReports.RunnerReports
+  | Ledger.Ledger
 > = HttpApiBuilder.group(Api.Api, "admin", (handlers) =>
   Effect.gen(function*() {
     const tenants = yield* Tenants.Tenants
@@ -25,6 +27,9 @@ export const layer: Layer.Layer<
     const runners = yield* RunnerReports.RunnerReports
     const identity = yield* IdentityTokens.IdentityTokens
     const delivery = yield* WebhookDelivery.WebhookDelivery
+    const ledger = yield* Ledger.Ledger
+    /** The tenant named in the path, or 404: billing rows hang off it. */
+    const existing = (tenantId: string) => Effect.map(tenants.get(tenantId), (tenant) => tenant.id)
     return Errors.handlers(handlers)
       .handle("createTenant", ({ payload }) => tenants.create(payload))
       .handle("listTenants", ({ urlParams }) =>
@@ -37,4 +42,12 @@ export const layer: Layer.Layer<
       .handle("drainRunner", ({ path }) => runners.requestDrain(path.address))
       .handle("webhookAttempts", ({ path, urlParams }) => delivery.attempts(path.webhookId, urlParams.limit ?? 50))
       .handle("rotateIdentityKey", () => identity.rotate)
+      .handle("setTenantBilling", ({ path, payload }) =>
+        Effect.flatMap(existing(path.id), (tenantId) =>
+          ledger.setMode(tenantId, payload)))
+      .handle("getTenantBilling", ({ path }) =>
+        Effect.flatMap(existing(path.id), ledger.summary))
+      .handle("postLedgerEntry", ({ headers, path, payload }) =>
+        Effect.flatMap(existing(path.id), (tenantId) =>
+          ledger.post(tenantId, payload, headers["idempotency-key"])))
   }))

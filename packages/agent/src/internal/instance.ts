@@ -3,6 +3,7 @@
  * runner fiber (AgentRuntime), and the steps they share: queueing requests in
  * arrival order, settling them, telling watchers, and checking budgets.
  */
+import { Ledger } from "@agent-runtime/billing"
 import { Input } from "@agent-runtime/domain"
 import type { UsageLog } from "@agent-runtime/models"
 import type { TraceExport } from "@agent-runtime/telemetry"
@@ -119,6 +120,7 @@ export interface Instance {
   readonly store: Context.Tag.Service<typeof AgentStore>
   readonly inputStore: Context.Tag.Service<typeof Inputs.InputStore>
   readonly usage: Context.Tag.Service<typeof UsageLog.UsageLog>
+  readonly ledger: Context.Tag.Service<typeof Ledger.Ledger>
   readonly drain: Context.Tag.Service<typeof Drain>
   readonly traces: Context.Tag.Service<typeof TraceExport.TraceExport>
   readonly journal: Journal.Journal
@@ -176,17 +178,24 @@ export const loadOpenWork = (instance: Instance, except?: string) =>
     (rows) => offer(instance, rows.filter((row) => row.id !== except))
   )
 
-/** Ends a request with its outcome and tells watchers. */
+/**
+ * Ends a request with its outcome and tells watchers. `activeMs`: how long its turn ran here, charged to a
+ * prepaid tenant as agent time in the statement that ends it (so once, whoever ends it).
+ */
 export const settle = (
   instance: Instance,
   row: RequestRow,
   outcome: Record<string, unknown>,
-  steeredInto?: string
+  steeredInto?: string,
+  activeMs?: number
 ) =>
   Effect.gen(function*() {
-    const { agent, agentId, journal, usage } = instance
+    const { agent, agentId, journal, ledger, usage } = instance
     const report = RunEvents.ended(agent.tenantId, row, outcome, usage.runUsage(agentId, row.id), steeredInto)
-    yield* journal.write(instance.store.complete(agentId, row.id, outcome, report, steeredInto))
+    const charge = activeMs === undefined
+      ? undefined
+      : { tenantId: agent.tenantId, agentTime: Ledger.agentTimeCharge(ledger.rates, activeMs), activeMs }
+    yield* journal.write(instance.store.complete(agentId, row.id, outcome, report, steeredInto, charge))
     instance.requests.remember(row.id)
     // Only a queued or running request is settled here, so the outcome written is this one.
     yield* journal.term().log.publish({ type: "response", id: row.id, outcome: toRecord({ ...row, outcome }).outcome })

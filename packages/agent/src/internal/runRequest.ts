@@ -276,6 +276,7 @@ const traced = (
 export const runRequest = (instance: Instance, row: RequestRow) =>
   Effect.gen(function*() {
     const { agentId, history, journal, requests, store } = instance
+    const startedAt = Date.now()
     requests.active = row.id
     const resumed = row.state === "running"
     const began = row.beganIndex ?? history.length
@@ -308,7 +309,7 @@ export const runRequest = (instance: Instance, row: RequestRow) =>
       return
     }
     const stored = outcomeOf(instance, resumed, exit)
-    yield* settle(instance, row, stored)
+    yield* settle(instance, row, stored, undefined, Date.now() - startedAt)
     if (Exit.isFailure(exit) && !Cause.isInterruptedOnly(exit.cause)) {
       yield* Effect.logError("the turn failed", exit.cause).pipe(Effect.annotateLogs({ agentId, requestId: row.id }))
       // The turn failed midway (a write the journal refused, say): history goes on from what was kept.

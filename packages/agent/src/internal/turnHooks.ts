@@ -4,7 +4,7 @@
  * tool calls journaled before they are sent, its events told after what they
  * follow, its inputs recorded, its budget checked.
  */
-import { Effect } from "effect"
+import { Effect, Option } from "effect"
 import type { RequestRow } from "../AgentStore.ts"
 import * as Inputs from "../Inputs.ts"
 import type * as Turn from "../Turn.ts"
@@ -27,7 +27,11 @@ export const hooksFor = (instance: Instance, row: RequestRow, asker: string | un
     sentToolCalls: journal.retrying(store.toolCalls(agentId, row.id)),
     aborting: () => instance.turn.aborting,
     handingOff: () => instance.turn.releasing || instance.drain.isDraining(),
-    overBudget: overBudget(instance, agentId, agent.config, row),
+    // A prepaid tenant's spent credit stops the turn before its next model request, as a spend limit does.
+    overBudget: Effect.flatMap(
+      journal.retrying(instance.ledger.exhausted(agent.tenantId)),
+      (spent) => Option.isSome(spent) ? Effect.succeed(true) : overBudget(instance, agentId, agent.config, row)
+    ),
     emit: frame(instance, row.id),
     append: (index, message) =>
       Effect.sync(() => {
