@@ -28,7 +28,7 @@ import {
 import { BillingEvents, Ledger, Rates } from "@agent-runtime/billing"
 import { Api } from "@agent-runtime/domain"
 import { Egress, Resolver } from "@agent-runtime/egress"
-import { ContentStore, Downloads, Volumes } from "@agent-runtime/files"
+import { ContentStore, Downloads, StorageCharges, Volumes } from "@agent-runtime/files"
 import { IdentityTokens } from "@agent-runtime/identity"
 import {
   Catalog,
@@ -380,7 +380,14 @@ export const layerServicesOn = <ROut, E, RIn>(cluster: Layer.Layer<ROut, E, RIn>
   layerMetrics.pipe(
     Layer.provideMerge(layerAgentsOn(cluster)),
     Layer.provideMerge(
-      Layer.mergeAll(WebhookEndpoints.layer, layerWebhookDelivery, layerFiles, layerTelemetry, BillingEvents.layer)
+      Layer.mergeAll(
+        WebhookEndpoints.layer,
+        layerWebhookDelivery,
+        layerFiles,
+        layerTelemetry,
+        BillingEvents.layer,
+        StorageCharges.layer
+      )
     ),
     Layer.provideMerge(
       Layer.mergeAll(

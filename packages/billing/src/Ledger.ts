@@ -143,6 +143,23 @@ export const charging = (
 }
 
 /**
+ * The statement charging prepaid tenants a day of storage: `bytes` is a query of (tenant_id, bytes) rows
+ * (the files package's usage). One `storage` entry per tenant and UTC day, the first statement of the day
+ * writes it and any other finds it there: every node may run it, and a day is charged once.
+ */
+export const storageCharging = (sql: SqlClient.SqlClient, rates: Billing.Rates, bytes: Statement.Fragment) =>
+  sql`
+    INSERT INTO ledger_entries (tenant_id, kind, period, amount, metadata)
+    SELECT u.tenant_id, 'storage', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD'),
+      -round(u.bytes::numeric * ${rates.storageGbMonth} / 1e9 / extract(day from
+        date_trunc('month', now() AT TIME ZONE 'UTC') + interval '1 month' - interval '1 day'))::bigint,
+      jsonb_build_object('day', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD'), 'bytes', u.bytes)
+    FROM (${bytes}) AS u (tenant_id, bytes)
+    JOIN tenant_billing b ON b.tenant_id = u.tenant_id AND b.mode = 'prepaid'
+    WHERE u.bytes > 0
+    ON CONFLICT (tenant_id, kind, period) WHERE period IS NOT NULL DO NOTHING`
+
+/**
  * A condition for another package's statement: the tenant (`tenantId`, an SQL expression) is not prepaid,
  * so its work needs no credit check (the fast accept path takes it; a prepaid one takes the checked path).
  */

@@ -153,3 +153,27 @@ it.effect("each fall of the balance is told once, again after credit lifted it",
       "billing.balance.depleted"
     ])
   })))
+
+it.effect("a day of storage is charged once per tenant and day, at the monthly rate for a day", () =>
+  scenario(Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const ledger = yield* Ledger.Ledger
+    yield* ledger.setMode(
+      "tn_paying",
+      new Billing.TenantBillingInput({ billing: "prepaid", startingCredit: 1_000_000 })
+    )
+    const bytes = sql`SELECT * FROM (VALUES ('tn_paying', 30000000000::bigint), ('tn_free', 5000000000::bigint))
+      AS v (tenant_id, bytes)`
+    // Two nodes at once, then again later in the day: one entry.
+    yield* Effect.all([Ledger.storageCharging(sql, rates, bytes), Ledger.storageCharging(sql, rates, bytes)], {
+      concurrency: 2
+    })
+    yield* Ledger.storageCharging(sql, rates, bytes)
+    const [{ days }] = yield* sql<{ days: number }>`SELECT extract(day from date_trunc('month', now() AT TIME ZONE
+      'UTC') + interval '1 month' - interval '1 day')::int AS days`
+    const storage = (yield* ledger.summary("tn_paying")).recent.filter((entry) => entry.kind === "storage")
+    expect(storage).toHaveLength(1)
+    expect(storage[0]!.amount).toBe(-Math.round(30 * rates.storageGbMonth / days))
+    expect(storage[0]!.metadata).toMatchObject({ bytes: 30_000_000_000 })
+    expect((yield* ledger.summary("tn_free")).recent).toEqual([])
+  })))
