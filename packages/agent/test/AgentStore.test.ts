@@ -4,6 +4,7 @@
  * be woken, and the one-statement accept of a prompt.
  */
 import { AccountsMigrations } from "@agent-runtime/accounts"
+import { BillingMigrations } from "@agent-runtime/billing"
 import { Database } from "@agent-runtime/store"
 import { TestDatabase } from "@agent-runtime/testing"
 import { SqlClient, type Statement } from "@effect/sql"
@@ -25,7 +26,7 @@ const withStore = <A, E>(body: Effect.Effect<A, E, AgentStore | SqlClient.SqlCli
         AgentStoreModule.layer.pipe(
           Layer.provideMerge(
             Database.layerClient(Redacted.make(url), {
-              migrations: [AccountsMigrations.migrations, AgentMigrations.migrations]
+              migrations: [AccountsMigrations.migrations, BillingMigrations.migrations, AgentMigrations.migrations]
             })
           )
         )

@@ -5,6 +5,7 @@
  * outage is waited out while a refusal for the data is not tried again.
  */
 import { AccountsMigrations } from "@agent-runtime/accounts"
+import { BillingMigrations } from "@agent-runtime/billing"
 import { Database } from "@agent-runtime/store"
 import { TestDatabase } from "@agent-runtime/testing"
 import { ShardingConfig } from "@effect/cluster"
@@ -34,7 +35,7 @@ const withJournal = <A, E>(
         ).pipe(
           Layer.provideMerge(
             Database.layerClient(Redacted.make(url), {
-              migrations: [AccountsMigrations.migrations, AgentMigrations.migrations]
+              migrations: [AccountsMigrations.migrations, BillingMigrations.migrations, AgentMigrations.migrations]
             })
           )
         )

@@ -4,6 +4,7 @@
  * shown itself it is listening.
  */
 import { AccountsMigrations } from "@agent-runtime/accounts"
+import { BillingMigrations } from "@agent-runtime/billing"
 import { Database, DatabaseHealth } from "@agent-runtime/store"
 import { TestDatabase } from "@agent-runtime/testing"
 import { WebhookMigrations } from "@agent-runtime/webhooks"
@@ -18,7 +19,12 @@ import * as Settlements from "../src/Settlements.ts"
 const DatabaseLive = Layer.unwrapEffect(
   Effect.map(TestDatabase.make, (url) =>
     Database.layerClient(Redacted.make(url), {
-      migrations: [AccountsMigrations.migrations, WebhookMigrations.migrations, AgentMigrations.migrations]
+      migrations: [
+        AccountsMigrations.migrations,
+        WebhookMigrations.migrations,
+        BillingMigrations.migrations,
+        AgentMigrations.migrations
+      ]
     }))
 )
 
