@@ -25,6 +25,7 @@ import {
   FileWrites,
   Histories,
   Http,
+  PrepaidTenant,
   type TcpProxy,
   TestCluster,
   TestDatabase,
@@ -100,11 +101,18 @@ it.scopedLive(
       yield* mark("upstream")
       const pages = yield* ToolServer.start
       yield* mark("pages")
+      // The workload runs on the operator's platform key for a prepaid tenant: each response is charged from
+      // credit, which the faults must never charge twice nor lose (checked at the end).
       const cluster = yield* TestCluster.start({
         size: 3,
         databaseUrl,
         proxied: true,
-        env: { ALLOW_PRIVATE_URLS: "true", RUNNER_LEASE_SECONDS: String(leaseSeconds), DRAIN_TIMEOUT_SECONDS: "20" }
+        env: {
+          ALLOW_PRIVATE_URLS: "true",
+          RUNNER_LEASE_SECONDS: String(leaseSeconds),
+          DRAIN_TIMEOUT_SECONDS: "20",
+          ...(yield* PrepaidTenant.catalogEnv(upstream))
+        }
       })
       const members = cluster.members
       yield* mark("cluster")
@@ -159,14 +167,14 @@ it.scopedLive(
           ]
         }
       })
+      const tenantId = yield* PrepaidTenant.make(members[0]!.node.rest, members[0]!.node.operatorToken, token)
       const makeAgent = (model: string) =>
         Effect.map(
           api.post("/v1/agents", { token, json: { model, builtins: ["web_fetch"], ttlSeconds: 3600 } }),
           (response) => ({ id: response.body.id as string, token: response.body.token as string })
         )
-      const agents = (yield* Effect.forEach(Array.from({ length: agentCount }), () => makeAgent("fake/m1"))).map((a) =>
-        a.id
-      )
+      const agents = (yield* Effect.forEach(Array.from({ length: agentCount }), () => makeAgent(PrepaidTenant.model)))
+        .map((a) => a.id)
       const probeAgent = yield* makeAgent("fake/m2")
       // A key the gateway has never seen: its lookup needs the database.
       const freshKey = (yield* api.post("/v1/tokens", { token, json: { name: "gateway during outage" } })).body
@@ -618,6 +626,17 @@ it.scopedLive(
       }
       expect(new Set(runsCreated.map(([, entry]) => entry.id)).size).toBe(runsCreated.length)
       const runsUncertain = [...runsEnded.values()].filter((run) => run.error?.uncertain === true).length
+
+      // Every response on the platform key charged once, none lost: the ledger's model charges are the usage
+      // records' costs, each rounded to the micro-USD; the balance is what the ledger adds up to.
+      const charges = yield* PrepaidTenant.charges(databaseUrl, tenantId)
+      expect(charges.responses).toBeGreaterThan(0)
+      expect(charges).toMatchObject({
+        charged: charges.recorded,
+        chargedResponses: charges.responses,
+        balance: charges.ledger
+      })
+      expect(charges.balance).toBeLessThan(PrepaidTenant.startingCredit)
 
       // A node that could not reach the database said so: never a 500.
       expect([...answers.other.keys()]).toEqual([])

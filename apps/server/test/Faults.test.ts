@@ -30,6 +30,7 @@ import {
   FileWrites,
   Histories,
   Http,
+  PrepaidTenant,
   TestCluster,
   TestDatabase,
   TestWorld,
@@ -71,7 +72,8 @@ it.scopedLive(
           ALLOW_PRIVATE_URLS: "true",
           RUNNER_LEASE_SECONDS: String(leaseSeconds),
           DRAIN_TIMEOUT_SECONDS: String(drainTimeoutSeconds),
-          WEBHOOK_LEASE_SECONDS: String(leaseSeconds)
+          WEBHOOK_LEASE_SECONDS: String(leaseSeconds),
+          ...(yield* PrepaidTenant.catalogEnv(upstream))
         }
       })
       // FAULTS_DEBUG=dir: every node's log and each poll watcher's trace are written there when the run ends.
@@ -97,6 +99,10 @@ it.scopedLive(
         )
       }
       const { api, token } = yield* TestWorld.tenantWithModel({ node: cluster.members[0]!.node, upstream }, "faults")
+      // The workload runs on the operator's platform key for a prepaid tenant: each response is charged from
+      // credit, which no crash, drain or moved turn may charge twice or lose (checked at the end).
+      const { node: first } = cluster.members[0]!
+      const tenantId = yield* PrepaidTenant.make(first.rest, first.operatorToken, token)
       // Runs have a model of their own, so they take only the steps scripted for them.
       const runsModel = yield* api.put("/v1/providers/fakeruns", {
         token,
@@ -117,7 +123,10 @@ it.scopedLive(
       const agentTokens = new Map<string, string>()
       const agents = yield* Effect.forEach(Array.from({ length: agentCount }), () =>
         Effect.map(
-          api.post("/v1/agents", { token, json: { model: "fake/m1", builtins: ["web_fetch"], ttlSeconds: 3600 } }),
+          api.post("/v1/agents", {
+            token,
+            json: { model: PrepaidTenant.model, builtins: ["web_fetch"], ttlSeconds: 3600 }
+          }),
           (response) => {
             agentTokens.set(response.body.id, response.body.token)
             return response.body.id as string
@@ -499,6 +508,15 @@ it.scopedLive(
       // --- No tool call was sent twice.
       const duplicated = pages.requestedTwice()
       expect(duplicated).toEqual([])
+
+      // --- Every response on the platform key charged once, none lost; the balance is what the ledger adds up to.
+      const charges = yield* PrepaidTenant.charges(databaseUrl, tenantId)
+      expect(charges.responses).toBeGreaterThan(0)
+      expect(charges).toMatchObject({
+        charged: charges.recorded,
+        chargedResponses: charges.responses,
+        balance: charges.ledger
+      })
 
       // --- File writes: none ran twice, each file agrees with its calls' results, the unknown ones are counted.
       const files = yield* FileWrites.check({ scripted: fileSteps, histories, get: (path) => call("GET", path) })
