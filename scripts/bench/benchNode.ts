@@ -9,7 +9,7 @@ import { EmbeddedPostgres } from "@agent-runtime/store"
 import * as FakeUpstream from "@agent-runtime/testing/FakeUpstream"
 import * as Http from "@agent-runtime/testing/Http"
 import * as TestNode from "@agent-runtime/testing/TestNode"
-import { Effect, Redacted } from "effect"
+import { Effect, Redacted, type Scope } from "effect"
 import * as Fs from "node:fs/promises"
 import * as Os from "node:os"
 import * as Path from "node:path"
@@ -23,7 +23,14 @@ export const cpuSeconds = async (pid: number): Promise<number> => {
   return (Number(fields[11]) + Number(fields[12])) / 100
 }
 
-export const start = (name: string, options: { readonly maxRecorded: number }) =>
+export const start = (
+  name: string,
+  options: {
+    readonly maxRecorded: number
+    /** More of the node's environment, which may name the upstream (a catalog file pointing at it). */
+    readonly env?: (upstream: FakeUpstream.FakeUpstream) => Effect.Effect<Record<string, string>, never, Scope.Scope>
+  }
+) =>
   Effect.gen(function*() {
     const dataDir = yield* Effect.promise(() => Fs.mkdtemp(Path.join(Os.tmpdir(), `bench-${name}-`)))
     yield* Effect.addFinalizer(() => Effect.promise(() => Fs.rm(dataDir, { recursive: true, force: true })))
@@ -39,6 +46,7 @@ export const start = (name: string, options: { readonly maxRecorded: number }) =
       env: {
         ALLOW_PRIVATE_URLS: "true",
         LOG_LEVEL: "Warn",
+        ...(options.env === undefined ? {} : yield* options.env(upstream)),
         ...(process.env.BENCH_NODE_OPTIONS === undefined ? {} : { NODE_OPTIONS: process.env.BENCH_NODE_OPTIONS })
       }
     })
@@ -75,4 +83,52 @@ export const json = async (url: string, token: string, init: { method?: string; 
     throw new Error(`${init.method ?? "GET"} ${url}: ${response.status} ${JSON.stringify(body)}`)
   }
   return body
+}
+
+/** Turns per second and each turn's latency (prompt to completed), in ms, of one phase of a benchmark. */
+export interface Phase {
+  readonly perSecond: number
+  readonly p50: number
+  readonly p99: number
+}
+
+/** The better of two phases of the same load: a noisy neighbour slows one, not both. */
+export const better = (a: Phase, b: Phase) => a.perSecond >= b.perSecond ? a : b
+
+/** `later` as a ratio of `earlier`, to three places. */
+export const ratio = (later: number, earlier: number) => Math.round((later / earlier) * 1000) / 1000
+
+let turnNumber = 0
+
+/** Runs `count` turns on `agents` of `owner` (one client per agent, each prompting and waiting in turn). */
+export const turns = async (
+  base: string,
+  owner: string,
+  agents: ReadonlyArray<string>,
+  count: number
+): Promise<Phase> => {
+  let left = count
+  const latencies: Array<number> = []
+  const started = performance.now()
+  await Promise.all(agents.map(async (agentId) => {
+    while (left > 0) {
+      left--
+      const at = performance.now()
+      const request = await json(`${base}/v1/agents/${agentId}/prompt`, owner, {
+        method: "POST",
+        body: { text: `turn ${turnNumber++}` }
+      })
+      let record = request
+      while (record.state !== "completed") {
+        record = await json(`${base}/v1/agents/${agentId}/requests/${request.id}?wait=25`, owner)
+      }
+      latencies.push(performance.now() - at)
+    }
+  }))
+  const seconds = (performance.now() - started) / 1000
+  return {
+    perSecond: Math.round((count / seconds) * 10) / 10,
+    p50: Math.round(percentile(latencies, 50) * 10) / 10,
+    p99: Math.round(percentile(latencies, 99) * 10) / 10
+  }
 }

@@ -18,19 +18,11 @@ import { NodeRuntime } from "@effect/platform-node"
 import { Console, Effect } from "effect"
 import * as BenchNode from "./benchNode.ts"
 
-const { json, percentile } = BenchNode
+const { better, json, ratio, turns } = BenchNode
 
 const clients = Number(process.env.BENCH_CLIENTS ?? 16)
 const perPhase = Number(process.env.BENCH_PER_PHASE ?? 600)
 const warmup = Number(process.env.BENCH_WARMUP ?? 200)
-
-interface Phase {
-  readonly perSecond: number
-  readonly p50: number
-  readonly p99: number
-}
-
-const better = (a: Phase, b: Phase) => a.perSecond >= b.perSecond ? a : b
 
 const program = Effect.scoped(Effect.gen(function*() {
   const { node, token, upstream } = yield* BenchNode.start("telemetry", { maxRecorded: 1000 })
@@ -63,33 +55,7 @@ const program = Effect.scoped(Effect.gen(function*() {
           ))
     )
   const [quiet, traced] = yield* Effect.promise(() => Promise.all([agentsOf(token), agentsOf(exporting)]))
-  let n = 0
-  const phase = async (owner: string, agents: ReadonlyArray<string>, count: number): Promise<Phase> => {
-    let left = count
-    const latencies: Array<number> = []
-    const started = performance.now()
-    await Promise.all(agents.map(async (agentId) => {
-      while (left > 0) {
-        left--
-        const at = performance.now()
-        const request = await json(`${base}/v1/agents/${agentId}/prompt`, owner, {
-          method: "POST",
-          body: { text: `turn ${n++}` }
-        })
-        let record = request
-        while (record.state !== "completed") {
-          record = await json(`${base}/v1/agents/${agentId}/requests/${request.id}?wait=25`, owner)
-        }
-        latencies.push(performance.now() - at)
-      }
-    }))
-    const seconds = (performance.now() - started) / 1000
-    return {
-      perSecond: Math.round((count / seconds) * 10) / 10,
-      p50: Math.round(percentile(latencies, 50) * 10) / 10,
-      p99: Math.round(percentile(latencies, 99) * 10) / 10
-    }
-  }
+  const phase = (owner: string, agents: ReadonlyArray<string>, count: number) => turns(base, owner, agents, count)
   const [offA, onA, offB, onB] = yield* Effect.promise(async () => {
     await phase(token, quiet, warmup)
     await phase(exporting, traced, warmup)
@@ -141,9 +107,9 @@ const program = Effect.scoped(Effect.gen(function*() {
       exportOff: off,
       exportOnToAHangingReceiver: on,
       onPerOff: {
-        throughput: Math.round((on.perSecond / off.perSecond) * 1000) / 1000,
-        p50: Math.round((on.p50 / off.p50) * 1000) / 1000,
-        p99: Math.round((on.p99 / off.p99) * 1000) / 1000
+        throughput: ratio(on.perSecond, off.perSecond),
+        p50: ratio(on.p50, off.p50),
+        p99: ratio(on.p99, off.p99)
       },
       phases: { off: [offA, offB], on: [onA, onB] }
     },
