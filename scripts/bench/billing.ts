@@ -70,10 +70,7 @@ const program = Effect.scoped(Effect.gen(function*() {
         p99: ratio(on.p99, off.p99)
       },
       phases: { off: [offA, offB], on: [onA, onB] },
-      ledger: {
-        ...charges,
-        everyResponseChargedOnce: charges.charged === charges.recorded && charges.chargedResponses === charges.responses
-      }
+      ledger: charges
     },
     null,
     2

@@ -7,38 +7,12 @@
  * its next model request; a grant restores it; billing events fire once;
  * a tenant not billed is never charged; and every read is the tenant's own.
  */
-import { Http, TestWorld, WebhookReceiver } from "@agent-runtime/testing"
+import { Http, PrepaidTenant, TestWorld, WebhookReceiver } from "@agent-runtime/testing"
 import { expect, layer } from "@effect/vitest"
 import { Effect, Schedule } from "effect"
-import * as Fs from "node:fs/promises"
-import * as Os from "node:os"
-import * as Path from "node:path"
 
-const WorldLive = TestWorld.layer((upstream) =>
-  Effect.gen(function*() {
-    const dir = yield* Effect.promise(() => Fs.mkdtemp(Path.join(Os.tmpdir(), "billing-")))
-    const catalogFile = Path.join(dir, "catalog.json")
-    yield* Effect.promise(() =>
-      Fs.writeFile(
-        catalogFile,
-        JSON.stringify({
-          models: {
-            // $1 per million input tokens, $2 per million output: a response of 200000 input tokens is $0.20.
-            "acme/model-1": {
-              name: "Acme One",
-              api: "openai-completions",
-              baseUrl: `${upstream.url}/v1`,
-              contextWindow: 1_000_000,
-              maxTokens: 4096,
-              cost: { input: 1, output: 2, cacheRead: 0.1, cacheWrite: 0 }
-            }
-          }
-        })
-      )
-    )
-    return { MODEL_CATALOG_FILE: catalogFile, DEFAULT_MODELS: "acme/model-1" }
-  })
-)
+// acme/m1 at $3 per million input tokens and $15 per million output, on the operator's platform key.
+const WorldLive = TestWorld.layer(PrepaidTenant.catalogEnv)
 
 type Api = ReturnType<typeof Http.client>
 
@@ -73,22 +47,22 @@ layer(WorldLive, { timeout: 120_000, excludeTestServices: true })("usage and pre
       })
       const made = yield* api.put(`/v1/admin/tenants/${paying.id}/billing`, {
         ...operator,
-        json: { billing: "prepaid", startingCredit: 300_000 }
+        json: { billing: "prepaid", startingCredit: 1_000_000 }
       })
       expect(made.status, made.text).toBe(200)
       expect(made.body).toMatchObject({
         billing: "prepaid",
-        balance: 300_000,
+        balance: 1_000_000,
         freeCredit: true,
-        startingCredit: { status: "granted", amount: 300_000 },
-        month: { grant: 300_000 }
+        startingCredit: { status: "granted", amount: 1_000_000 },
+        month: { grant: 1_000_000 }
       })
       // Granted once: made prepaid again, it is not granted twice.
       yield* api.put(`/v1/admin/tenants/${paying.id}/billing`, {
         ...operator,
-        json: { billing: "prepaid", startingCredit: 300_000 }
+        json: { billing: "prepaid", startingCredit: 1_000_000 }
       })
-      expect((yield* api.get("/v1/billing", { token: paying.token })).body.balance).toBe(300_000)
+      expect((yield* api.get("/v1/billing", { token: paying.token })).body.balance).toBe(1_000_000)
 
       const receiver = yield* WebhookReceiver.start
       const hook = yield* api.post("/v1/webhooks", {
@@ -101,28 +75,28 @@ layer(WorldLive, { timeout: 120_000, excludeTestServices: true })("usage and pre
       expect(hook.status, hook.text).toBe(201)
       receiver.trust("/billing", [hook.body.secret])
 
-      // A gateway call on the platform key is charged too: 10000 input tokens, $0.01.
-      upstream.script({ text: "gateway", usage: { input: 10_000, output: 0 } }, { model: "model-1" })
+      // A gateway call on the platform key is charged too: 10000 input tokens, $0.03.
+      upstream.script({ text: "gateway", usage: { input: 10_000, output: 0 } }, { model: "m1" })
       const viaGateway = yield* Http.client(node.gateway).post("/v1/chat/completions", {
         token: paying.token,
-        json: { model: "acme/model-1", messages: [{ role: "user", content: "hi" }] }
+        json: { model: PrepaidTenant.model, messages: [{ role: "user", content: "hi" }] }
       })
       expect(viaGateway.status, viaGateway.text).toBe(200)
       yield* Effect.repeat(Effect.map(api.get("/v1/billing", { token: paying.token }), (got) => got.body.balance), {
-        until: (balance) => balance === 290_000,
+        until: (balance) => balance === 970_000,
         schedule: Schedule.spaced("200 millis")
       }).pipe(Effect.timeout("10 seconds"))
 
-      // Two turns of 50000 input tokens ($0.05 each), then one whose first response costs $0.20: the balance
+      // Two turns of 50000 input tokens ($0.15 each), then one whose first response costs $0.90: the balance
       // is spent by it, and that turn stops before asking the model again.
-      upstream.script({ text: "one", usage: { input: 50_000, output: 10 } }, { model: "model-1" })
-      upstream.script({ text: "two", usage: { input: 50_000, output: 10 } }, { model: "model-1" })
+      upstream.script({ text: "one", usage: { input: 50_000, output: 10 } }, { model: "m1" })
+      upstream.script({ text: "two", usage: { input: 50_000, output: 10 } }, { model: "m1" })
       upstream.script(
-        { toolCalls: [{ id: "call_1", name: "no_such_tool", arguments: {} }], usage: { input: 200_000, output: 10 } },
-        { model: "model-1" }
+        { toolCalls: [{ id: "call_1", name: "no_such_tool", arguments: {} }], usage: { input: 300_000, output: 10 } },
+        { model: "m1" }
       )
-      upstream.script({ text: "never asked" }, { model: "model-1" })
-      const agent = (yield* api.post("/v1/agents", { token: paying.token, json: { model: "acme/model-1" } })).body
+      upstream.script({ text: "never asked" }, { model: "m1" })
+      const agent = (yield* api.post("/v1/agents", { token: paying.token, json: { model: PrepaidTenant.model } })).body
       for (const text of ["first", "second"]) {
         const accepted = yield* api.post(`/v1/agents/${agent.id}/prompt`, { token: paying.token, json: { text } })
         expect(accepted.status, accepted.text).toBe(202)
@@ -133,7 +107,7 @@ layer(WorldLive, { timeout: 120_000, excludeTestServices: true })("usage and pre
       const stopped = yield* settle(api, paying.token, agent.id, costly.body.id)
       expect(stopped).toMatchObject({ state: "completed", stopped: "spend_limit" })
       // The gateway's call and the three turns' responses: the stopped turn did not ask again.
-      expect(upstream.requests().filter((request) => (request.body as any)?.model === "model-1")).toHaveLength(4)
+      expect(upstream.requests().filter((request) => (request.body as any)?.model === "m1")).toHaveLength(4)
 
       // Spent: the next prompt, a run and a gateway call are refused, and nothing of them is recorded.
       const refused = yield* api.post(`/v1/agents/${agent.id}/prompt`, {
@@ -142,11 +116,14 @@ layer(WorldLive, { timeout: 120_000, excludeTestServices: true })("usage and pre
       })
       expect(refused).toMatchObject({ status: 402, body: { code: "INSUFFICIENT_CREDIT" } })
       expect((yield* api.get(`/v1/agents/${agent.id}/requests/req_refused`, { token: paying.token })).status).toBe(404)
-      const run = yield* api.post("/v1/runs", { token: paying.token, json: { model: "acme/model-1", input: "hi" } })
+      const run = yield* api.post("/v1/runs", {
+        token: paying.token,
+        json: { model: PrepaidTenant.model, input: "hi" }
+      })
       expect(run).toMatchObject({ status: 402, body: { code: "INSUFFICIENT_CREDIT" } })
       const gateway = yield* Http.client(node.gateway).post("/v1/chat/completions", {
         token: paying.token,
-        json: { model: "acme/model-1", messages: [{ role: "user", content: "hi" }] }
+        json: { model: PrepaidTenant.model, messages: [{ role: "user", content: "hi" }] }
       })
       expect(gateway.status, gateway.text).toBe(402)
       expect(gateway.text).toContain("INSUFFICIENT_CREDIT")
@@ -160,30 +137,30 @@ layer(WorldLive, { timeout: 120_000, excludeTestServices: true })("usage and pre
       const recorded = usageEvents.filter((d) => d.event.type === "usage.recorded")
       expect(recorded).toHaveLength(3)
       const reported = recorded.reduce((sum, d) => sum + Math.round(d.event.data.cost.usd * 1_000_000), 0)
-      expect(reported).toBe(300_000 + 20 * 3)
+      expect(reported).toBe(150_150 * 2 + 900_150)
       const billing = (yield* api.get("/v1/billing", { token: paying.token })).body
       const usageEntries = billing.recent.filter((entry: any) => entry.kind === "usage")
       expect(usageEntries).toHaveLength(1)
       const [entry] = usageEntries
-      expect(entry.metadata.funding.model).toBe(reported + 10_000)
+      expect(entry.metadata.funding.model).toBe(reported + 30_000)
       expect(entry.metadata.responses).toBe(4)
-      expect(entry.metadata.tokens).toBe(310_030)
+      expect(entry.metadata.tokens).toBe(410_030)
       expect(entry.metadata.activeMs).toBeGreaterThan(0)
       expect(entry.amount).toBe(-(entry.metadata.funding.model + entry.metadata.funding.agentTime))
-      expect(billing.balance).toBe(300_000 + entry.amount)
+      expect(billing.balance).toBe(1_000_000 + entry.amount)
       expect(billing.balance).toBeLessThan(0)
-      expect(billing.month).toMatchObject({ grant: 300_000, usage: entry.amount })
+      expect(billing.month).toMatchObject({ grant: 1_000_000, usage: entry.amount })
 
       const usage = (yield* api.get("/v1/usage", { token: paying.token })).body
       // What the usage read says: the same numbers as the events, and the gateway's call.
-      expect(usage.totals).toMatchObject({ responses: 4, input: 310_000, output: 30, platformResponses: 4 })
-      expect(Math.round(usage.totals.platformCost * 1_000_000)).toBe(reported + 10_000)
+      expect(usage.totals).toMatchObject({ responses: 4, input: 410_000, output: 30, platformResponses: 4 })
+      expect(Math.round(usage.totals.platformCost * 1_000_000)).toBe(reported + 30_000)
       expect(usage.days).toHaveLength(1)
-      expect(usage.days[0]).toMatchObject({ model: "acme/model-1", kind: "turn", responses: 4 })
+      expect(usage.days[0]).toMatchObject({ model: PrepaidTenant.model, kind: "turn", responses: 4 })
       expect((yield* api.get(`/v1/usage?agentId=${agent.id}`, { token: paying.token })).body.totals.responses).toBe(3)
       expect((yield* api.get("/v1/usage?agentId=other", { token: paying.token })).body.totals.responses).toBe(0)
 
-      // Each fall is told once: low (the starting credit is below the default mark) and depleted.
+      // Each fall is told once: low (the starting credit is at the default mark of 1 USD) and depleted.
       const falls = yield* receiver.waitFor(
         "/billing",
         (deliveries) => deliveries.some((d) => d.event.type === "billing.balance.depleted")
@@ -224,7 +201,7 @@ layer(WorldLive, { timeout: 120_000, excludeTestServices: true })("usage and pre
       expect(ledger.headers.get("link")).toContain("after=")
 
       // Restored: prompts run again. The tenant's own monthly cap then refuses with SPEND_LIMIT.
-      upstream.script({ text: "back", usage: { input: 10, output: 1 } }, { model: "model-1" })
+      upstream.script({ text: "back", usage: { input: 10, output: 1 } }, { model: "m1" })
       const back = yield* api.post(`/v1/agents/${agent.id}/prompt`, { token: paying.token, json: { text: "again" } })
       expect(back.status, back.text).toBe(202)
       expect((yield* settle(api, paying.token, agent.id, back.body.id)).state).toBe("completed")
@@ -235,8 +212,9 @@ layer(WorldLive, { timeout: 120_000, excludeTestServices: true })("usage and pre
       expect(overCap).toMatchObject({ status: 402, body: { code: "SPEND_LIMIT" } })
 
       // The tenant not billed ran on the same platform key and was charged nothing; it sees only its own.
-      upstream.script({ text: "free", usage: { input: 50_000, output: 10 } }, { model: "model-1" })
-      const freeAgent = (yield* api.post("/v1/agents", { token: free.token, json: { model: "acme/model-1" } })).body
+      upstream.script({ text: "free", usage: { input: 50_000, output: 10 } }, { model: "m1" })
+      const freeAgent =
+        (yield* api.post("/v1/agents", { token: free.token, json: { model: PrepaidTenant.model } })).body
       const freePrompt = yield* api.post(`/v1/agents/${freeAgent.id}/prompt`, {
         token: free.token,
         json: { text: "hi" }

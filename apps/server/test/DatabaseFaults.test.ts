@@ -629,14 +629,7 @@ it.scopedLive(
 
       // Every response on the platform key charged once, none lost: the ledger's model charges are the usage
       // records' costs, each rounded to the micro-USD; the balance is what the ledger adds up to.
-      const charges = yield* PrepaidTenant.charges(databaseUrl, tenantId)
-      expect(charges.responses).toBeGreaterThan(0)
-      expect(charges).toMatchObject({
-        charged: charges.recorded,
-        chargedResponses: charges.responses,
-        balance: charges.ledger
-      })
-      expect(charges.balance).toBeLessThan(PrepaidTenant.startingCredit)
+      expect((yield* PrepaidTenant.charges(databaseUrl, tenantId)).problems).toEqual([])
 
       // A node that could not reach the database said so: never a 500.
       expect([...answers.other.keys()]).toEqual([])

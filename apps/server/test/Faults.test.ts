@@ -510,13 +510,7 @@ it.scopedLive(
       expect(duplicated).toEqual([])
 
       // --- Every response on the platform key charged once, none lost; the balance is what the ledger adds up to.
-      const charges = yield* PrepaidTenant.charges(databaseUrl, tenantId)
-      expect(charges.responses).toBeGreaterThan(0)
-      expect(charges).toMatchObject({
-        charged: charges.recorded,
-        chargedResponses: charges.responses,
-        balance: charges.ledger
-      })
+      expect((yield* PrepaidTenant.charges(databaseUrl, tenantId)).problems).toEqual([])
 
       // --- File writes: none ran twice, each file agrees with its calls' results, the unknown ones are counted.
       const files = yield* FileWrites.check({ scripted: fileSteps, histories, get: (path) => call("GET", path) })

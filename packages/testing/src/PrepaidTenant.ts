@@ -38,7 +38,7 @@ export const catalogEnv = (
               name: "Acme m1",
               api: "openai-completions",
               baseUrl: `${upstream.url}/v1`,
-              contextWindow: 100_000,
+              contextWindow: 1_000_000,
               maxTokens: 4096,
               cost: { input: 3, output: 15, cacheRead: 0.3, cacheWrite: 0 }
             }
@@ -78,6 +78,8 @@ export interface Charges {
   /** The ledger's sum, and the balance the trigger kept. */
   readonly ledger: number
   readonly balance: number
+  /** What disagrees: a response charged twice or not at all, a balance that is not the ledger's sum. */
+  readonly problems: ReadonlyArray<string>
 }
 
 /**
@@ -100,12 +102,22 @@ export const charges = (databaseUrl: string, tenantId: string) =>
         (SELECT coalesce(sum(amount), 0) FROM ledger_entries WHERE tenant_id = '${tenantId}')::float8 AS ledger,
         (SELECT balance FROM tenant_billing WHERE tenant_id = '${tenantId}')::float8 AS balance`
     )
+    const recorded = costs.reduce((sum, { cost_usd }) => sum + Math.round(cost_usd * 1_000_000), 0)
+    const problems = [
+      ...(costs.length === 0 ? ["no response was on the platform key"] : []),
+      ...(row.charged === recorded ? [] : [`charged ${row.charged} micro-USD for responses that cost ${recorded}`]),
+      ...(row.charged_responses === costs.length
+        ? []
+        : [`charged ${row.charged_responses} responses of ${costs.length}`]),
+      ...(row.balance === row.ledger ? [] : [`a balance of ${row.balance} beside a ledger of ${row.ledger}`])
+    ]
     return {
       responses: costs.length,
-      recorded: costs.reduce((sum, { cost_usd }) => sum + Math.round(cost_usd * 1_000_000), 0),
+      recorded,
       charged: row.charged,
       chargedResponses: row.charged_responses,
       ledger: row.ledger,
-      balance: row.balance
+      balance: row.balance,
+      problems
     } satisfies Charges
   })
