@@ -159,6 +159,12 @@ export const storageCharging = (sql: SqlClient.SqlClient, rates: Billing.Rates, 
     WHERE u.bytes > 0
     ON CONFLICT (tenant_id, kind, period) WHERE period IS NOT NULL DO NOTHING`
 
+/** Unix seconds of the start of the current UTC month: where month sums and usage reads begin. */
+export const monthStart = () => {
+  const now = new Date()
+  return Date.UTC(now.getUTCFullYear(), now.getUTCMonth(), 1) / 1000
+}
+
 /**
  * A condition for another package's statement: the tenant (`tenantId`, an SQL expression) is not prepaid,
  * so its work needs no credit check (the fast accept path takes it; a prepaid one takes the checked path).
@@ -242,24 +248,18 @@ export const make = Effect.gen(function*() {
         low_balance::float8 AS low_balance
       FROM tenant_billing WHERE tenant_id = ${tenantId}`.pipe(Effect.map((rows) => Option.fromNullable(rows[0])))
 
-  /** What this UTC month's entries add up to, per kind. */
-  const month = (tenantId: string) =>
-    sql<{ kind: Billing.LedgerKind; amount: number; since: number }>`
-      SELECT kind, sum(amount)::float8 AS amount,
-        floor(extract(epoch from date_trunc('month', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'))::float8 AS since
-      FROM ledger_entries
-      WHERE tenant_id = ${tenantId} AND created_at >= date_trunc('month', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'
+  /** What the entries since `since` (the month's start) add up to, per kind. */
+  const month = (tenantId: string, since: number) =>
+    sql<{ kind: Billing.LedgerKind; amount: number }>`
+      SELECT kind, sum(amount)::float8 AS amount FROM ledger_entries
+      WHERE tenant_id = ${tenantId} AND created_at >= to_timestamp(${since})
       GROUP BY kind`
-
-  const monthStart = () => {
-    const now = new Date()
-    return Date.UTC(now.getUTCFullYear(), now.getUTCMonth(), 1) / 1000
-  }
 
   const summary = (tenantId: string) =>
     Effect.gen(function*() {
       const found = yield* standing(tenantId)
-      const sums = yield* month(tenantId)
+      const since = monthStart()
+      const sums = yield* month(tenantId, since)
       const recent = yield* sql<EntryRow>`
         SELECT ${sql.unsafe(entryColumns)} FROM ledger_entries WHERE tenant_id = ${tenantId}
         ORDER BY id DESC LIMIT ${recentEntries}`
@@ -280,7 +280,7 @@ export const make = Effect.gen(function*() {
         checkout: false,
         startingCredit,
         month: new Billing.BillingMonth({
-          since: sums[0]?.since ?? monthStart(),
+          since,
           grant: of("grant"),
           purchase: of("purchase"),
           usage: of("usage"),
@@ -322,7 +322,7 @@ export const make = Effect.gen(function*() {
         SELECT b.mode, b.balance::float8 AS balance, b.monthly_cap::float8 AS monthly_cap,
           CASE WHEN b.monthly_cap IS NULL THEN 0 ELSE (SELECT coalesce(-sum(amount), 0)::float8 FROM ledger_entries
             WHERE tenant_id = b.tenant_id AND kind IN ('usage', 'storage')
-              AND created_at >= date_trunc('month', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC') END AS month_spent
+              AND created_at >= to_timestamp(${monthStart()})) END AS month_spent
         FROM tenant_billing b WHERE b.tenant_id = ${tenantId}`
       const row = rows[0]
       const prepaid = row?.mode === "prepaid"

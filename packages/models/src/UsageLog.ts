@@ -139,10 +139,8 @@ export const make = Effect.gen(function*() {
 
   const report = (tenantId: string, params: typeof Billing.UsageParams.Type) =>
     Effect.gen(function*() {
-      const now = Math.floor(Date.now() / 1000)
-      const today = new Date()
-      const since = params.since ?? Date.UTC(today.getUTCFullYear(), today.getUTCMonth(), 1) / 1000
-      const until = params.until ?? now + 1
+      const since = params.since ?? Ledger.monthStart()
+      const until = params.until ?? Math.floor(Date.now() / 1000) + 1
       const rows = yield* sql<Omit<Billing.UsageDay, never>>`
         SELECT to_char(at AT TIME ZONE 'UTC', 'YYYY-MM-DD') AS day, provider || '/' || model AS model,
           CASE WHEN kind = 'compaction' THEN 'compaction' ELSE 'turn' END AS kind,
