@@ -45,6 +45,19 @@ layer(WorldLive, { timeout: 120_000, excludeTestServices: true })("usage and pre
         balance: 0,
         startingCredit: { status: "not_applicable" }
       })
+      // Subscribed before the tenant is billed: its starting credit is already at the low mark, so the first
+      // billing event comes at once.
+      const receiver = yield* WebhookReceiver.start
+      const hook = yield* api.post("/v1/webhooks", {
+        token: paying.token,
+        json: {
+          url: `${receiver.url}/billing`,
+          events: ["usage.recorded", "billing.balance.low", "billing.balance.depleted"]
+        }
+      })
+      expect(hook.status, hook.text).toBe(201)
+      receiver.trust("/billing", [hook.body.secret])
+
       const made = yield* api.put(`/v1/admin/tenants/${paying.id}/billing`, {
         ...operator,
         json: { billing: "prepaid", startingCredit: 1_000_000 }
@@ -63,17 +76,6 @@ layer(WorldLive, { timeout: 120_000, excludeTestServices: true })("usage and pre
         json: { billing: "prepaid", startingCredit: 1_000_000 }
       })
       expect((yield* api.get("/v1/billing", { token: paying.token })).body.balance).toBe(1_000_000)
-
-      const receiver = yield* WebhookReceiver.start
-      const hook = yield* api.post("/v1/webhooks", {
-        token: paying.token,
-        json: {
-          url: `${receiver.url}/billing`,
-          events: ["usage.recorded", "billing.balance.low", "billing.balance.depleted"]
-        }
-      })
-      expect(hook.status, hook.text).toBe(201)
-      receiver.trust("/billing", [hook.body.secret])
 
       // A gateway call on the platform key is charged too: 10000 input tokens, $0.03.
       upstream.script({ text: "gateway", usage: { input: 10_000, output: 0 } }, { model: "m1" })
