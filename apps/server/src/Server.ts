@@ -25,7 +25,7 @@ import {
   Tools,
   Wakeups
 } from "@agent-runtime/agent"
-import { BillingEvents, Ledger, Rates } from "@agent-runtime/billing"
+import { AutoTopups, BillingEvents, Ledger, Payments, Purchases, Rates } from "@agent-runtime/billing"
 import { Api } from "@agent-runtime/domain"
 import { Egress, Resolver } from "@agent-runtime/egress"
 import { ContentStore, Downloads, StorageCharges, Volumes } from "@agent-runtime/files"
@@ -159,6 +159,7 @@ const layerApi = HttpApiBuilder.api(Api.Api).pipe(
     WebhooksHttp.layer,
     TelemetryHttp.layer,
     BillingHttp.layer,
+    BillingHttp.layerNotices,
     WellKnown.layer
   ]),
   Layer.provide([Authentication.layer, Authentication.layerOperator, Authentication.layerAgent])
@@ -195,6 +196,8 @@ export const layerRestApp: Layer.Layer<
   | TelemetrySettings.TelemetrySettings
   | TraceExport.TraceExport
   | Ledger.Ledger
+  | Purchases.Purchases
+  | AutoTopups.AutoTopups
   | UsageLog.UsageLog
   | Volumes.Volumes
   | Downloads.Downloads
@@ -243,7 +246,7 @@ const layerModels = ModelClient.layer.pipe(
   Layer.provideMerge(Credentials.layer),
   Layer.provideMerge(Layer.mergeAll(Keys.layer, KeyScopes.layer, CustomProviders.layer)),
   Layer.provideMerge(Layer.mergeAll(Catalog.layer, UsageLog.layer, Ledger.layer)),
-  Layer.provideMerge(Rates.layerConfig),
+  Layer.provideMerge(Layer.mergeAll(Rates.layerConfig, Payments.layerConfig)),
   Layer.provideMerge(Layer.mergeAll(Egress.layerConfig.pipe(Layer.provide(Resolver.layer)), SealedSecret.layerConfig))
 )
 
@@ -365,6 +368,20 @@ const layerFiles = Layer.unwrapEffect(
   Layer.provideMerge(Layer.effect(RestBase, Deferred.make<string>()))
 )
 
+/** Buying credit, the buyer sent back to the console under PUBLIC_URL (else the REST listener); top-ups swept. */
+const layerPurchases = AutoTopups.layerSweep.pipe(
+  Layer.provideMerge(AutoTopups.layer),
+  Layer.provideMerge(Layer.unwrapEffect(
+    Effect.gen(function*() {
+      const config = yield* ServerConfig.ServerConfig
+      const restBase = yield* RestBase
+      return Purchases.layer({
+        baseUrl: Option.match(config.publicUrl, { onNone: () => Deferred.await(restBase), onSome: Effect.succeed })
+      })
+    })
+  ))
+)
+
 /** The operator's metrics, scraped at `GET /v1/admin/metrics`. */
 const layerMetrics = Metrics.layer.pipe(Layer.provide(OtelResource.layer))
 
@@ -379,6 +396,7 @@ const layerTelemetry = TraceExport.layer().pipe(Layer.provideMerge(TelemetrySett
 export const layerServicesOn = <ROut, E, RIn>(cluster: Layer.Layer<ROut, E, RIn>) =>
   layerMetrics.pipe(
     Layer.provideMerge(layerAgentsOn(cluster)),
+    Layer.provideMerge(layerPurchases),
     Layer.provideMerge(
       Layer.mergeAll(
         WebhookEndpoints.layer,

@@ -125,6 +125,7 @@ export class Agents extends Context.Tag("@agent-runtime/agent/Agents")<Agents, {
     | ApiError.Gone
     | ApiError.SpendLimit
     | ApiError.InsufficientCredit
+    | ApiError.PaymentRequired
     | ApiError.IdempotencyConflict
     | ApiError.ApplicationNotConnected
   >
@@ -139,6 +140,7 @@ export class Agents extends Context.Tag("@agent-runtime/agent/Agents")<Agents, {
     | ApiError.Gone
     | ApiError.SpendLimit
     | ApiError.InsufficientCredit
+    | ApiError.PaymentRequired
     | ApiError.IdempotencyConflict
     | ApiError.ApplicationNotConnected
   >

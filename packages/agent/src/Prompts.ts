@@ -27,6 +27,7 @@ export type PromptError =
   | ApiError.Gone
   | ApiError.SpendLimit
   | ApiError.InsufficientCredit
+  | ApiError.PaymentRequired
   | ApiError.IdempotencyConflict
   | ApiError.ApplicationNotConnected
   | ApiError.InvalidRequest
@@ -36,6 +37,7 @@ export type PromptError =
 export type RunRefused =
   | ApiError.SpendLimit
   | ApiError.InsufficientCredit
+  | ApiError.PaymentRequired
   | ApiError.IdempotencyConflict
   | ApiError.ApplicationNotConnected
 
@@ -369,6 +371,7 @@ export const make = Effect.gen(function*() {
         TooLarge: refused("TOO_LARGE", 413),
         SpendLimit: refused("SPEND_LIMIT", 402),
         InsufficientCredit: refused("INSUFFICIENT_CREDIT", 402),
+        PaymentRequired: refused("PAYMENT_REQUIRED", 402),
         ApplicationNotConnected: refused("APPLICATION_NOT_CONNECTED", 409)
       })
     )

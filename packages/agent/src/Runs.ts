@@ -38,6 +38,7 @@ export type CreateError =
   | ApiError.TooLarge
   | ApiError.SpendLimit
   | ApiError.InsufficientCredit
+  | ApiError.PaymentRequired
   | ApiError.IdempotencyConflict
   | ApiError.IdempotencyInProgress
   | PersistenceError

@@ -11,7 +11,7 @@
  * the cluster's real path, persisted ones deduplicated by their primary key.
  */
 import { AccountsMigrations, Tenants } from "@agent-runtime/accounts"
-import { BillingMigrations, Ledger, Rates } from "@agent-runtime/billing"
+import { BillingMigrations, Ledger, Payments, Rates } from "@agent-runtime/billing"
 import { Egress, Resolver } from "@agent-runtime/egress"
 import { FileMigrations } from "@agent-runtime/files"
 import { IdentityMigrations, IdentityTokens } from "@agent-runtime/identity"
@@ -64,7 +64,7 @@ const EntityLive = AgentRuntime.layer.pipe(
   Layer.provideMerge(TestRunner.layer),
   Layer.provideMerge(Layer.mergeAll(
     AgentStore.layer,
-    Layer.mergeAll(UsageLog.layer, Ledger.layer).pipe(Layer.provide(Rates.layerConfig)),
+    Layer.mergeAll(UsageLog.layer, Ledger.layer).pipe(Layer.provide([Rates.layerConfig, Payments.layerNone])),
     DrainModule.layer,
     EventLog.layerLocalLogs,
     Tenants.layer,

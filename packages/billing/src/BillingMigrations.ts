@@ -67,6 +67,59 @@ const ledger = Effect.gen(function*() {
       FOR EACH ROW EXECUTE FUNCTION ledger_balance()`
 })
 
+/**
+ * Buying credit: each purchase (a checkout, a card check, an automatic top-up) is a row before the provider
+ * is called, so a retry finds it and the provider is asked with the same key; it is paid once, by the
+ * statement that posts its credit. A card unlocks starting credit once across tenants (card_checks).
+ */
+const purchases = Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
+  yield* sql`
+    ALTER TABLE tenant_billing
+      ADD COLUMN payment_customer text,
+      ADD COLUMN payment_method text,
+      ADD COLUMN card_check text CHECK (card_check IN ('granted', 'not_eligible')),
+      ADD COLUMN topup_enabled boolean NOT NULL DEFAULT false,
+      ADD COLUMN topup_threshold bigint,
+      ADD COLUMN topup_amount bigint,
+      ADD COLUMN topup_monthly_limit bigint,
+      ADD COLUMN topup_paused text CHECK (topup_paused IN ('declined', 'action_required', 'no_card', 'reconcile')),
+      ADD COLUMN topup_limit_told text`
+  // status: open until the provider says; paid when its credit is posted; a top-up may end declined or
+  // action_required (the buyer may still confirm it: then paid), or uncertain when the provider never said.
+  yield* sql`
+    CREATE TABLE purchases (
+      id text PRIMARY KEY,
+      tenant_id text NOT NULL REFERENCES tenants (id) ON DELETE CASCADE,
+      kind text NOT NULL CHECK (kind IN ('purchase', 'card_check', 'topup')),
+      request_id text,
+      credit bigint NOT NULL,
+      fee bigint NOT NULL,
+      status text NOT NULL DEFAULT 'open'
+        CHECK (status IN ('open', 'paid', 'expired', 'declined', 'action_required', 'uncertain')),
+      session_id text UNIQUE,
+      session_url text,
+      payment_id text,
+      refunded bigint NOT NULL DEFAULT 0,
+      attempts integer NOT NULL DEFAULT 0,
+      created_at timestamptz NOT NULL DEFAULT now(),
+      updated_at timestamptz NOT NULL DEFAULT now()
+    )`
+  yield* sql`CREATE UNIQUE INDEX purchases_request ON purchases (tenant_id, request_id) WHERE request_id IS NOT NULL`
+  yield* sql`CREATE INDEX purchases_payment ON purchases (payment_id) WHERE payment_id IS NOT NULL`
+  // One top-up at a time per tenant: another is not started while one may still charge the card.
+  yield* sql`CREATE UNIQUE INDEX purchases_one_topup ON purchases (tenant_id)
+    WHERE kind = 'topup' AND status IN ('open', 'uncertain')`
+  yield* sql`
+    CREATE TABLE card_checks (
+      fingerprint text PRIMARY KEY,
+      tenant_id text NOT NULL,
+      granted boolean NOT NULL,
+      created_at timestamptz NOT NULL DEFAULT now()
+    )`
+})
+
 export const migrations = Migrations.make("billing_migrations", {
-  "1_ledger": ledger
+  "1_ledger": ledger,
+  "2_purchases": purchases
 })

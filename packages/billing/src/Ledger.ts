@@ -15,6 +15,7 @@ import { ApiError, Billing, Common } from "@agent-runtime/domain"
 import { PersistenceError } from "@agent-runtime/store"
 import { SqlClient, type Statement } from "@effect/sql"
 import { Context, Effect, Layer, Option } from "effect"
+import { Payments } from "./Payments.ts"
 import { Rates } from "./Rates.ts"
 
 /** What one statement charges one tenant: the parts in micro-USD, and what they measured. */
@@ -30,7 +31,7 @@ export interface Charge {
 }
 
 /** Why a prepaid tenant's work is refused or stopped. */
-export type Exhausted = "insufficient_credit" | "monthly_cap"
+export type Exhausted = "insufficient_credit" | "monthly_cap" | "free_limit"
 
 /** How many entries GET /v1/billing shows as `recent`. */
 const recentEntries = 20
@@ -211,7 +212,10 @@ export class Ledger extends Context.Tag("@agent-runtime/billing/Ledger")<Ledger,
   /** Refuses new work of a prepaid tenant whose credit is spent (402 INSUFFICIENT_CREDIT) or cap reached. */
   readonly admit: (
     tenantId: string
-  ) => Effect.Effect<void, ApiError.InsufficientCredit | ApiError.SpendLimit | PersistenceError.PersistenceError>
+  ) => Effect.Effect<
+    void,
+    ApiError.InsufficientCredit | ApiError.SpendLimit | ApiError.PaymentRequired | PersistenceError.PersistenceError
+  >
 }>() {}
 
 interface StandingRow {
@@ -222,6 +226,7 @@ interface StandingRow {
   readonly startingCredit: number | null
   readonly monthlyCap: number | null
   readonly lowBalance: number
+  readonly cardCheck: "granted" | "not_eligible" | null
 }
 
 interface EntryRow {
@@ -240,12 +245,17 @@ const toEntry = (row: EntryRow) => new Billing.LedgerEntry(row, { disableValidat
 export const make = Effect.gen(function*() {
   const sql = yield* SqlClient.SqlClient
   const rates = yield* Rates
+  const payments = yield* Payments
+  /** Starting credit a card check would unlock: offered while the tenant's starting credit is undecided. */
+  const cardCheckOffer = payments.provider !== "none" && rates.cardCheckCredit > 0
+    ? { amount: rates.cardCheckCredit }
+    : undefined
 
   const standing = (tenantId: string) =>
     sql<StandingRow>`
       SELECT mode, balance::float8 AS balance, purchased::float8 AS purchased, free_credit,
         starting_credit::float8 AS starting_credit, monthly_cap::float8 AS monthly_cap,
-        low_balance::float8 AS low_balance
+        low_balance::float8 AS low_balance, card_check
       FROM tenant_billing WHERE tenant_id = ${tenantId}`.pipe(Effect.map((rows) => Option.fromNullable(rows[0])))
 
   /** What the entries since `since` (the month's start) add up to, per kind. */
@@ -268,16 +278,21 @@ export const make = Effect.gen(function*() {
       const mode = row?.mode ?? "none"
       const startingCredit = mode !== "prepaid"
         ? new Billing.StartingCredit({ status: "not_applicable", amount: 0 })
-        : row?.startingCredit === null || row?.startingCredit === undefined || row.startingCredit === 0
-        ? new Billing.StartingCredit({ status: "not_granted", amount: 0 })
-        : new Billing.StartingCredit({ status: "granted", amount: row.startingCredit })
+        : (row?.startingCredit ?? 0) > 0
+        ? new Billing.StartingCredit({ status: "granted", amount: row!.startingCredit! })
+        : row?.cardCheck === "not_eligible"
+        ? new Billing.StartingCredit({ status: "not_eligible", amount: 0 })
+        : new Billing.StartingCredit({
+          status: "not_granted",
+          amount: 0,
+          ...(cardCheckOffer === undefined ? {} : { cardCheck: cardCheckOffer })
+        })
       return new Billing.Billing({
         billing: mode,
         balance: row?.balance ?? 0,
         purchased: row?.purchased ?? 0,
         freeCredit: row?.freeCredit ?? false,
-        // Buying credit needs a payment provider, which this node does not have yet (see docs/billing.md).
-        checkout: false,
+        checkout: mode === "prepaid" && payments.provider !== "none",
         startingCredit,
         month: new Billing.BillingMonth({
           since,
@@ -318,11 +333,17 @@ export const make = Effect.gen(function*() {
   const exhausted = (tenantId: string) =>
     Effect.gen(function*() {
       if (knownUnbilled(tenantId)) return Option.none<Exhausted>()
-      const rows = yield* sql<{ mode: string; balance: number; monthlyCap: number | null; monthSpent: number }>`
+      const rows = yield* sql<
+        { mode: string; balance: number; monthlyCap: number | null; monthSpent: number; hourSpent: number }
+      >`
         SELECT b.mode, b.balance::float8 AS balance, b.monthly_cap::float8 AS monthly_cap,
           CASE WHEN b.monthly_cap IS NULL THEN 0 ELSE (SELECT coalesce(-sum(amount), 0)::float8 FROM ledger_entries
             WHERE tenant_id = b.tenant_id AND kind IN ('usage', 'storage')
-              AND created_at >= to_timestamp(${monthStart()})) END AS month_spent
+              AND created_at >= to_timestamp(${monthStart()})) END AS month_spent,
+          CASE WHEN NOT b.free_credit OR ${rates.freeHourlySpend} = 0 THEN 0 ELSE (SELECT coalesce(-sum(amount), 0)::float8
+            FROM ledger_entries WHERE tenant_id = b.tenant_id AND kind = 'usage'
+              AND period = to_char(date_trunc('hour', now() AT TIME ZONE 'UTC'), 'YYYY-MM-DD"T"HH24":00Z"')) END
+            AS hour_spent
         FROM tenant_billing b WHERE b.tenant_id = ${tenantId}`
       const row = rows[0]
       const prepaid = row?.mode === "prepaid"
@@ -332,6 +353,9 @@ export const make = Effect.gen(function*() {
       if (row === undefined || !prepaid) return Option.none<Exhausted>()
       if (row.balance <= 0) return Option.some<Exhausted>("insufficient_credit")
       if (row.monthlyCap !== null && row.monthSpent >= row.monthlyCap) return Option.some<Exhausted>("monthly_cap")
+      if (rates.freeHourlySpend > 0 && row.hourSpent >= rates.freeHourlySpend) {
+        return Option.some<Exhausted>("free_limit")
+      }
       return Option.none<Exhausted>()
     }).pipe(PersistenceError.PersistenceError.refail)
 
@@ -339,13 +363,22 @@ export const make = Effect.gen(function*() {
     Effect.flatMap(
       exhausted(tenantId),
       Option.match({
-        onNone: (): Effect.Effect<void, ApiError.InsufficientCredit | ApiError.SpendLimit> => Effect.void,
+        onNone: (): Effect.Effect<
+          void,
+          ApiError.InsufficientCredit | ApiError.SpendLimit | ApiError.PaymentRequired
+        > => Effect.void,
         onSome: (why) =>
           why === "insufficient_credit"
             ? Effect.fail(
               new ApiError.InsufficientCredit({ error: "the tenant's prepaid credit is spent; buy credit to go on" })
             )
-            : Effect.fail(new ApiError.SpendLimit({ error: "the tenant's monthly spending cap is reached" }))
+            : why === "monthly_cap"
+            ? Effect.fail(new ApiError.SpendLimit({ error: "the tenant's monthly spending cap is reached" }))
+            : Effect.fail(
+              new ApiError.PaymentRequired({
+                error: "the tenant reached this hour's limit for free credit; buying credit lifts it"
+              })
+            )
       })
     )
 
@@ -422,4 +455,4 @@ export const make = Effect.gen(function*() {
   return Ledger.of({ rates, summary, entries, configure, setMode, post, knownUnbilled, exhausted, admit })
 })
 
-export const layer: Layer.Layer<Ledger, never, SqlClient.SqlClient | Rates> = Layer.effect(Ledger, make)
+export const layer: Layer.Layer<Ledger, never, SqlClient.SqlClient | Rates | Payments> = Layer.effect(Ledger, make)

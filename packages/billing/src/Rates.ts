@@ -30,7 +30,9 @@ export const config: Config.Config<Billing.Rates> = Config.all({
     brave: micros("BILLING_WEB_SEARCH_BRAVE", 5_000),
     parallel: micros("BILLING_WEB_SEARCH_PARALLEL", 5_000)
   }).pipe(Config.map((rates) => new Billing.WebSearchRates(rates))),
-  webRender: micros("BILLING_WEB_RENDER", 2_000)
+  webRender: micros("BILLING_WEB_RENDER", 2_000),
+  cardCheckCredit: micros("BILLING_CARD_CHECK_CREDIT", 0),
+  freeHourlySpend: micros("BILLING_FREE_HOURLY_SPEND", 1_000_000)
 }).pipe(Config.map((rates) => new Billing.Rates(rates)))
 
 export const layerConfig: Layer.Layer<Rates, ConfigError> = Layer.effect(Rates, config)

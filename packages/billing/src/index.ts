@@ -1,4 +1,7 @@
+export * as AutoTopups from "./AutoTopups.ts"
 export * as BillingEvents from "./BillingEvents.ts"
 export * as BillingMigrations from "./BillingMigrations.ts"
 export * as Ledger from "./Ledger.ts"
+export * as Payments from "./Payments.ts"
+export * as Purchases from "./Purchases.ts"
 export * as Rates from "./Rates.ts"

@@ -5,7 +5,7 @@
  * prepaid alone; a condition that fails charges nothing; operator entries
  * are idempotent under their key; the billing events fire once per fall.
  */
-import { BillingEvents, BillingMigrations, Ledger, Rates } from "@agent-runtime/billing"
+import { BillingEvents, BillingMigrations, Ledger, Payments, Rates } from "@agent-runtime/billing"
 import { Billing } from "@agent-runtime/domain"
 import { Database, DatabaseHealth } from "@agent-runtime/store"
 import { TestDatabase } from "@agent-runtime/testing"
@@ -18,7 +18,7 @@ const rates = Effect.runSync(Effect.withConfigProvider(Rates.config, ConfigProvi
 
 const layerFor = (databaseUrl: string) =>
   Ledger.layer.pipe(
-    Layer.provideMerge(Layer.mergeAll(Rates.layer(rates), DatabaseHealth.layer)),
+    Layer.provideMerge(Layer.mergeAll(Rates.layer(rates), Payments.layerNone, DatabaseHealth.layer)),
     Layer.provideMerge(Database.layerClient(Redacted.make(databaseUrl), {
       migrations: [TestDatabase.tenantsStandIn, WebhookMigrations.migrations, BillingMigrations.migrations]
     }))

@@ -24,8 +24,12 @@ import * as ApiError from "./ApiError.ts"
 import { ConnectionHeaders, JsonRpcMessage, McpAccepted } from "./Application.ts"
 import { AgentAuthentication, Authentication, OperatorAuthentication } from "./Auth.ts"
 import {
+  AutoTopup,
+  AutoTopupInput,
   Billing,
   BillingSettingsInput,
+  Checkout,
+  CheckoutInput,
   LedgerEntry,
   LedgerEntryInput,
   TenantBillingInput,
@@ -487,6 +491,7 @@ export class AgentsGroup extends HttpApiGroup.make("agents")
       .addSuccess(RequestRecord, { status: promptAccepted })
       .addError(ApiError.SpendLimit.Wire)
       .addError(ApiError.InsufficientCredit.Wire)
+      .addError(ApiError.PaymentRequired.Wire)
       .addError(ApiError.ApplicationNotConnected.Wire)
       .addError(ApiError.NotFound.Wire)
       .addError(ApiError.Gone.Wire)
@@ -517,6 +522,7 @@ export class AgentsGroup extends HttpApiGroup.make("agents")
       .addError(ApiError.ApplicationNotConnected.Wire)
       .addError(ApiError.SpendLimit.Wire)
       .addError(ApiError.InsufficientCredit.Wire)
+      .addError(ApiError.PaymentRequired.Wire)
       .addError(ApiError.NotFound.Wire)
       .addError(ApiError.Gone.Wire)
       .addError(ApiError.IdempotencyConflict.Wire)
@@ -529,6 +535,7 @@ export class AgentsGroup extends HttpApiGroup.make("agents")
       .addError(ApiError.ApplicationNotConnected.Wire)
       .addError(ApiError.SpendLimit.Wire)
       .addError(ApiError.InsufficientCredit.Wire)
+      .addError(ApiError.PaymentRequired.Wire)
       .addError(ApiError.NotFound.Wire)
       .addError(ApiError.Gone.Wire)
       .addError(ApiError.IdempotencyConflict.Wire)
@@ -683,6 +690,7 @@ export class RunsGroup extends HttpApiGroup.make("runs")
       .addSuccess(RunAccepted, { status: promptAccepted })
       .addError(ApiError.SpendLimit.Wire)
       .addError(ApiError.InsufficientCredit.Wire)
+      .addError(ApiError.PaymentRequired.Wire)
       .addError(ApiError.IdempotencyConflict.Wire)
       .addError(ApiError.IdempotencyInProgress.Wire)
       .annotate(
@@ -905,6 +913,7 @@ export class ClientsGroup extends HttpApiGroup.make("clients")
       .addError(ApiError.ApplicationNotConnected.Wire)
       .addError(ApiError.SpendLimit.Wire)
       .addError(ApiError.InsufficientCredit.Wire)
+      .addError(ApiError.PaymentRequired.Wire)
       .addError(ApiError.NotFound.Wire)
       .addError(ApiError.Gone.Wire)
       .addError(ApiError.IdempotencyConflict.Wire)
@@ -1525,8 +1534,73 @@ export class BillingGroup extends HttpApiGroup.make("billing")
       .addSuccess(Schema.Array(LedgerEntry))
       .annotate(OpenApi.Description, "The tenant's ledger, newest first.")
   )
+  .add(
+    HttpApiEndpoint.post("checkout", "/v1/billing/checkout")
+      .setPayload(payload(CheckoutInput))
+      .addSuccess(Checkout, created)
+      .addError(ApiError.Conflict.Wire)
+      .addError(ApiError.IdempotencyConflict.Wire)
+      .annotate(
+        OpenApi.Description,
+        "Buys credit: answers the payment provider's page (`url`) to send the buyer to. The credit is posted " +
+          "once, when the provider says it is paid (GET /v1/billing/checkouts/{id} reads it; the " +
+          "billing.topup.receipt webhook tells it). 409 CONFLICT when the tenant is not prepaid or the service " +
+          "sells no credit; 503 when the provider does not answer (retry with the same requestId)."
+      )
+  )
+  .add(
+    HttpApiEndpoint.get("getCheckout")`/v1/billing/checkouts/${idParam}`
+      .addSuccess(Checkout)
+      .annotate(
+        OpenApi.Description,
+        "A purchase or card check: `open` until paid, `paid` once its credit (or grant) is posted, `expired`."
+      )
+  )
+  .add(
+    HttpApiEndpoint.post("cardCheck", "/v1/billing/card-check")
+      .addSuccess(Checkout, created)
+      .addError(ApiError.Conflict.Wire)
+      .annotate(
+        OpenApi.Description,
+        "Verifies a card (saved, not charged) to unlock the starting credit `startingCredit.cardCheck` offers; " +
+          "a card unlocks it once across all tenants, a prepaid card never. Asked again while one is open, " +
+          "answers that one; 409 once the starting credit is decided."
+      )
+  )
+  .add(
+    HttpApiEndpoint.get("getAutoTopup", "/v1/billing/auto-topup")
+      .addSuccess(AutoTopup)
+  )
+  .add(
+    HttpApiEndpoint.put("setAutoTopup", "/v1/billing/auto-topup")
+      .setPayload(payload(AutoTopupInput))
+      .addSuccess(AutoTopup)
+      .addError(ApiError.Conflict.Wire)
+      .annotate(
+        OpenApi.Description,
+        "Automatic top-up: when the balance falls below `threshold`, the saved card (from a purchase or card " +
+          "check) is charged for `amount` and its fee, at most `monthlyLimit` a UTC month. Saving lifts a pause."
+      )
+  )
   .middleware(Authentication)
   .annotate(OpenApi.Title, "Billing")
+{}
+
+/** What the payment provider tells the service, authenticated by its own signature instead of a token. */
+export class PaymentNoticesGroup extends HttpApiGroup.make("paymentNotices")
+  .add(
+    HttpApiEndpoint.post("notice", "/v1/billing/payments/webhook")
+      .setPayload(Schema.Unknown.annotations({ description: "the provider's event, as it sends it" }))
+      .setHeaders(Schema.Struct({ "stripe-signature": Schema.optional(Schema.String) }))
+      .addSuccess(Schema.Struct({ received: Schema.Boolean }))
+      .annotate(
+        OpenApi.Description,
+        "Stripe's webhook endpoint (checkout.session.completed, checkout.session.async_payment_succeeded, " +
+          "checkout.session.expired, payment_intent.succeeded, charge.refunded), verified against its " +
+          "Stripe-Signature with the endpoint's signing secret. A notice is acted on once however often sent."
+      )
+  )
+  .annotate(OpenApi.Title, "Payment notices")
 {}
 
 export class AdminGroup extends HttpApiGroup.make("admin")
@@ -1710,6 +1784,7 @@ export class Api extends HttpApi.make("agent-runtime")
   .add(WebhooksGroup)
   .add(TelemetryGroup)
   .add(BillingGroup)
+  .add(PaymentNoticesGroup)
   .add(AdminGroup)
   .add(WellKnownGroup)
   // Any route can meet these: unreadable or invalid input, unknown routes, oversized bodies, defects, and a

@@ -36,7 +36,14 @@ export class Rates extends Schema.Class<Rates>("Rates")({
   minPurchase: Micros,
   maxPurchase: Micros,
   webSearch: WebSearchRates.annotations({ description: "per search, by search provider" }),
-  webRender: Micros.annotations({ description: "per page rendered by web_fetch" })
+  webRender: Micros.annotations({ description: "per page rendered by web_fetch" }),
+  cardCheckCredit: Micros.annotations({
+    description: "starting credit a verified card unlocks once (POST /v1/billing/card-check); 0: none"
+  }),
+  freeHourlySpend: Micros.annotations({
+    description: "a tenant on free credit (never bought any) is charged at most this in a UTC hour, past which " +
+      "new work gets 402 PAYMENT_REQUIRED until the hour ends or it buys credit; 0: no such limit"
+  })
 }) {}
 
 export const StartingCreditStatus = Schema.Literal("granted", "not_eligible", "not_granted", "not_applicable")
@@ -70,7 +77,8 @@ export class LedgerEntry extends Schema.Class<LedgerEntry>("LedgerEntry")({
   metadata: Schema.Record({ key: Schema.String, value: Schema.Unknown }).annotations({
     description: "usage: one entry per UTC hour, updated until the hour ends: hour, tokens, funding " +
       "({model, agentTime, webSearch, webRender} in micro-USD), activeMs, responses; storage: day and bytes; " +
-      "purchase: checkout, paid, fee; grant, adjustment and refund: note"
+      "purchase: purchase (its id), fee, total, auto (an automatic top-up); refund: purchase, refunded " +
+      "(what the payment provider gave back of the total, in all); grant, adjustment and refund by the operator: note"
   }),
   createdAt: Timestamp
 }) {}
@@ -89,6 +97,61 @@ export class Billing extends Schema.Class<Billing>("Billing")({
     description: "the tenant's own cap on a month's charges; at it new prompts get 402 SPEND_LIMIT"
   }),
   lowBalance: Micros.annotations({ description: "billing.balance.low fires when the balance falls to this" })
+}) {}
+
+/** A purchase of credit, as POST /v1/billing/checkout starts it and GET /v1/billing/checkouts/{id} reads it. */
+export class CheckoutInput extends Schema.Class<CheckoutInput>("CheckoutInput")({
+  amount: Schema.Int.pipe(Schema.positive()).annotations({
+    description: "credit to buy, micro-USD in whole cents, between the rates' minPurchase and maxPurchase; the " +
+      "fee (purchaseFeeBps) is charged on top"
+  }),
+  requestId: Schema.optional(Schema.String.pipe(Schema.minLength(1), Schema.maxLength(100))).annotations({
+    description: "the client's id of this purchase: a retry with it answers the same checkout (another amount " +
+      "is 409 IDEMPOTENCY_CONFLICT); without one every call starts a new checkout"
+  })
+}) {}
+
+export const CheckoutStatus = Schema.Literal("open", "paid", "expired")
+
+export class Checkout extends Schema.Class<Checkout>("Checkout")({
+  id: Schema.String,
+  kind: Schema.Literal("purchase", "card_check"),
+  status: CheckoutStatus.annotations({ description: "paid once the credit (or a card check's grant) is posted" }),
+  url: Schema.String.annotations({ description: "the payment page to send the buyer to" }),
+  amount: Micros.annotations({ description: "credit bought (a card check: the starting credit it unlocks)" }),
+  fee: Micros,
+  total: Micros.annotations({ description: "what the buyer pays: amount and fee (a card check: 0)" }),
+  createdAt: Timestamp
+}) {}
+
+/** Automatic top-up: a saved card is charged when the balance falls below `threshold`. */
+export class AutoTopupInput extends Schema.Class<AutoTopupInput>("AutoTopupInput")({
+  enabled: Schema.Boolean,
+  threshold: Schema.Int.pipe(Schema.between(1, 500_000_000)).annotations({
+    description: "micro-USD; a top-up starts when the balance is below it"
+  }),
+  amount: Schema.Int.pipe(Schema.positive()).annotations({
+    description: "credit bought per top-up, micro-USD in whole cents, within minPurchase and maxPurchase"
+  }),
+  monthlyLimit: Schema.Int.pipe(Schema.between(1, 100_000_000_000)).annotations({
+    description: "at most this much (fees included) charged by top-ups in a UTC month; must cover one top-up"
+  })
+}) {}
+
+export class AutoTopup extends Schema.Class<AutoTopup>("AutoTopup")({
+  enabled: Schema.Boolean,
+  state: Schema.Literal("off", "active", "paused").annotations({
+    description: "paused after a declined card, an action the bank asks of the buyer, no saved card or an " +
+      "uncertain charge; saving the settings again resumes it"
+  }),
+  pausedBecause: Schema.NullOr(Schema.Literal("declined", "action_required", "no_card", "reconcile")),
+  threshold: Micros,
+  amount: Micros,
+  monthlyLimit: Micros,
+  month: Schema.Struct({ since: Timestamp, charged: Micros }).annotations({
+    description: "what top-ups charged this UTC month, fees included, with those still settling"
+  }),
+  card: Schema.Boolean.annotations({ description: "a card is saved (by a purchase or a card check)" })
 }) {}
 
 /** What a tenant sets of its own billing. */

@@ -47,10 +47,19 @@ export const fromModelError = (error: ModelError.UnknownModel | ModelError.Model
     ? new GatewayError({ status: 404, code: "NOT_FOUND", message: error.message, param: "model" })
     : new GatewayError({ status: 400, code: "model_key_missing", message: error.message, param: "model" })
 
-/** A prepaid tenant's credit is spent, or its monthly cap reached: 402, as the REST API answers. */
-export const paymentOf = (error: ApiError.InsufficientCredit | ApiError.SpendLimit): GatewayError =>
+/**
+ * A prepaid tenant's credit is spent, its monthly cap reached or its free credit's hourly limit: 402, as the
+ * REST API answers.
+ */
+export const paymentOf = (
+  error: ApiError.InsufficientCredit | ApiError.SpendLimit | ApiError.PaymentRequired
+): GatewayError =>
   new GatewayError({
     status: 402,
-    code: error._tag === "InsufficientCredit" ? "INSUFFICIENT_CREDIT" : "SPEND_LIMIT",
+    code: error._tag === "InsufficientCredit"
+      ? "INSUFFICIENT_CREDIT"
+      : error._tag === "SpendLimit"
+      ? "SPEND_LIMIT"
+      : "PAYMENT_REQUIRED",
     message: error.error
   })
