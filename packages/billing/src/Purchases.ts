@@ -236,7 +236,11 @@ export const make = (options: {
           SELECT ${sql.unsafe(purchaseColumns)}, false AS fresh FROM purchases
           WHERE tenant_id = ${tenantId} AND request_id = ${input.requestId ?? null}
             AND NOT EXISTS (SELECT 1 FROM inserted)`
-        const { fresh: _, ...purchase } = row!
+        // A request with the same requestId at the same moment wrote the row this statement waited for.
+        const purchase = row === undefined
+          ? (yield* sql<PurchaseRow>`SELECT ${sql.unsafe(purchaseColumns)} FROM purchases
+              WHERE tenant_id = ${tenantId} AND request_id = ${input.requestId ?? null}`)[0]!
+          : (({ fresh: _, ...rest }) => rest)(row)
         if (purchase.kind !== "purchase" || purchase.credit !== input.amount) {
           return yield* new ApiError.IdempotencyConflict({
             error: `requestId ${input.requestId} was used for another purchase`

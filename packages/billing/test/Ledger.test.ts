@@ -115,6 +115,26 @@ it.effect("a spent balance or a reached cap stops new work; credit restores it",
     expect((yield* refusal)._tag).toBe("InsufficientCredit")
   })))
 
+it.effect("free credit is limited per hour (402 PAYMENT_REQUIRED); the first purchase lifts the limit", () =>
+  scenario(Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const ledger = yield* Ledger.Ledger
+    yield* ledger.setMode(
+      "tn_paying",
+      new Billing.TenantBillingInput({ billing: "prepaid", startingCredit: 5_000_000 })
+    )
+    yield* Ledger.charging(sql, [{ tenantId: "tn_paying", model: rates.freeHourlySpend - 1 }])!
+    yield* ledger.admit("tn_paying")
+    yield* Ledger.charging(sql, [{ tenantId: "tn_paying", agentTime: 1 }])!
+    const refused = yield* Effect.flip(ledger.admit("tn_paying"))
+    expect(refused._tag).toBe("PaymentRequired")
+    expect(Option.getOrNull(yield* ledger.exhausted("tn_paying"))).toBe("free_limit")
+    yield* sql`INSERT INTO ledger_entries (tenant_id, kind, amount, idempotency_key)
+      VALUES ('tn_paying', 'purchase', 5000000, 'purchase:p1')`
+    expect((yield* ledger.summary("tn_paying")).freeCredit).toBe(false)
+    yield* ledger.admit("tn_paying")
+  })))
+
 it.effect("each fall of the balance is told once, again after credit lifted it", () =>
   scenario(Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient
