@@ -7,12 +7,27 @@
  * its next model request; a grant restores it; billing events fire once;
  * a tenant not billed is never charged; and every read is the tenant's own.
  */
-import { Http, PrepaidTenant, TestWorld, WebhookReceiver } from "@agent-runtime/testing"
+import { FakeStripe, Http, PrepaidTenant, TestWorld, WebhookReceiver } from "@agent-runtime/testing"
 import { expect, layer } from "@effect/vitest"
-import { Effect, Schedule } from "effect"
+import { Context, Effect, Layer, Schedule } from "effect"
 
-// acme/m1 at $3 per million input tokens and $15 per million output, on the operator's platform key.
-const WorldLive = TestWorld.layer(PrepaidTenant.catalogEnv)
+class Stripe extends Context.Tag("Stripe")<Stripe, FakeStripe.FakeStripe>() {}
+
+// acme/m1 at $3 per million input tokens and $15 per million output, on the operator's platform key; credit
+// sold through the fake Stripe at a 5.5% fee.
+const WorldLive = TestWorld.layer((upstream) =>
+  Effect.gen(function*() {
+    const stripe = yield* Stripe
+    return {
+      ...(yield* PrepaidTenant.catalogEnv(upstream)),
+      BILLING_PAYMENTS: "stripe",
+      BILLING_PURCHASE_FEE_BPS: "550",
+      STRIPE_SECRET_KEY: FakeStripe.secretKey,
+      STRIPE_WEBHOOK_SECRET: FakeStripe.webhookSecret,
+      STRIPE_API_URL: stripe.url
+    }
+  })
+).pipe(Layer.provideMerge(Layer.scoped(Stripe, FakeStripe.start)))
 
 type Api = ReturnType<typeof Http.client>
 
@@ -52,7 +67,7 @@ layer(WorldLive, { timeout: 120_000, excludeTestServices: true })("usage and pre
         token: paying.token,
         json: {
           url: `${receiver.url}/billing`,
-          events: ["usage.recorded", "billing.balance.low", "billing.balance.depleted"]
+          events: ["usage.recorded", "billing.balance.low", "billing.balance.depleted", "billing.topup.receipt"]
         }
       })
       expect(hook.status, hook.text).toBe(201)
@@ -175,6 +190,38 @@ layer(WorldLive, { timeout: 120_000, excludeTestServices: true })("usage and pre
         threshold: 0
       })
 
+      // A purchase through Stripe restores it: nothing is credited until Stripe says it is paid, then the credit
+      // (not the fee) once, however often Stripe tells it; the buyer's free credit ends with it.
+      const stripe = yield* Stripe
+      stripe.notifyTo(`${node.rest}/v1/billing/payments/webhook`)
+      const checkout = yield* api.post("/v1/billing/checkout", {
+        token: paying.token,
+        json: { amount: 5_000_000, requestId: "buy-1" }
+      })
+      expect(checkout.status, checkout.text).toBe(201)
+      expect(checkout.body).toMatchObject({ status: "open", amount: 5_000_000, fee: 280_000, total: 5_280_000 })
+      const retried = yield* api.post("/v1/billing/checkout", {
+        token: paying.token,
+        json: { amount: 5_000_000, requestId: "buy-1" }
+      })
+      expect(retried.body.id).toBe(checkout.body.id)
+      const sessionId = checkout.body.url.split("/pay/")[1]
+      expect(stripe.session(sessionId)).toMatchObject({ amount_total: 528, customer: expect.any(String) })
+      expect((yield* api.post(`/v1/agents/${agent.id}/prompt`, { token: paying.token, json: { text: "x" } })).status)
+        .toBe(402)
+      expect(yield* Effect.promise(() => stripe.pay(sessionId))).toBe(200)
+      expect(yield* Effect.promise(() => stripe.resend(stripe.events().at(-1)!.id))).toBe(200)
+      const forged = yield* api.post("/v1/billing/payments/webhook", {
+        headers: { "stripe-signature": "t=1,v1=00" },
+        json: stripe.events().at(-1)
+      })
+      expect(forged).toMatchObject({ status: 400, body: { code: "INVALID_REQUEST" } })
+      expect((yield* api.get(`/v1/billing/checkouts/${checkout.body.id}`, { token: paying.token })).body.status)
+        .toBe("paid")
+      const bought = (yield* api.get("/v1/billing", { token: paying.token })).body
+      expect(bought).toMatchObject({ balance: billing.balance + 5_000_000, purchased: 5_000_000, freeCredit: false })
+      expect(bought.month.purchase).toBe(5_000_000)
+
       // A grant under an Idempotency-Key, retried, is one entry; the same key with another body is 409.
       const grant = { kind: "grant", amount: 1_000_000, note: "support credit" }
       const granted = yield* api.post(`/v1/admin/tenants/${paying.id}/ledger`, {
@@ -196,10 +243,10 @@ layer(WorldLive, { timeout: 120_000, excludeTestServices: true })("usage and pre
       })
       expect(conflict).toMatchObject({ status: 409, body: { code: "IDEMPOTENCY_CONFLICT" } })
       expect((yield* api.get("/v1/billing", { token: paying.token })).body.balance).toBe(
-        billing.balance + 1_000_000
+        billing.balance + 6_000_000
       )
       const ledger = yield* api.get("/v1/billing/ledger?limit=2", { token: paying.token })
-      expect(ledger.body.map((entry: any) => entry.kind)).toEqual(["grant", "usage"])
+      expect(ledger.body.map((entry: any) => entry.kind)).toEqual(["grant", "purchase"])
       expect(ledger.headers.get("link")).toContain("after=")
 
       // Restored: prompts run again. The tenant's own monthly cap then refuses with SPEND_LIMIT.
@@ -207,6 +254,12 @@ layer(WorldLive, { timeout: 120_000, excludeTestServices: true })("usage and pre
       const back = yield* api.post(`/v1/agents/${agent.id}/prompt`, { token: paying.token, json: { text: "again" } })
       expect(back.status, back.text).toBe(202)
       expect((yield* settle(api, paying.token, agent.id, back.body.id)).state).toBe("completed")
+      // The purchase was told once, with its receipt.
+      yield* receiver.waitFor("/billing", (ds) => ds.some((d) => d.event.type === "billing.topup.receipt"))
+      yield* Effect.sleep("1 second")
+      const receipts = receiver.deliveries("/billing").filter((d) => d.event.type === "billing.topup.receipt")
+      expect(receipts).toHaveLength(1)
+      expect(receipts[0]!.event.data).toMatchObject({ purchase: checkout.body.id, amount: 5_000_000, fee: 280_000 })
       const capped = yield* api.patch("/v1/billing", { token: paying.token, json: { monthlyCap: 1 } })
       expect(capped.body.monthlyCap).toBe(1)
       yield* Effect.sleep("2100 millis")
@@ -260,6 +313,13 @@ layer(WorldLive, { timeout: 120_000, excludeTestServices: true })("usage and pre
           json: { kind: "grant", amount: 1.5, note: "fraction" }
         }),
         api.patch("/v1/billing", { token: someone.token, json: { monthlyCap: -1 } }),
+        api.post("/v1/billing/checkout", { token: someone.token, json: { amount: 5_000_001 } }),
+        api.post("/v1/billing/checkout", { token: someone.token, json: { amount: 10_000, requestId: "r" } }),
+        api.post("/v1/billing/checkout", { token: someone.token, json: { amount: "5" } }),
+        api.put("/v1/billing/auto-topup", {
+          token: someone.token,
+          json: { enabled: true, threshold: 1_000_000, amount: 5_000_000, monthlyLimit: 1 }
+        }),
         api.get("/v1/usage?since=yesterday", { token: someone.token })
       ]
       for (const request of cases) {
@@ -274,5 +334,14 @@ layer(WorldLive, { timeout: 120_000, excludeTestServices: true })("usage and pre
         recent: []
       })
       expect((yield* api.get(`/v1/admin/tenants/${someone.id}/billing`, operator)).body.billing).toBe("none")
+      // Valid, but the tenant is not prepaid: nothing to buy, and nothing was written.
+      expect(yield* api.post("/v1/billing/checkout", { token: someone.token, json: { amount: 5_000_000 } }))
+        .toMatchObject({ status: 409, body: { code: "CONFLICT" } })
+      expect(yield* api.post("/v1/billing/card-check", { token: someone.token })).toMatchObject({ status: 409 })
+      expect((yield* api.get("/v1/billing/checkouts/pur_missing", { token: someone.token })).status).toBe(404)
+      expect((yield* api.get("/v1/billing/auto-topup", { token: someone.token })).body).toMatchObject({
+        enabled: false,
+        state: "off"
+      })
     }))
 })

@@ -517,8 +517,16 @@ it.scopedLive(
       expect(files.problems).toEqual([])
       expect(files.confirmed).toBeGreaterThan(0)
 
-      // --- Cursors only grew, and every moved turn said so.
-      yield* Effect.sleep("6 seconds")
+      // --- Cursors only grew, and every moved turn said so. Each poll watcher is read once it caught up with
+      // its agent's log as the agent's state says it ends (a loaded machine may hold a poll a while).
+      const behind = Effect.filter(agents, (agentId) =>
+        Effect.map(call("GET", `/v1/agents/${agentId}/state`), (state) =>
+          (lastSeen.get(agentId) ?? -1) < (state.body.cursor as number)))
+      yield* behind.pipe(
+        Effect.repeat({ until: (lagging) => lagging.length === 0, schedule: Schedule.spaced("500 millis") }),
+        Effect.timeout("60 seconds"),
+        Effect.ignore
+      )
       yield* Fiber.interrupt(watchers)
       expect(cursorsWentBack).toBe(0)
       const moved = [...outcomes].filter(([, record]) => record.outcome.result?.resumed === true)

@@ -17,11 +17,11 @@ export interface World {
 
 export class TestWorld extends Context.Tag("@agent-runtime/testing/TestWorld")<TestWorld, World>() {}
 
-/** `env` may depend on the upstream (a catalog file naming its URL, say). */
-export const layer = (
-  env: (upstream: FakeUpstream.FakeUpstream) => Effect.Effect<Record<string, string>, never, Scope.Scope> = () =>
+/** `env` may depend on the upstream (a catalog file naming its URL, say) and on other fakes the test provides. */
+export const layer = <R = never>(
+  env: (upstream: FakeUpstream.FakeUpstream) => Effect.Effect<Record<string, string>, never, R | Scope.Scope> = () =>
     Effect.succeed({})
-) =>
+): Layer.Layer<TestWorld, never, Exclude<R, Scope.Scope>> =>
   Layer.scoped(
     TestWorld,
     Effect.gen(function*() {
