@@ -523,13 +523,19 @@ it.scopedLive(
         Effect.map(call("GET", `/v1/agents/${agentId}/state`), (state) =>
           (lastSeen.get(agentId) ?? -1) < (state.body.cursor as number)))
       yield* behind.pipe(
-        Effect.repeat({ until: (lagging) => lagging.length === 0, schedule: Schedule.spaced("500 millis") }),
+        Effect.repeat({
+          until: (lagging) =>
+            lagging.length === 0,
+          schedule: Schedule.spaced("500 millis")
+        }),
         Effect.timeout("60 seconds"),
         Effect.ignore
       )
       yield* Fiber.interrupt(watchers)
       expect(cursorsWentBack).toBe(0)
-      const moved = [...outcomes].filter(([, record]) => record.outcome.result?.resumed === true)
+      const moved = [...outcomes].filter(([, record]) =>
+        record.outcome.result?.resumed === true
+      )
       // Seen, or the agent's watcher was told it missed events after the last event of the turn it read, and all
       // it read of the turn came from one owner (one block of ids): the gap held the rest of the turn, its
       // turn_resumed included (it moved twice, the second time off a lost runner, before the watcher read the

@@ -11,7 +11,7 @@
  * provider carries a key naming our record of it, so a retry after a lost
  * answer finds the object made the first time instead of making another.
  */
-import type { Redacted } from "effect"
+import type { ConfigError, Redacted } from "effect"
 import { Config, Context, Data, Effect, Layer, Option, Schema } from "effect"
 import * as Local from "./internal/localPayments.ts"
 import * as Stripe from "./internal/stripePayments.ts"

@@ -21,7 +21,7 @@ export class TestWorld extends Context.Tag("@agent-runtime/testing/TestWorld")<T
 export const layer = <R = never>(
   env: (upstream: FakeUpstream.FakeUpstream) => Effect.Effect<Record<string, string>, never, R | Scope.Scope> = () =>
     Effect.succeed({})
-): Layer.Layer<TestWorld, never, Exclude<R, Scope.Scope>> =>
+): Layer.Layer<TestWorld, Error, Exclude<R, Scope.Scope>> =>
   Layer.scoped(
     TestWorld,
     Effect.gen(function*() {
