@@ -338,7 +338,7 @@ const layerAgentsOn = <ROut, E, RIn>(cluster: Layer.Layer<ROut, E, RIn>) =>
     Layer.provideMerge(Layer.mergeAll(AgentEvents.layer, AgentTokens.layer)),
     Layer.provideMerge(AgentRuntime.layer),
     Layer.provideMerge(Layer.mergeAll(Metrics.layerLocalLogs, Tools.layer, Settlements.layer)),
-    Layer.provideMerge(Layer.mergeAll(ToolSources.layer(), WebSearch.layer, Delegation.layer)),
+    Layer.provideMerge(Layer.mergeAll(ToolSources.layer(), WebSearch.layerConfig, Delegation.layer)),
     Layer.provide(cluster),
     // Below the cluster runner, so it closes after the runner has let its shards go.
     Layer.provideMerge(AgentRuntime.layerReleaseAnnouncements),

@@ -7,27 +7,32 @@
  * its next model request; a grant restores it; billing events fire once;
  * a tenant not billed is never charged; and every read is the tenant's own.
  */
-import { FakeStripe, Http, PrepaidTenant, TestWorld, WebhookReceiver } from "@agent-runtime/testing"
+import { FakeSearch, FakeStripe, Http, PrepaidTenant, TestWorld, WebhookReceiver } from "@agent-runtime/testing"
 import { expect, layer } from "@effect/vitest"
 import { Context, Effect, Layer, Schedule } from "effect"
 
 class Stripe extends Context.Tag("Stripe")<Stripe, FakeStripe.FakeStripe>() {}
+class Search extends Context.Tag("Search")<Search, FakeSearch.FakeSearch>() {}
 
 // acme/m1 at $3 per million input tokens and $15 per million output, on the operator's platform key; credit
-// sold through the fake Stripe at a 5.5% fee.
+// sold through the fake Stripe at a 5.5% fee; web searches answered by the fake search provider.
 const WorldLive = TestWorld.layer((upstream) =>
   Effect.gen(function*() {
     const stripe = yield* Stripe
+    const search = yield* Search
     return {
       ...(yield* PrepaidTenant.catalogEnv(upstream)),
       BILLING_PAYMENTS: "stripe",
       BILLING_PURCHASE_FEE_BPS: "550",
       STRIPE_SECRET_KEY: FakeStripe.secretKey,
       STRIPE_WEBHOOK_SECRET: FakeStripe.webhookSecret,
-      STRIPE_API_URL: stripe.url
+      STRIPE_API_URL: stripe.url,
+      WEB_SEARCH_EXA_URL: search.url
     }
   })
-).pipe(Layer.provideMerge(Layer.scoped(Stripe, FakeStripe.start)))
+).pipe(
+  Layer.provideMerge(Layer.mergeAll(Layer.scoped(Stripe, FakeStripe.start), Layer.scoped(Search, FakeSearch.start())))
+)
 
 type Api = ReturnType<typeof Http.client>
 
@@ -289,6 +294,52 @@ layer(WorldLive, { timeout: 120_000, excludeTestServices: true })("usage and pre
       expect(
         (yield* api.post(`/v1/admin/tenants/${free.id}/ledger`, { token: free.token, json: grant })).status
       ).toBe(403)
+    }))
+
+  it.scoped("a web search on the platform's key is charged per search, once, with the call's result", () =>
+    Effect.gen(function*() {
+      const { node, upstream } = yield* TestWorld.TestWorld
+      const api = Http.client(node.rest)
+      const operator = { token: node.operatorToken }
+      for (const [provider, apiKey] of [["acme", "sk-platform-acme"], ["exa", FakeSearch.defaultApiKey]]) {
+        const put = yield* api.put(`/v1/admin/platform-keys/${provider}`, {
+          ...operator,
+          json: { apiKey, verify: false }
+        })
+        expect(put.status, put.text).toBe(200)
+      }
+      const searcher = yield* tenant(api, node.operatorToken, "searcher")
+      yield* api.put(`/v1/admin/tenants/${searcher.id}/billing`, {
+        ...operator,
+        json: { billing: "prepaid", startingCredit: 1_000_000 }
+      })
+      // The first test leaves a reply scripted that its stopped turn never asked for.
+      upstream.reset()
+      upstream.script({
+        toolCalls: [
+          { id: "call_s1", name: "web_search", arguments: { query: "effect ts" } },
+          { id: "call_s2", name: "web_search", arguments: { query: "postgres" } }
+        ],
+        usage: { input: 10, output: 1 }
+      }, { model: "m1" })
+      upstream.script({ text: "found", usage: { input: 10, output: 1 } }, { model: "m1" })
+      const agent = (yield* api.post("/v1/agents", {
+        token: searcher.token,
+        json: { model: PrepaidTenant.model, builtins: ["web_search"] }
+      })).body
+      const prompt = yield* api.post(`/v1/agents/${agent.id}/prompt`, { token: searcher.token, json: { text: "go" } })
+      expect((yield* settle(api, searcher.token, agent.id, prompt.body.id)).outcome.result).toMatchObject({
+        reply: "found",
+        toolCalls: [{ tool: "web_search", ok: true }, { tool: "web_search", ok: true }]
+      })
+      const billing = (yield* api.get("/v1/billing", { token: searcher.token })).body
+      const [entry] = billing.recent.filter((entry: any) => entry.kind === "usage")
+      // Exa's rate is 5000 micro-USD a search.
+      expect(entry.metadata.funding.webSearch).toBe(10_000)
+      expect(entry.amount).toBe(
+        -(entry.metadata.funding.model + entry.metadata.funding.agentTime + entry.metadata.funding.webSearch)
+      )
+      expect(billing.balance).toBe(1_000_000 + entry.amount)
     }))
 
   it.effect("bad billing input is refused with its error and changes nothing", () =>

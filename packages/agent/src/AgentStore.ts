@@ -340,7 +340,8 @@ export class AgentStore extends Context.Tag("@agent-runtime/agent/AgentStore")<A
   readonly markSteered: (agentId: string, ids: ReadonlyArray<string>, into: string) => Write
   /** Recorded before a tool call is sent: a call with a start and no result has an unknown outcome. */
   readonly startToolCall: (agentId: string, requestId: string, toolCallId: string, tool: string) => Write
-  readonly finishToolCall: (agentId: string, toolCallId: string, result: unknown) => Write
+  /** Records a call's result; `charge` (a prepaid tenant's, for the call) with it, once: only with the first. */
+  readonly finishToolCall: (agentId: string, toolCallId: string, result: unknown, charge?: Ledger.Charge) => Write
   /** Settles the request; `report` (run.completed or run.failed) is written with it, once. */
   readonly complete: (
     agentId: string,
@@ -762,9 +763,21 @@ export const make = Effect.gen(function*() {
     sql`INSERT INTO agent_tool_calls (agent_id, tool_call_id, request_id, tool)
       SELECT ${agentId}, ${toolCallId}, ${requestId}, ${tool} WHERE ${guard} ON CONFLICT DO NOTHING`
 
-  const finishToolCall = (agentId: string, toolCallId: string, result: unknown): Write => (guard) =>
-    sql`UPDATE agent_tool_calls SET result = ${Storable.stringify(result)}::jsonb, ended_at = now()
-      WHERE agent_id = ${agentId} AND tool_call_id = ${toolCallId} AND ${guard}`
+  const finishToolCall =
+    (agentId: string, toolCallId: string, result: unknown, charge?: Ledger.Charge): Write => (guard) => {
+      // Before the result is written, in the same transaction: it charges only where no result was recorded.
+      const charged = charge === undefined ? undefined : Ledger.charging(
+        sql,
+        [charge],
+        sql`${guard} AND EXISTS (SELECT 1 FROM agent_tool_calls
+        WHERE agent_id = ${agentId} AND tool_call_id = ${toolCallId} AND result IS NULL)`
+      )
+      return [
+        ...(charged === undefined ? [] : [charged]),
+        sql`UPDATE agent_tool_calls SET result = ${Storable.stringify(result)}::jsonb, ended_at = now()
+        WHERE agent_id = ${agentId} AND tool_call_id = ${toolCallId} AND ${guard}`
+      ]
+    }
 
   const subAgents = (agentId: string, requestId?: string) =>
     sql<{ id: string }>`SELECT id FROM agents WHERE config -> 'delegation' -> 'ancestors' @> ${

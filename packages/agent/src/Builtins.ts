@@ -4,7 +4,8 @@
  * question to a person: the run waits for the answer) and delegate (a task
  * for a sub-agent made from a definition the agent's delegate setting names).
  */
-import type { Agent as AgentSchemas } from "@agent-runtime/domain"
+import { Ledger } from "@agent-runtime/billing"
+import type { Agent as AgentSchemas, Billing } from "@agent-runtime/domain"
 import { Schedule as ScheduleSchemas } from "@agent-runtime/domain"
 import { Egress } from "@agent-runtime/egress"
 import { WebSearch } from "@agent-runtime/models"
@@ -175,7 +176,7 @@ const webSearchParameters = {
   additionalProperties: false
 }
 
-const makeWebSearch = (search: WebSearch.Service, scope: Scope): Builtin => ({
+const makeWebSearch = (search: WebSearch.Service, rates: Billing.Rates, scope: Scope): Builtin => ({
   name: "web_search",
   description: "Search the web; answers titles, URLs and snippets of the best results.",
   parameters: webSearchParameters,
@@ -191,8 +192,8 @@ const makeWebSearch = (search: WebSearch.Service, scope: Scope): Builtin => ({
       }).pipe(
         // A database fault (the search key's lookup) is no failure of the search: the turn stops and resumes.
         PersistenceError.orDie,
-        Effect.map((found) =>
-          text(
+        Effect.map((found) => ({
+          ...text(
             found.results.length === 0
               ? `No results for "${args.query}".`
               : found.results.map((result, i) =>
@@ -201,8 +202,9 @@ const makeWebSearch = (search: WebSearch.Service, scope: Scope): Builtin => ({
                 }\n` +
                 result.snippet
               ).join("\n\n")
-          )
-        ),
+          ),
+          charge: { webSearch: Ledger.webSearchCharge(rates, { keySource: found.source, provider: found.provider }) }
+        })),
         Effect.catchAll((error) =>
           Effect.succeed(
             text(
@@ -341,6 +343,7 @@ export type Builtin = Omit<Tool, "exposure">
 export const make = Effect.gen(function*() {
   const egress = yield* Egress.Egress
   const search = yield* WebSearch.WebSearch
+  const { rates } = yield* Ledger.Ledger
   const schedules = yield* Schedules
   const delegation = yield* Delegation
   const webFetch = makeWebFetch(egress)
@@ -348,7 +351,7 @@ export const make = Effect.gen(function*() {
     Effect.gen(function*() {
       const builtins: Record<string, Builtin> = {
         web_fetch: webFetch,
-        web_search: makeWebSearch(search, scope),
+        web_search: makeWebSearch(search, rates, scope),
         schedule: makeSchedule(schedules, scope),
         ask_user: askUser
       }

@@ -58,6 +58,11 @@ export interface ToolResult {
   }
   /** The call asks a person for input first: the turn stops waiting, and the call is answered once it settles. */
   readonly ask?: Ask
+  /**
+   * What the call costs a prepaid tenant, micro-USD (a web search on a key the operator pays for): charged by
+   * the statement that records the call's result, so once.
+   */
+  readonly charge?: { readonly webSearch?: number }
 }
 
 /** What a call asks of a person: a question, an approval, a form's fields or a page to open. */

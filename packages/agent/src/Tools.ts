@@ -6,6 +6,7 @@
  * after every call before it and before any after it. Results are always
  * kept in the order the model asked for them.
  */
+import type { Ledger } from "@agent-runtime/billing"
 import { Agent as AgentSchemas } from "@agent-runtime/domain"
 import type { Egress } from "@agent-runtime/egress"
 import { Downloads, Volumes } from "@agent-runtime/files"
@@ -282,6 +283,7 @@ export const layer: Layer.Layer<
   never,
   | Egress.Egress
   | WebSearch.WebSearch
+  | Ledger.Ledger
   | Schedules
   | Delegation
   | ToolSources.ToolSources

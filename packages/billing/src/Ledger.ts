@@ -58,6 +58,15 @@ export const modelCharge = (
       usage.costUsd * 1_000_000 * (usage.provider === "openrouter" ? rates.openrouterCreditMultiplier : 1)
     )
 
+/** A web search a prepaid tenant pays: the provider's rate per search, when a key the operator pays for answered. */
+export const webSearchCharge = (
+  rates: Billing.Rates,
+  search: { readonly keySource: string; readonly provider: string }
+) =>
+  operatorKeySources.includes(search.keySource)
+    ? rates.webSearch[search.provider as keyof Billing.WebSearchRates] ?? 0
+    : 0
+
 /** Agent time a prepaid tenant pays: `activeMs` of a turn at the hourly rate, rounded to the micro-USD. */
 export const agentTimeCharge = (rates: Billing.Rates, activeMs: number) =>
   Math.round(Math.max(0, activeMs) * rates.agentHour / 3_600_000)

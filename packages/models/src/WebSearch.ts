@@ -10,7 +10,18 @@
  */
 import { Egress } from "@agent-runtime/egress"
 import type { PersistenceError } from "@agent-runtime/store"
-import { Array as Arr, Context, Duration, Effect, Layer, Option, Redacted, Schema } from "effect"
+import {
+  Array as Arr,
+  Config,
+  type ConfigError,
+  Context,
+  Duration,
+  Effect,
+  Layer,
+  Option,
+  Redacted,
+  Schema
+} from "effect"
 import type { KeySource } from "./Credentials.ts"
 import * as Search from "./internal/search.ts"
 import { Keys, toolProviders } from "./Keys.ts"
@@ -271,3 +282,27 @@ export const layerWith = (options: Options): Layer.Layer<WebSearch, never, Egres
   Layer.effect(WebSearch, make(options))
 
 export const layer: Layer.Layer<WebSearch, never, Egress.Egress | Keys | KeyScopes> = layerWith({})
+
+/**
+ * `layer` with API roots from the environment: WEB_SEARCH_BRAVE_URL, WEB_SEARCH_EXA_URL and
+ * WEB_SEARCH_PARALLEL_URL each replace that provider's public root (a proxy the operator runs).
+ */
+export const layerConfig: Layer.Layer<WebSearch, ConfigError.ConfigError, Egress.Egress | Keys | KeyScopes> = Layer
+  .unwrapEffect(
+    Effect.map(
+      Config.all(Object.fromEntries(
+        Object.keys(Search.apis).map((provider) => [
+          provider,
+          Config.option(Config.url(`WEB_SEARCH_${provider.toUpperCase()}_URL`))
+        ])
+      )),
+      (found) =>
+        layerWith({
+          roots: Object.fromEntries(
+            Object.entries(found).flatMap(([provider, url]) =>
+              Option.isSome(url) ? [[provider, url.value.href.replace(/\/$/, "")]] : []
+            )
+          )
+        })
+    )
+  )

@@ -16,6 +16,7 @@
  */
 import { AccountsMigrations } from "@agent-runtime/accounts"
 import { AgentMigrations, AgentStore, Definitions, Delegation, Schedules, Tools, type Turn } from "@agent-runtime/agent"
+import { BillingMigrations, Ledger, Payments, Rates } from "@agent-runtime/billing"
 import { Input } from "@agent-runtime/domain"
 import { Egress, Resolver } from "@agent-runtime/egress"
 import { ContentStore, Downloads, FileMigrations, Volumes } from "@agent-runtime/files"
@@ -397,6 +398,7 @@ export const layerFiles = Downloads.layer(Effect.succeed("http://127.0.0.1")).pi
 export const layerTools = Tools.layer.pipe(
   Layer.provide(Delegation.layer),
   Layer.provideMerge(layerFiles),
+  Layer.provideMerge(Ledger.layer.pipe(Layer.provide([Rates.layerConfig, Payments.layerNone]))),
   Layer.provideMerge(
     Layer.mergeAll(Definitions.layer, Schedules.layer, ToolSources.layer(), WebSearch.layer).pipe(
       Layer.provide(KeyScopes.layer.pipe(Layer.provideMerge(Keys.layer))),
@@ -424,6 +426,7 @@ export const layerToolsLive = layerTools.pipe(
           WebhookMigrations.migrations,
           FileMigrations.migrations,
           ModelsMigrations.migrations,
+          BillingMigrations.migrations,
           AgentMigrations.migrations,
           IdentityMigrations.migrations
         ]

@@ -46,10 +46,14 @@ export const catalogEnv = (
         })
       )
     )
-    return { MODEL_CATALOG_FILE: file }
+    // Credit is bought through the local payment provider: settled at once, no money moving.
+    return { MODEL_CATALOG_FILE: file, BILLING_PAYMENTS: "local" }
   })
 
-/** Sets the platform key of `model`'s provider and makes the tenant of `token` prepaid; its tenant id. */
+/**
+ * Sets the platform key of `model`'s provider and makes the tenant of `token` prepaid, with the starting
+ * credit and a first purchase (so free credit's limits are lifted, as for a paying customer); its tenant id.
+ */
 export const make = (rest: string, operatorToken: string, token: string) =>
   Effect.gen(function*() {
     const api = Http.client(rest)
@@ -62,8 +66,11 @@ export const make = (rest: string, operatorToken: string, token: string) =>
       token: operatorToken,
       json: { billing: "prepaid", startingCredit }
     })
-    if (key.status !== 200 || prepaid.status !== 200) {
-      return yield* Effect.die(new Error(`billing the tenant answered ${key.status}, ${prepaid.status}`))
+    const bought = yield* api.post("/v1/billing/checkout", { token, json: { amount: 5_000_000 } })
+    if (key.status !== 200 || prepaid.status !== 200 || bought.body.status !== "paid") {
+      return yield* Effect.die(
+        new Error(`billing the tenant answered ${key.status}, ${prepaid.status}, ${bought.status} ${bought.text}`)
+      )
     }
     return tenantId
   })

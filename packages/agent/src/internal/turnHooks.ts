@@ -23,7 +23,15 @@ export const hooksFor = (instance: Instance, row: RequestRow, asker: string | un
         )
     }),
     toolStarted: (toolCallId, tool) => journal.write(store.startToolCall(agentId, row.id, toolCallId, tool)),
-    toolFinished: (toolCallId, result) => journal.write(store.finishToolCall(agentId, toolCallId, result)),
+    toolFinished: (toolCallId, result) =>
+      journal.write(store.finishToolCall(
+        agentId,
+        toolCallId,
+        result,
+        (result.charge?.webSearch ?? 0) > 0
+          ? { tenantId: agent.tenantId, webSearch: result.charge!.webSearch }
+          : undefined
+      )),
     sentToolCalls: journal.retrying(store.toolCalls(agentId, row.id)),
     aborting: () => instance.turn.aborting,
     handingOff: () => instance.turn.releasing || instance.drain.isDraining(),
