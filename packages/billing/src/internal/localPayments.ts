@@ -1,6 +1,7 @@
-import { Effect, Option } from "effect"
-import type { Completed } from "../Payments.ts"
-import { ChargeResult, InvalidSignature, Payments } from "../Payments.ts"
+import { Effect, identity, Option } from "effect"
+import type { Payments } from "../Payments.ts"
+import type { Completed } from "./paymentTypes.ts"
+import { ChargeResult, InvalidSignature } from "./paymentTypes.ts"
 
 /**
  * Every payment settled at once, none for real: the page is the success URL itself. Sessions are kept in
@@ -9,7 +10,7 @@ import { ChargeResult, InvalidSignature, Payments } from "../Payments.ts"
  */
 export const make = () => {
   const sessions = new Map<string, Completed>()
-  return Payments.of({
+  return identity<Payments["Type"]>({
     provider: "local",
     customer: (tenantId) => Effect.succeed(`local_${tenantId}`),
     open: (request) =>

@@ -1,7 +1,8 @@
-import { Effect, Option, Redacted } from "effect"
+import { Effect, identity, Option, Redacted } from "effect"
 import Stripe from "stripe"
-import type { Completed, Notice as NoticeType, StripeOptions } from "../Payments.ts"
-import { ChargeResult, InvalidSignature, Notice, PaymentProviderError, Payments } from "../Payments.ts"
+import type { Payments, StripeOptions } from "../Payments.ts"
+import type { Completed, Notice as NoticeType } from "./paymentTypes.ts"
+import { ChargeResult, InvalidSignature, Notice, PaymentProviderError } from "./paymentTypes.ts"
 
 /** Tags what this service made at Stripe, so notices of other products on the same account are told apart. */
 const product = "agent-runtime"
@@ -119,7 +120,7 @@ export const make = (options: StripeOptions) => {
       }
     })
 
-  return Payments.of({
+  return identity<Payments["Type"]>({
     provider: "stripe",
     customer: (tenantId) =>
       call("creating a customer", () =>
