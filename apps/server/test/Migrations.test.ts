@@ -43,7 +43,9 @@ const sinceTheList = [
   "volume_snapshot_files",
   "telemetry_settings",
   "tenant_billing",
-  "ledger_entries"
+  "ledger_entries",
+  "purchases",
+  "card_checks"
 ]
 
 /**

@@ -276,7 +276,7 @@ const traced = (
 export const runRequest = (instance: Instance, row: RequestRow) =>
   Effect.gen(function*() {
     const { agentId, history, journal, requests, store } = instance
-    const startedAt = Date.now()
+    const meter = { since: Date.now() }
     requests.active = row.id
     const resumed = row.state === "running"
     const began = row.beganIndex ?? history.length
@@ -292,7 +292,9 @@ export const runRequest = (instance: Instance, row: RequestRow) =>
     const input = turnInput(instance, row, resumed ? { began, unjournaled } : undefined)
     const trace = yield* traceOf(instance, row)
     const fiber = yield* Effect.fork(
-      Turn.run(input, hooksFor(instance, row, input.actor ?? input.from?.id)).pipe(traced(instance, row, input, trace))
+      Turn.run(input, hooksFor(instance, row, input.actor ?? input.from?.id, meter)).pipe(
+        traced(instance, row, input, trace)
+      )
     )
     instance.turn.fiber = fiber
     const exit = yield* Fiber.await(fiber)
@@ -309,7 +311,7 @@ export const runRequest = (instance: Instance, row: RequestRow) =>
       return
     }
     const stored = outcomeOf(instance, resumed, exit)
-    yield* settle(instance, row, stored, undefined, Date.now() - startedAt)
+    yield* settle(instance, row, stored, undefined, Date.now() - meter.since)
     if (Exit.isFailure(exit) && !Cause.isInterruptedOnly(exit.cause)) {
       yield* Effect.logError("the turn failed", exit.cause).pipe(Effect.annotateLogs({ agentId, requestId: row.id }))
       // The turn failed midway (a write the journal refused, say): history goes on from what was kept.

@@ -4,14 +4,39 @@
  * tool calls journaled before they are sent, its events told after what they
  * follow, its inputs recorded, its budget checked.
  */
+import { Ledger } from "@agent-runtime/billing"
 import { Effect, Option } from "effect"
 import type { RequestRow } from "../AgentStore.ts"
 import * as Inputs from "../Inputs.ts"
 import type * as Turn from "../Turn.ts"
 import { afterSettled, askInputs, frame, type Instance, overBudget } from "./instance.ts"
 
-export const hooksFor = (instance: Instance, row: RequestRow, asker: string | undefined): Turn.TurnHooks => {
-  const { agent, agentId, history, inputStore, journal, requests, store } = instance
+/**
+ * A turn's agent time on this node, metered as it runs: each tool call's result is written with a charge for
+ * the time since the last one (`since`), and the turn's end with the rest, so a turn that moves on has been
+ * charged for this node's time up to its last tool call.
+ */
+export interface Meter {
+  since: number
+}
+
+export const hooksFor = (
+  instance: Instance,
+  row: RequestRow,
+  asker: string | undefined,
+  meter: Meter
+): Turn.TurnHooks => {
+  const { agent, agentId, history, inputStore, journal, ledger, requests, store } = instance
+  /** What a tool call's result is charged: its web search, and the agent time since the last charge. */
+  const chargeFor = (result: { readonly charge?: { readonly webSearch?: number } }) => {
+    if (ledger.knownUnbilled(agent.tenantId)) return undefined
+    const now = Date.now()
+    const activeMs = now - meter.since
+    meter.since = now
+    const agentTime = Ledger.agentTimeCharge(ledger.rates, activeMs)
+    const webSearch = result.charge?.webSearch ?? 0
+    return agentTime + webSearch > 0 ? { tenantId: agent.tenantId, agentTime, activeMs, webSearch } : undefined
+  }
   return {
     takeSteered: Effect.suspend(() => {
       const now = requests.takeSteered()
@@ -24,14 +49,7 @@ export const hooksFor = (instance: Instance, row: RequestRow, asker: string | un
     }),
     toolStarted: (toolCallId, tool) => journal.write(store.startToolCall(agentId, row.id, toolCallId, tool)),
     toolFinished: (toolCallId, result) =>
-      journal.write(store.finishToolCall(
-        agentId,
-        toolCallId,
-        result,
-        (result.charge?.webSearch ?? 0) > 0
-          ? { tenantId: agent.tenantId, webSearch: result.charge!.webSearch }
-          : undefined
-      )),
+      Effect.suspend(() => journal.write(store.finishToolCall(agentId, toolCallId, result, chargeFor(result)))),
     sentToolCalls: journal.retrying(store.toolCalls(agentId, row.id)),
     aborting: () => instance.turn.aborting,
     handingOff: () => instance.turn.releasing || instance.drain.isDraining(),
