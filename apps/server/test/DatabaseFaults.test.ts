@@ -676,8 +676,42 @@ it.scopedLive(
       expect(files.problems).toEqual([])
       expect(files.confirmed).toBeGreaterThan(0)
 
-      // --- Event ids only grew for every watcher, none skipped an event untold, every moved turn said so.
-      yield* Effect.sleep("5 seconds")
+      // --- Event ids only grew for every watcher, none skipped an event untold, every moved turn said so. Each
+      // watcher is read once it caught up with its agent's log as the agent's state says it ends (a watcher still
+      // reconnecting after the last fault on a loaded machine is late, not wrong; one that never catches up is).
+      const reached = (watcher: Watchers.Watcher) => {
+        const last = watcher.marks.at(-1)
+        return last === undefined ? -1 : last._tag === "event" ? last.id : last.to
+      }
+      const lagging = Effect.map(
+        Effect.forEach([...watchers], ([agentId, agentWatchers]) =>
+          Effect.map(call("GET", `/v1/agents/${agentId}/state`), (state) =>
+            agentWatchers.filter((watcher) =>
+              reached(watcher) < (state.body.cursor as number)
+            ))),
+        (behind) =>
+          behind.flat()
+      )
+      yield* lagging.pipe(
+        Effect.repeat({ until: (behind) => behind.length === 0, schedule: Schedule.spaced("500 millis") }),
+        Effect.timeout("60 seconds"),
+        Effect.ignore
+      )
+      if (process.env.DBFAULTS_DEBUG) {
+        for (const watcher of [...watchers.values()].flat()) {
+          FsSync.writeFileSync(
+            `/tmp/dbfaults-watcher-${watcher.name.replace(/\W/g, "_")}.log`,
+            [
+              ...watcher.journal,
+              ...watcher.marks.map((mark) =>
+                mark._tag === "gap"
+                  ? `gap ${mark.from}..${mark.to}`
+                  : `${mark.id} ${mark.data?.type} ${mark.data?.requestId ?? ""} ${mark.data?.event?.type ?? ""}`
+              )
+            ].join("\n")
+          )
+        }
+      }
       const moved = [...outcomes].filter(([, record]) => record.outcome.result?.resumed === true)
       const violations = {
         wentBack: [] as Array<string>,
