@@ -6,7 +6,7 @@
  *
  *   domain  ->  store, egress, codemode  ->  webhooks, telemetry  ->  billing  ->  accounts, models, identity, files
  *     ->  toolsources
- *     ->  agent, gateway
+ *     ->  agent, gateway, mcp
  *     ->  apps/server
  *
  * `sdk` (the client SDK, published on its own) imports only `domain`, and no
@@ -36,7 +36,7 @@ const layers = [
   ["billing"],
   ["accounts", "models", "identity", "files"],
   ["toolsources"],
-  ["agent", "gateway"]
+  ["agent", "gateway", "mcp"]
 ]
 
 const root = import.meta.dirname

@@ -18,6 +18,7 @@ export default defineWorkspace([
   { test: { name: "toolsources", root: "./packages/toolsources", testTimeout: 30_000 } },
   { test: { name: "agent", root: "./packages/agent" } },
   { test: { name: "gateway", root: "./packages/gateway" } },
+  { test: { name: "mcp", root: "./packages/mcp" } },
   {
     test: {
       name: "sdk",

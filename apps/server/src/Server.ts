@@ -30,6 +30,7 @@ import { Api } from "@agent-runtime/domain"
 import { Egress, Resolver } from "@agent-runtime/egress"
 import { ContentStore, Downloads, StorageCharges, Volumes } from "@agent-runtime/files"
 import { IdentityTokens } from "@agent-runtime/identity"
+import { HostedMcp } from "@agent-runtime/mcp"
 import {
   Catalog,
   Credentials,
@@ -86,6 +87,7 @@ import * as Errors from "./http/Errors.ts"
 import * as Health from "./http/Health.ts"
 import * as HotRoutes from "./http/HotRoutes.ts"
 import * as InputsHttp from "./http/Inputs.ts"
+import * as McpHttp from "./http/Mcp.ts"
 import * as Me from "./http/Me.ts"
 import * as MetricsHttp from "./http/Metrics.ts"
 import * as Models from "./http/Models.ts"
@@ -196,6 +198,7 @@ export const layerRestApp: Layer.Layer<
   | TelemetrySettings.TelemetrySettings
   | TraceExport.TraceExport
   | Ledger.Ledger
+  | HostedMcp.HostedMcp
   | Purchases.Purchases
   | AutoTopups.AutoTopups
   | UsageLog.UsageLog
@@ -220,6 +223,7 @@ export const layerRestApp: Layer.Layer<
     HttpApiBuilder.middlewareOpenApi({ path: "/v1/openapi.json" }),
     HttpApiScalar.layer({ path: "/docs" }),
     Page.layer,
+    McpHttp.layer,
     MetricsHttp.layer,
     Errors.layer
   ]),
@@ -382,6 +386,11 @@ const layerPurchases = AutoTopups.layerSweep.pipe(
   ))
 )
 
+/** The account's MCP server at /mcp, calling this node's own REST listener. */
+const layerMcp = Layer.unwrapEffect(
+  Effect.map(RestBase, (restBase) => HostedMcp.layer({ rest: Deferred.await(restBase) }))
+)
+
 /** The operator's metrics, scraped at `GET /v1/admin/metrics`. */
 const layerMetrics = Metrics.layer.pipe(Layer.provide(OtelResource.layer))
 
@@ -396,7 +405,7 @@ const layerTelemetry = TraceExport.layer().pipe(Layer.provideMerge(TelemetrySett
 export const layerServicesOn = <ROut, E, RIn>(cluster: Layer.Layer<ROut, E, RIn>) =>
   layerMetrics.pipe(
     Layer.provideMerge(layerAgentsOn(cluster)),
-    Layer.provideMerge(layerPurchases),
+    Layer.provideMerge(Layer.mergeAll(layerPurchases, layerMcp)),
     Layer.provideMerge(
       Layer.mergeAll(
         WebhookEndpoints.layer,

@@ -1,0 +1,1 @@
+export * as HostedMcp from "./HostedMcp.ts"
