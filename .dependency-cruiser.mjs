@@ -5,7 +5,7 @@
  * Packages, bottom to top; a package imports only packages of lower layers:
  *
  *   domain  ->  store, egress, codemode  ->  webhooks, telemetry  ->  billing  ->  accounts, models, identity, files
- *     ->  toolsources
+ *     ->  toolsources, oauth
  *     ->  agent, gateway, mcp
  *     ->  apps/server
  *
@@ -35,7 +35,7 @@ const layers = [
   ["webhooks", "telemetry"],
   ["billing"],
   ["accounts", "models", "identity", "files"],
-  ["toolsources"],
+  ["toolsources", "oauth"],
   ["agent", "gateway", "mcp"]
 ]
 

@@ -10,6 +10,7 @@ export default defineWorkspace([
   { test: { name: "egress", root: "./packages/egress" } },
   { test: { name: "webhooks", root: "./packages/webhooks", testTimeout: 60_000 } },
   { test: { name: "telemetry", root: "./packages/telemetry", testTimeout: 60_000 } },
+  { test: { name: "oauth", root: "./packages/oauth", testTimeout: 60_000 } },
   { test: { name: "billing", root: "./packages/billing", testTimeout: 30_000 } },
   { test: { name: "files", root: "./packages/files", testTimeout: 60_000 } },
   { test: { name: "identity", root: "./packages/identity", testTimeout: 30_000 } },

@@ -12,6 +12,7 @@ import { FileMigrations } from "@agent-runtime/files"
 import { GatewayMigrations } from "@agent-runtime/gateway"
 import { IdentityMigrations } from "@agent-runtime/identity"
 import { ModelsMigrations } from "@agent-runtime/models"
+import { OAuthMigrations } from "@agent-runtime/oauth"
 import type { Migrations } from "@agent-runtime/store"
 import { TelemetryMigrations } from "@agent-runtime/telemetry"
 import { WebhookMigrations } from "@agent-runtime/webhooks"
@@ -25,5 +26,6 @@ export const migrations: ReadonlyArray<Migrations.Migrations> = [
   ModelsMigrations.migrations,
   AgentMigrations.migrations,
   GatewayMigrations.migrations,
-  IdentityMigrations.migrations
+  IdentityMigrations.migrations,
+  OAuthMigrations.migrations
 ]

@@ -2,7 +2,7 @@
  * One node: the REST API and the gateway listener over one database. The
  * layer is what `main.ts` runs and what tests start on free ports.
  */
-import { Operator, Tenants, Tokens } from "@agent-runtime/accounts"
+import { ConsoleSessions, Operator, Tenants, Tokens } from "@agent-runtime/accounts"
 import {
   AgentEvents,
   AgentFiles,
@@ -31,6 +31,7 @@ import { Egress, Resolver } from "@agent-runtime/egress"
 import { ContentStore, Downloads, StorageCharges, Volumes } from "@agent-runtime/files"
 import { IdentityTokens } from "@agent-runtime/identity"
 import { HostedMcp } from "@agent-runtime/mcp"
+import { AuthorizationServer, OAuthGrants, SignIn } from "@agent-runtime/oauth"
 import {
   Catalog,
   Credentials,
@@ -88,6 +89,8 @@ import * as Health from "./http/Health.ts"
 import * as HotRoutes from "./http/HotRoutes.ts"
 import * as InputsHttp from "./http/Inputs.ts"
 import * as McpHttp from "./http/Mcp.ts"
+import * as OAuthHttp from "./http/OAuth.ts"
+import * as OAuthGrantsHttp from "./http/OAuthGrants.ts"
 import * as Me from "./http/Me.ts"
 import * as MetricsHttp from "./http/Metrics.ts"
 import * as Models from "./http/Models.ts"
@@ -144,6 +147,7 @@ const layerApi = HttpApiBuilder.api(Api.Api).pipe(
     Health.layer,
     Me.layer,
     Tokens_.layer,
+    OAuthGrantsHttp.layer,
     Models.layerModels,
     Models.layerProviders,
     Models.layerKeys,
@@ -199,6 +203,11 @@ export const layerRestApp: Layer.Layer<
   | TraceExport.TraceExport
   | Ledger.Ledger
   | HostedMcp.HostedMcp
+  | ConsoleSessions.ConsoleSessions
+  | OAuthGrants.OAuthGrants
+  | AuthorizationServer.AuthorizationServer
+  | SignIn.SignIn
+  | SealedSecret.Sealer
   | Purchases.Purchases
   | AutoTopups.AutoTopups
   | UsageLog.UsageLog
@@ -224,6 +233,7 @@ export const layerRestApp: Layer.Layer<
     HttpApiScalar.layer({ path: "/docs" }),
     Page.layer,
     McpHttp.layer,
+    OAuthHttp.layer,
     MetricsHttp.layer,
     Errors.layer
   ]),
@@ -391,6 +401,17 @@ const layerMcp = Layer.unwrapEffect(
   Effect.map(RestBase, (restBase) => HostedMcp.layer({ rest: Deferred.await(restBase) }))
 )
 
+/** OAuth for coding agents at /mcp and the console's sign-in, issued under PUBLIC_URL, else the REST listener. */
+const layerOAuth = Layer.unwrapEffect(
+  Effect.gen(function*() {
+    const config = yield* ServerConfig.ServerConfig
+    const restBase = yield* RestBase
+    return AuthorizationServer.layer({
+      issuer: Option.match(config.publicUrl, { onNone: () => Deferred.await(restBase), onSome: Effect.succeed })
+    })
+  })
+).pipe(Layer.merge(SignIn.layerConfig))
+
 /** The operator's metrics, scraped at `GET /v1/admin/metrics`. */
 const layerMetrics = Metrics.layer.pipe(Layer.provide(OtelResource.layer))
 
@@ -405,7 +426,7 @@ const layerTelemetry = TraceExport.layer().pipe(Layer.provideMerge(TelemetrySett
 export const layerServicesOn = <ROut, E, RIn>(cluster: Layer.Layer<ROut, E, RIn>) =>
   layerMetrics.pipe(
     Layer.provideMerge(layerAgentsOn(cluster)),
-    Layer.provideMerge(Layer.mergeAll(layerPurchases, layerMcp)),
+    Layer.provideMerge(Layer.mergeAll(layerPurchases, layerMcp, layerOAuth)),
     Layer.provideMerge(
       Layer.mergeAll(
         WebhookEndpoints.layer,
@@ -420,6 +441,8 @@ export const layerServicesOn = <ROut, E, RIn>(cluster: Layer.Layer<ROut, E, RIn>
       Layer.mergeAll(
         Tenants.layer,
         Tokens.layer,
+        ConsoleSessions.layer,
+        OAuthGrants.layer,
         Operator.layerConfig,
         IdentityTokens.layerConfig.pipe(Layer.provide(SealedSecret.layerConfig)),
         layerModels

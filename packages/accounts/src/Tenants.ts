@@ -32,6 +32,11 @@ export class Tenants extends Context.Tag("@agent-runtime/accounts/Tenants")<Tena
     readonly next: string | null
   }, PersistenceError.PersistenceError>
   readonly find: (id: string) => Effect.Effect<Option.Option<Tenant.Tenant>, PersistenceError.PersistenceError>
+  /**
+   * The tenant a person who signed in as `login` belongs to (logins compare without case); the oldest when
+   * several name it.
+   */
+  readonly findByLogin: (login: string) => Effect.Effect<Option.Option<Tenant.Tenant>, PersistenceError.PersistenceError>
   /** `find`, NotFound for no tenant of that id. */
   readonly get: (id: string) => Effect.Effect<Tenant.Tenant, ApiError.NotFound | PersistenceError.PersistenceError>
 }>() {}
@@ -77,6 +82,13 @@ export const make = Effect.gen(function*() {
       PersistenceError.PersistenceError.refail
     )
 
+  const findByLogin = (login: string) =>
+    sql`SELECT ${columns} FROM tenants WHERE lower(login) = lower(${login}) ORDER BY created_at, id LIMIT 1`.pipe(
+      Effect.flatMap(Schema.decodeUnknown(Schema.Array(TenantRow))),
+      Effect.map((rows) => Option.map(Option.fromNullable(rows[0]), toTenant)),
+      PersistenceError.PersistenceError.refail
+    )
+
   const get = (id: string) =>
     find(id).pipe(
       Effect.flatMap(Option.match({
@@ -85,7 +97,7 @@ export const make = Effect.gen(function*() {
       }))
     )
 
-  return Tenants.of({ create, list, find, get })
+  return Tenants.of({ create, list, find, findByLogin, get })
 })
 
 /** The service with its `Tokens`, which makes a new tenant's first key. */

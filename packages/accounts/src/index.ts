@@ -1,4 +1,5 @@
 export * as AccountsMigrations from "./AccountsMigrations.ts"
+export * as ConsoleSessions from "./ConsoleSessions.ts"
 export * as Operator from "./Operator.ts"
 export * as Tenants from "./Tenants.ts"
 export * as Tokens from "./Tokens.ts"

@@ -51,6 +51,7 @@ import {
   KeySet,
   Provider
 } from "./Provider.ts"
+import { OAuthGrant, SignInLink, SignInLinkInput } from "./OAuth.ts"
 import { Answered, AnsweredAll, ContinueInput, ExecuteInput, PromptInput, RequestRecord } from "./Run.ts"
 import { DrainStarted, RunnerList } from "./Runner.ts"
 import { Schedule, ScheduleInput } from "./Schedule.ts"
@@ -169,7 +170,12 @@ export class TokensGroup extends HttpApiGroup.make("tokens")
     HttpApiEndpoint.post("create", "/v1/tokens")
       .setPayload(payload(TokenInput))
       .addSuccess(TokenCreated, created)
-      .annotate(OpenApi.Description, "Creates an API key; the key itself is shown only in this answer.")
+      .addError(ApiError.Forbidden.Wire)
+      .annotate(
+        OpenApi.Description,
+        "Creates an API key; the key itself is shown only in this answer. An OAuth access token gets 403: a " +
+          "connected application cannot mint itself a key that outlives its grant."
+      )
   )
   .add(
     HttpApiEndpoint.get("list", "/v1/tokens")
@@ -185,6 +191,29 @@ export class TokensGroup extends HttpApiGroup.make("tokens")
   )
   .middleware(Authentication)
   .annotate(OpenApi.Title, "Tokens")
+{}
+
+export class OAuthGroup extends HttpApiGroup.make("oauth")
+  .add(
+    HttpApiEndpoint.get("listGrants", "/v1/oauth/grants")
+      .addSuccess(Schema.Array(OAuthGrant))
+      .annotate(
+        OpenApi.Description,
+        "Connected applications: the coding agents (MCP clients) someone of the tenant allowed to act as it, " +
+          "newest first."
+      )
+  )
+  .add(
+    HttpApiEndpoint.del("revokeGrant")`/v1/oauth/grants/${idParam}`
+      .addSuccess(Deleted)
+      .addError(ApiError.NotFound.Wire)
+      .annotate(
+        OpenApi.Description,
+        "Revokes a connected application's grant: its access and refresh tokens stop at once, on every node."
+      )
+  )
+  .middleware(Authentication)
+  .annotate(OpenApi.Title, "Connected apps")
 {}
 
 const definitionParam = HttpApiSchema.param("id", Schema.String)
@@ -1684,6 +1713,17 @@ export class AdminGroup extends HttpApiGroup.make("admin")
   )
   .add(attempts("webhookAttempts", "/v1/admin"))
   .add(
+    HttpApiEndpoint.post("createSignInLink", "/v1/admin/sign-in-links")
+      .setPayload(payload(SignInLinkInput))
+      .addSuccess(SignInLink, created)
+      .addError(ApiError.NotFound.Wire)
+      .annotate(
+        OpenApi.Description,
+        "A one-time link that signs its holder in to the tenant's console (and so lets them connect coding " +
+          "agents): for self-hosting without an identity provider. Valid once, for 15 minutes."
+      )
+  )
+  .add(
     HttpApiEndpoint.post("rotateIdentityKey", "/v1/admin/identity-keys/rotate")
       .addSuccess(KeyRotated)
       .annotate(
@@ -1768,6 +1808,7 @@ export class Api extends HttpApi.make("agent-runtime")
   .add(HealthGroup)
   .add(MeGroup)
   .add(TokensGroup)
+  .add(OAuthGroup)
   .add(ModelsGroup)
   .add(ProvidersGroup)
   .add(KeysGroup)

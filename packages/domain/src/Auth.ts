@@ -9,6 +9,12 @@ import * as ApiError from "./ApiError.ts"
 import type { Via } from "./Me.ts"
 import type { BrowserScope } from "./Session.ts"
 
+/** The console session's cookie. */
+export const sessionCookie = "ar_session"
+
+/** Console sessions' mutations must carry this header, with value `1`: a cross-site form cannot send it. */
+export const consoleHeader = "x-agent-runtime-console"
+
 /**
  * The operator names the tenant it acts for with this header on tenant
  * routes; an API key always acts for its own tenant.
@@ -20,6 +26,9 @@ export interface Principal {
   readonly via: Via
   /** The API key used, when the caller used one. */
   readonly tokenId: Option.Option<string>
+  /** Who signed in, for a console session or an OAuth grant: as they signed in, and their display name. */
+  readonly login?: string | undefined
+  readonly name?: string | undefined
   /**
    * Present when the caller is a browser token: what it may see of its one
    * agent. `Authentication` has already limited it to that agent's read
@@ -48,15 +57,24 @@ export class CurrentPrincipal extends Context.Tag("@agent-runtime/domain/Current
 const bearer = HttpApiSecurity.bearer.pipe(
   HttpApiSecurity.annotate(
     OpenApi.Description,
-    `An API key (art_...), or the operator token with the \`${tenantHeader}\` header naming the tenant. ` +
+    `An API key (art_...), an OAuth access token, or the operator token with the \`${tenantHeader}\` header ` +
+      "naming the tenant. " +
       "A browser token (abt_..., from POST /v1/agents/{id}/browser-tokens) is taken only on GET of its agent's " +
       "events, state, history and inputs, within its scopes (403 elsewhere)."
   )
 )
 
+const console = HttpApiSecurity.apiKey({ in: "cookie", key: sessionCookie }).pipe(
+  HttpApiSecurity.annotate(
+    OpenApi.Description,
+    `The console's session. Requests other than GET, HEAD and OPTIONS must also send \`${consoleHeader}: 1\`.`
+  )
+)
+
 /**
- * Tenant routes: an API key, or the operator token acting for a named
- * tenant; a browser token on its agent's read routes only (403 elsewhere).
+ * Tenant routes: an API key, an OAuth access token, or the operator token
+ * acting for a named tenant; a browser token on its agent's read routes only
+ * (403 elsewhere); the console's session cookie.
  */
 export class Authentication extends HttpApiMiddleware.Tag<Authentication>()("Authentication", {
   failure: Schema.Union(
@@ -66,7 +84,9 @@ export class Authentication extends HttpApiMiddleware.Tag<Authentication>()("Aut
     ApiError.NotFound.Wire
   ),
   provides: CurrentPrincipal,
-  security: { bearer }
+  // The console's cookie is tried first and gives way to a bearer token when one is sent, so the bearer
+  // scheme's answer is the one a request without a live session gets.
+  security: { console, bearer }
 }) {}
 
 export interface AgentPrincipal {

@@ -31,6 +31,11 @@ export interface Options {
   readonly overlap?: Duration.DurationInput
   /** How long a node reuses what it read of the table. Default 30 seconds. */
   readonly cacheTtl?: Duration.DurationInput
+  /**
+   * The table the keys live in, made like `identity_keys` (the default): another key set kept and rotated the
+   * same way, for another signer (the OAuth server's), so no key signs for both.
+   */
+  readonly table?: string
 }
 
 export const defaults = {
@@ -63,6 +68,8 @@ export interface Service {
   readonly published: Effect.Effect<ReadonlyArray<Identity.Jwk>, PersistenceError.PersistenceError>
   /** The newest key active now, its private half opened (and kept opened on this node). */
   readonly signingKey: Effect.Effect<SigningKey, IdentityError.IdentityError>
+  /** The private JWKs of the keys published now, oldest first, for a signer that takes a key set. */
+  readonly privateJwks: Effect.Effect<ReadonlyArray<JWK>, IdentityError.IdentityError>
   /**
    * Adds a key, published at once and signing after the activation delay;
    * earlier keys retire at its activation plus the overlap. Keys retired
@@ -79,8 +86,11 @@ export interface Service {
 
 export class IdentityKeys extends Context.Tag("@agent-runtime/identity/IdentityKeys")<IdentityKeys, Service>() {}
 
-/** The context a private key is sealed for. */
-export const sealContext = (kid: string) => `identity-key:${kid}`
+const defaultTable = "identity_keys"
+
+/** The context a private key is sealed for: bound to its id and table. */
+export const sealContext = (kid: string, table: string = defaultTable) =>
+  table === defaultTable ? `identity-key:${kid}` : `${table}:${kid}`
 
 /** Any number, the same in every process: rotations take it for their transaction, one at a time. */
 const rotationLockKey = 7_424_202
@@ -129,12 +139,14 @@ export const make = (
     const activationDelay = Duration.decode(options.activationDelay ?? defaults.activationDelay)
     const overlap = Duration.decode(options.overlap ?? defaults.overlap)
     const cacheTtl = Duration.toMillis(options.cacheTtl ?? defaults.cacheTtl)
+    const table = options.table ?? defaultTable
+    if (!/^[a-z_]+$/.test(table)) return yield* Effect.dieMessage(`bad key table name ${table}`)
 
     const load = sql.unsafe(
       `SELECT kid, generation, public_jwk, sealed_private_key,
         ${epochMs("created_at")} AS created_at, ${epochMs("activates_at")} AS activates_at,
         ${epochMs("retires_at")} AS retires_at
-      FROM identity_keys
+      FROM ${table}
       WHERE retires_at IS NULL OR retires_at > now()
       ORDER BY generation`
     ).pipe(Effect.flatMap(decodeKeys), PersistenceError.PersistenceError.refail)
@@ -167,19 +179,30 @@ export const make = (
     })
 
     // Private halves opened on this node, by kid: a kid names one key forever.
-    const opened = new Map<string, CryptoKey>()
+    const opened = new Map<string, { readonly jwk: JWK; readonly key: CryptoKey }>()
     const importPrivate = (secret: Redacted.Redacted<string>) =>
-      Effect.tryPromise(() => importJWK(JSON.parse(Redacted.value(secret)) as JWK, "EdDSA") as Promise<CryptoKey>)
-    const open = (key: StoredKey): Effect.Effect<CryptoKey, IdentityError.IdentityError> =>
+      Effect.tryPromise(async () => {
+        const jwk = JSON.parse(Redacted.value(secret)) as JWK
+        return { jwk, key: await importJWK(jwk, "EdDSA") as CryptoKey }
+      })
+    const openPair = (key: StoredKey) =>
       Effect.suspend(() => {
         const known = opened.get(key.kid)
         if (known !== undefined) return Effect.succeed(known)
-        return sealer.open(key.sealedPrivateKey, sealContext(key.kid)).pipe(
+        return sealer.open(key.sealedPrivateKey, sealContext(key.kid, table)).pipe(
           Effect.flatMap(importPrivate),
-          Effect.tap((privateKey) => opened.set(key.kid, privateKey)),
-          IdentityError.refail("key_unreadable", `identity key ${key.kid} cannot be opened`)
+          Effect.tap((pair) => opened.set(key.kid, pair)),
+          IdentityError.refail("key_unreadable", `key ${key.kid} of ${table} cannot be opened`)
         )
       })
+    const open = (key: StoredKey): Effect.Effect<CryptoKey, IdentityError.IdentityError> =>
+      Effect.map(openPair(key), (pair) => pair.key)
+
+    const privateJwks: Service["privateJwks"] = Effect.gen(function*() {
+      const stored = yield* keys.pipe(IdentityError.refail("storage", `${table} cannot be read`))
+      const now = yield* Clock.currentTimeMillis
+      return yield* Effect.forEach(publishedAt(stored, now), (key) => Effect.map(openPair(key), (pair) => pair.jwk))
+    })
 
     const signingKey: Service["signingKey"] = Effect.gen(function*() {
       const stored = yield* keys.pipe(IdentityError.refail("storage", "identity keys cannot be read"))
@@ -201,11 +224,11 @@ export const make = (
       condition: "always" | "when none is unretired"
     ) =>
       sql<{ kid: string; generation: number; activatesAt: number }>`
-        INSERT INTO identity_keys (kid, generation, public_jwk, sealed_private_key, activates_at)
+        INSERT INTO ${sql(table)} (kid, generation, public_jwk, sealed_private_key, activates_at)
         SELECT ${fresh.publicJwk.kid}, coalesce(max(generation), 0) + 1, ${JSON.stringify(fresh.publicJwk)}::jsonb,
-          ${sealer.seal(JSON.stringify(fresh.privateJwk), sealContext(fresh.publicJwk.kid))},
+          ${sealer.seal(JSON.stringify(fresh.privateJwk), sealContext(fresh.publicJwk.kid, table))},
           now() + make_interval(secs => ${Duration.toMillis(delay) / 1000})
-        FROM identity_keys
+        FROM ${sql(table)}
         ${
         condition === "always"
           ? sql``
@@ -219,7 +242,9 @@ export const make = (
       const inserted = yield* insert(fresh, Duration.zero, "when none is unretired")
       if (inserted.length > 0) {
         yield* invalidate
-        yield* Effect.logInfo("identity key created").pipe(Effect.annotateLogs("kid", fresh.publicJwk.kid))
+        yield* Effect.logInfo("signing key created").pipe(
+          Effect.annotateLogs({ kid: fresh.publicJwk.kid, table })
+        )
       }
     }).pipe(PersistenceError.PersistenceError.refail)
 
@@ -230,25 +255,25 @@ export const make = (
         const [row] = yield* insert(fresh, activationDelay, "always")
         if (row === undefined) return yield* Effect.dieMessage("identity key rotation inserted no key")
         yield* sql`
-          UPDATE identity_keys
+          UPDATE ${sql(table)}
           SET retires_at = least(
             coalesce(retires_at, 'infinity'),
-            (SELECT activates_at FROM identity_keys WHERE generation = ${row.generation}) +
+            (SELECT activates_at FROM ${sql(table)} WHERE generation = ${row.generation}) +
               make_interval(secs => ${Duration.toMillis(overlap) / 1000})
           )
           WHERE generation < ${row.generation}`
-        yield* sql`DELETE FROM identity_keys WHERE retires_at <= now()`
+        yield* sql`DELETE FROM ${sql(table)} WHERE retires_at <= now()`
         return row
       }).pipe(sql.withTransaction, PersistenceError.PersistenceError.refail)
       yield* invalidate
-      yield* Effect.logInfo("identity key rotated").pipe(
-        Effect.annotateLogs({ kid: added.kid, activatesAt: new Date(added.activatesAt).toISOString() })
+      yield* Effect.logInfo("signing key rotated").pipe(
+        Effect.annotateLogs({ kid: added.kid, table, activatesAt: new Date(added.activatesAt).toISOString() })
       )
       return { kid: added.kid, activatesAt: added.activatesAt }
     })
 
     yield* ensure
-    return IdentityKeys.of({ keys, published, signingKey, rotate, ensure })
+    return IdentityKeys.of({ keys, published, signingKey, privateJwks, rotate, ensure })
   })
 
 export const layer = (

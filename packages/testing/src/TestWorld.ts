@@ -35,14 +35,21 @@ export const layer = <R = never>(
     })
   )
 
-/** A new tenant whose custom provider `fake` is the fake upstream (model `fake/m1`), with its API key. */
+/**
+ * A new tenant whose custom provider `fake` is the fake upstream (model `fake/m1`), with its API key; `login`
+ * names whom it belongs to (who signs in to it).
+ */
 export const tenantWithModel = (
   world: { readonly node: TestNode.TestNode; readonly upstream: FakeUpstream.FakeUpstream },
-  name: string
+  name: string,
+  options: { readonly login?: string } = {}
 ) =>
   Effect.gen(function*() {
     const api = Http.client(world.node.rest)
-    const tenant = (yield* api.post("/v1/admin/tenants", { token: world.node.operatorToken, json: { name } })).body
+    const tenant = (yield* api.post("/v1/admin/tenants", {
+      token: world.node.operatorToken,
+      json: { name, ...(options.login === undefined ? {} : { login: options.login }) }
+    })).body
     const saved = yield* api.put("/v1/providers/fake", {
       token: tenant.token,
       json: {

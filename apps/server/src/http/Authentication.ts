@@ -1,12 +1,14 @@
 /**
- * The security middlewares: API keys, the operator token, browser tokens
- * (on their agent's read routes only) and agent tokens. A database fault
+ * The security middlewares: API keys, OAuth access tokens, the operator
+ * token, browser tokens (on their agent's read routes only), the console's
+ * session cookie, and agent tokens. A database fault
  * while checking a key or a tenant is the defect of its cause
  * (`PersistenceError.orDie`), answered as the API answers any.
  */
-import { Operator, Tenants, Tokens } from "@agent-runtime/accounts"
+import { ConsoleSessions, Operator, Tenants, Tokens } from "@agent-runtime/accounts"
 import { Agents, BrowserTokens } from "@agent-runtime/agent"
-import { ApiError, Auth, type Session } from "@agent-runtime/domain"
+import { ApiError, Auth, type Session, Token } from "@agent-runtime/domain"
+import { OAuthGrants } from "@agent-runtime/oauth"
 import { PersistenceError } from "@agent-runtime/store"
 import { HttpServerRequest } from "@effect/platform"
 import { Effect, Layer, Option, Redacted } from "effect"
@@ -43,6 +45,27 @@ export const apiKey = (tokens: Tokens.Tokens["Type"], secret: string) =>
         { tenantId: key.value.tenantId, via: "token", tokenId: Option.some(key.value.tokenId) } satisfies Auth.Principal
       ))
 
+/** The principal of an OAuth access token: its grant's tenant, or 401 for a token that is not live. */
+export const oauthToken = (grants: OAuthGrants.OAuthGrants["Type"], secret: string) =>
+  Effect.flatMap(grants.authenticate(secret), (holder) =>
+    Option.isNone(holder)
+      ? Effect.fail(invalid)
+      : Effect.succeed(
+        {
+          tenantId: holder.value.tenantId,
+          via: "oauth",
+          tokenId: Option.none(),
+          login: holder.value.login ?? undefined
+        } satisfies Auth.Principal
+      ))
+
+/** An API key or an OAuth access token, told apart by the key's prefix. */
+export const bearerToken = (
+  tokens: Tokens.Tokens["Type"],
+  grants: OAuthGrants.OAuthGrants["Type"],
+  secret: string
+) => secret.startsWith(Token.apiKeyPrefix) ? apiKey(tokens, secret) : oauthToken(grants, secret)
+
 /** An API key checked by the statement that reads what it asks for: one round trip instead of two. */
 export const apiKeyCaller = (tokens: Tokens.Tokens["Type"], secret: string): Agents.Caller => ({
   tenant: tokens.tenantQuery(secret),
@@ -53,10 +76,22 @@ const browserOnly = new ApiError.Forbidden({
   error: "a browser token reads only GET /v1/agents/{id}/events, state, history and inputs of its own agent"
 })
 
+const consoleHeaderMissing = new ApiError.Forbidden({
+  error: `a console session's requests that change something must send the ${Auth.consoleHeader}: 1 header`
+})
+
+/** What a console session may send without the console's header: reads. */
+const safeMethods = new Set(["GET", "HEAD", "OPTIONS"])
+
 export const layer: Layer.Layer<
   Auth.Authentication,
   never,
-  Operator.Operator | Tokens.Tokens | Tenants.Tenants | BrowserTokens.BrowserTokens
+  | Operator.Operator
+  | Tokens.Tokens
+  | Tenants.Tenants
+  | BrowserTokens.BrowserTokens
+  | ConsoleSessions.ConsoleSessions
+  | OAuthGrants.OAuthGrants
 > = Layer.effect(
   Auth.Authentication,
   Effect.gen(function*() {
@@ -64,6 +99,8 @@ export const layer: Layer.Layer<
     const tokens = yield* Tokens.Tokens
     const tenants = yield* Tenants.Tenants
     const browserTokens = yield* BrowserTokens.BrowserTokens
+    const sessions = yield* ConsoleSessions.ConsoleSessions
+    const grants = yield* OAuthGrants.OAuthGrants
 
     const asOperator = Effect.gen(function*() {
       const request = yield* Effect.serviceOption(HttpServerRequest.HttpServerRequest)
@@ -101,14 +138,53 @@ export const layer: Layer.Layer<
         } satisfies Auth.Principal
       })
 
+    /** The console's session: live (else 401), and a change only with the console's header (else 403). */
+    const asConsole = (secret: string) =>
+      Effect.gen(function*() {
+        const session = yield* sessions.authenticate(secret)
+        if (Option.isNone(session)) {
+          return yield* new ApiError.Unauthorized({ error: "the console session has ended: sign in again" })
+        }
+        const request = yield* Effect.serviceOption(HttpServerRequest.HttpServerRequest)
+        if (
+          Option.isNone(request) ||
+          (!safeMethods.has(request.value.method) && request.value.headers[Auth.consoleHeader] !== "1")
+        ) return yield* consoleHeaderMissing
+        return {
+          tenantId: session.value.tenantId,
+          via: "console",
+          tokenId: Option.none(),
+          login: session.value.login ?? undefined,
+          name: session.value.name ?? undefined
+        } satisfies Auth.Principal
+      })
+
+    const cookieOf = Effect.map(
+      Effect.serviceOption(HttpServerRequest.HttpServerRequest),
+      (request) => Option.flatMapNullable(request, (request) => request.cookies[Auth.sessionCookie])
+    )
+
     return Auth.Authentication.of({
+      // Tried first; a bearer token, when sent, is what the request is taken by (see `Auth.Authentication`).
+      console: (cookie) =>
+        Effect.gen(function*() {
+          const request = yield* Effect.serviceOption(HttpServerRequest.HttpServerRequest)
+          const bearerSent = Option.exists(request, (request) => request.headers.authorization !== undefined)
+          const secret = Redacted.value(cookie)
+          if (secret === "" || bearerSent) return yield* missing
+          return yield* asConsole(secret)
+        }).pipe(PersistenceError.orDie),
       bearer: (token) =>
         Effect.gen(function*() {
           const secret = Redacted.value(token)
-          if (secret === "") return yield* missing
+          if (secret === "") {
+            // No bearer token: a session cookie's own answer (ended, or a change without the header), if sent.
+            const cookie = yield* cookieOf
+            return yield* Option.isSome(cookie) && cookie.value !== "" ? asConsole(cookie.value) : missing
+          }
           if (BrowserTokens.isToken(secret)) return yield* asBrowser(secret)
           if (operator.verify(secret)) return yield* asOperator
-          return yield* apiKey(tokens, secret)
+          return yield* bearerToken(tokens, grants, secret)
         }).pipe(PersistenceError.orDie)
     })
   })

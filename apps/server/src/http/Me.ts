@@ -19,8 +19,13 @@ export const layer: Layer.Layer<
         return new Me.Me({
           tenant: tenant.id,
           via: principal.via,
-          ...(tenant.login === undefined ? {} : { login: tenant.login }),
-          name: tenant.name,
+          // Who signed in, for a session or a grant; else whom the tenant belongs to.
+          ...(principal.login !== undefined
+            ? { login: principal.login }
+            : tenant.login === undefined
+            ? {}
+            : { login: tenant.login }),
+          name: principal.name ?? tenant.name,
           canStoreKeys: true,
           defaultModel: yield* listing.defaultModel(tenant.id)
         })

@@ -1,6 +1,7 @@
 import { Tokens } from "@agent-runtime/accounts"
 import { Api, Auth } from "@agent-runtime/domain"
 import { HttpApiBuilder, type HttpApiGroup } from "@effect/platform"
+import { ApiError } from "@agent-runtime/domain"
 import { Effect, type Layer } from "effect"
 import * as Errors from "./Errors.ts"
 import * as Paging from "./Paging.ts"
@@ -14,7 +15,15 @@ export const layer: Layer.Layer<
     const tokens = yield* Tokens.Tokens
     return Errors.handlers(handlers)
       .handle("create", ({ payload }) =>
-        Effect.flatMap(Auth.CurrentPrincipal, (principal) => tokens.create(principal.tenantId, payload)))
+        Effect.gen(function*() {
+          const principal = yield* Auth.CurrentPrincipal
+          if (principal.via === "oauth") {
+            return yield* new ApiError.Forbidden({
+              error: "a connected application (OAuth) cannot create API tokens; create them in the console"
+            })
+          }
+          return yield* tokens.create(principal.tenantId, payload)
+        }))
       .handle("list", ({ urlParams }) =>
         Effect.flatMap(Auth.CurrentPrincipal, (principal) =>
           Effect.flatMap(tokens.list(principal.tenantId, urlParams), (page) =>

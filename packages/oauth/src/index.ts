@@ -1,0 +1,5 @@
+export * as AuthorizationServer from "./AuthorizationServer.ts"
+export * as OAuthGrants from "./OAuthGrants.ts"
+export * as OAuthMigrations from "./OAuthMigrations.ts"
+export * as Pages from "./Pages.ts"
+export * as SignIn from "./SignIn.ts"
