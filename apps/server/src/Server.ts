@@ -31,7 +31,6 @@ import { Egress, Resolver } from "@agent-runtime/egress"
 import { ContentStore, Downloads, StorageCharges, Volumes } from "@agent-runtime/files"
 import { IdentityTokens } from "@agent-runtime/identity"
 import { HostedMcp } from "@agent-runtime/mcp"
-import { AuthorizationServer, OAuthGrants, SignIn } from "@agent-runtime/oauth"
 import {
   Catalog,
   Credentials,
@@ -43,6 +42,7 @@ import {
   UsageLog,
   WebSearch
 } from "@agent-runtime/models"
+import { AuthorizationServer, OAuthGrants, SignIn } from "@agent-runtime/oauth"
 import {
   Database,
   DatabaseHealth,
@@ -89,11 +89,11 @@ import * as Health from "./http/Health.ts"
 import * as HotRoutes from "./http/HotRoutes.ts"
 import * as InputsHttp from "./http/Inputs.ts"
 import * as McpHttp from "./http/Mcp.ts"
-import * as OAuthHttp from "./http/OAuth.ts"
-import * as OAuthGrantsHttp from "./http/OAuthGrants.ts"
 import * as Me from "./http/Me.ts"
 import * as MetricsHttp from "./http/Metrics.ts"
 import * as Models from "./http/Models.ts"
+import * as OAuthHttp from "./http/OAuth.ts"
+import * as OAuthGrantsHttp from "./http/OAuthGrants.ts"
 import * as Page from "./http/Page.ts"
 import * as RunsHttp from "./http/Runs.ts"
 import * as SchedulesHttp from "./http/Schedules.ts"

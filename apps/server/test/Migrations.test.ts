@@ -45,7 +45,12 @@ const sinceTheList = [
   "tenant_billing",
   "ledger_entries",
   "purchases",
-  "card_checks"
+  "card_checks",
+  "console_sessions",
+  "sign_in_links",
+  "oauth_records",
+  "oauth_grants",
+  "oauth_keys"
 ]
 
 /**
@@ -59,8 +64,17 @@ const columnsSinceTheList = [
   "usage_records.subject"
 ]
 
-/** Indexes added since the list to tables it made (sub-agents by their ancestors, usage by agent, runs): likewise. */
-const indexesSinceTheList = ["agents_delegated", "usage_records_agent", "agents_run_key", "agents_runs"]
+/**
+ * Indexes added since the list to tables it made (sub-agents by their ancestors, usage by agent, runs, tenants
+ * by the login people sign in with): likewise.
+ */
+const indexesSinceTheList = [
+  "agents_delegated",
+  "usage_records_agent",
+  "agents_run_key",
+  "agents_runs",
+  "tenants_login"
+]
 
 /** SQL: the table named by `column` is compared (neither a migration record nor made since the list). */
 const compared = (column: string) =>

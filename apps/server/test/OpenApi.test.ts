@@ -153,7 +153,10 @@ const routes = [
   ["put", "/v1/admin/tenants/{id}/billing"],
   ["get", "/v1/admin/tenants/{id}/billing"],
   ["post", "/v1/admin/tenants/{id}/ledger"],
-  ["get", "/v1/admin/webhooks/{webhookId}/attempts"]
+  ["get", "/v1/admin/webhooks/{webhookId}/attempts"],
+  ["get", "/v1/oauth/grants"],
+  ["delete", "/v1/oauth/grants/{id}"],
+  ["post", "/v1/admin/sign-in-links"]
 ] as const
 
 layer(NodeLive, { excludeTestServices: true })("openapi", (it) => {
@@ -263,7 +266,13 @@ layer(NodeLive, { excludeTestServices: true })("openapi", (it) => {
       expect(bodies).toBeGreaterThan(30)
       expect(open).toEqual([])
       expect(spec.components.schemas.TokenInput.additionalProperties).toBe(false)
-      expect(spec.paths["/v1/me"].get.security).toEqual([{ bearer: [] }])
+      // Tenant routes take the console's session cookie or a bearer token (API key, OAuth, operator).
+      expect(spec.paths["/v1/me"].get.security).toEqual([{ console: [] }, { bearer: [] }])
+      expect(spec.components.securitySchemes.console).toMatchObject({
+        type: "apiKey",
+        in: "cookie",
+        name: "ar_session"
+      })
       expect(spec.paths["/v1/admin/tenants"].get.security).toEqual([{ operator: [] }])
       expect(JSON.stringify(spec)).not.toContain("HttpApiDecodeError")
     }))

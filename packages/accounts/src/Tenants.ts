@@ -36,7 +36,9 @@ export class Tenants extends Context.Tag("@agent-runtime/accounts/Tenants")<Tena
    * The tenant a person who signed in as `login` belongs to (logins compare without case); the oldest when
    * several name it.
    */
-  readonly findByLogin: (login: string) => Effect.Effect<Option.Option<Tenant.Tenant>, PersistenceError.PersistenceError>
+  readonly findByLogin: (
+    login: string
+  ) => Effect.Effect<Option.Option<Tenant.Tenant>, PersistenceError.PersistenceError>
   /** `find`, NotFound for no tenant of that id. */
   readonly get: (id: string) => Effect.Effect<Tenant.Tenant, ApiError.NotFound | PersistenceError.PersistenceError>
 }>() {}

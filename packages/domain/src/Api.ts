@@ -42,6 +42,7 @@ import { Jwks, KeyRotated } from "./Identity.ts"
 import { AnswerInput, AnswerInputs, InputList, InputState } from "./Input.ts"
 import { Me } from "./Me.ts"
 import { Model } from "./Model.ts"
+import { OAuthGrant, SignInLink, SignInLinkInput } from "./OAuth.ts"
 import {
   CustomProviderInput,
   KeyInput,
@@ -51,7 +52,6 @@ import {
   KeySet,
   Provider
 } from "./Provider.ts"
-import { OAuthGrant, SignInLink, SignInLinkInput } from "./OAuth.ts"
 import { Answered, AnsweredAll, ContinueInput, ExecuteInput, PromptInput, RequestRecord } from "./Run.ts"
 import { DrainStarted, RunnerList } from "./Runner.ts"
 import { Schedule, ScheduleInput } from "./Schedule.ts"

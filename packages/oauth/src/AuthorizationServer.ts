@@ -11,16 +11,17 @@
  * Its routes take Node's request and response as they came (the library is
  * a Koa application); the HTTP edge hands them over and writes nothing.
  */
-import { PersistenceError, SealedSecret } from "@agent-runtime/store"
 import { IdentityKeys } from "@agent-runtime/identity"
+import type { PersistenceError } from "@agent-runtime/store"
+import { SealedSecret } from "@agent-runtime/store"
 import { SqlClient } from "@effect/sql"
 import { Context, Data, Duration, Effect, Layer, Schedule } from "effect"
 import type { IncomingMessage, ServerResponse } from "node:http"
 import type { KoaContextWithOIDC } from "oidc-provider"
 import { errors, Provider } from "oidc-provider"
 import { makeAdapterClass } from "./internal/adapter.ts"
-import * as Pages from "./Pages.ts"
 import * as OAuthGrants from "./OAuthGrants.ts"
+import * as Pages from "./Pages.ts"
 
 /** The one scope: act as the account. */
 export const scope = "account"

@@ -45,7 +45,10 @@ export class OAuthGrants extends Context.Tag("@agent-runtime/oauth/OAuthGrants")
   readonly revoke: (
     tenantId: string,
     id: string
-  ) => Effect.Effect<{ readonly id: string; readonly deleted: true }, ApiError.NotFound | PersistenceError.PersistenceError>
+  ) => Effect.Effect<
+    { readonly id: string; readonly deleted: true },
+    ApiError.NotFound | PersistenceError.PersistenceError
+  >
   /** The holder of a live access token, if it is one. */
   readonly authenticate: (token: string) => Effect.Effect<Option.Option<Holder>, PersistenceError.PersistenceError>
   /** A query for the tenant (`tenant_id`) of a live access token, for a statement that checks it as it reads. */

@@ -66,7 +66,9 @@ const labels: Record<Preset, string> = { oidc: "your identity provider", google:
 const isLoopback = (url: URL) => ["127.0.0.1", "localhost", "[::1]"].includes(url.hostname)
 
 const failed = (message: string) => (cause: unknown) =>
-  new SignInError({ message: cause instanceof Error && cause.message !== "" ? `${message}: ${cause.message}` : message })
+  new SignInError({
+    message: cause instanceof Error && cause.message !== "" ? `${message}: ${cause.message}` : message
+  })
 
 export const make = (config: Option.Option<ProviderConfig>) =>
   Effect.gen(function*() {
@@ -78,11 +80,15 @@ export const make = (config: Option.Option<ProviderConfig>) =>
         cached ??= (async () => {
           const secret = Redacted.value(config.clientSecret)
           if (config.preset === "github") {
-            return new Client.Configuration({
-              issuer: "https://github.com",
-              authorization_endpoint: "https://github.com/login/oauth/authorize",
-              token_endpoint: "https://github.com/login/oauth/access_token"
-            }, config.clientId, secret)
+            return new Client.Configuration(
+              {
+                issuer: "https://github.com",
+                authorization_endpoint: "https://github.com/login/oauth/authorize",
+                token_endpoint: "https://github.com/login/oauth/access_token"
+              },
+              config.clientId,
+              secret
+            )
           }
           const issuer = new URL(Option.getOrElse(config.issuer, () => "https://accounts.google.com"))
           return Client.discovery(
@@ -138,7 +144,12 @@ export const make = (config: Option.Option<ProviderConfig>) =>
         if (preset === "github") {
           const response = yield* Effect.tryPromise({
             try: () =>
-              Client.fetchProtectedResource(discovered, tokens.access_token, new URL("https://api.github.com/user"), "GET"),
+              Client.fetchProtectedResource(
+                discovered,
+                tokens.access_token,
+                new URL("https://api.github.com/user"),
+                "GET"
+              ),
             catch: failed("GitHub did not say who you are")
           })
           const user = (yield* Effect.tryPromise({ try: () => response.json(), catch: failed("GitHub's answer") })) as {
@@ -180,7 +191,9 @@ export const make = (config: Option.Option<ProviderConfig>) =>
           Effect.flatMap((plain) => Schema.decode(Attempt)(Redacted.value(plain))),
           Effect.mapError(() => new SignInError({ message: "the sign-in was not started here" }))
         )
-        if (opened.expiresAt < Date.now() / 1000) return yield* new SignInError({ message: "the sign-in took too long" })
+        if (opened.expiresAt < Date.now() / 1000) {
+          return yield* new SignInError({ message: "the sign-in took too long" })
+        }
         const discovered = yield* Effect.tryPromise({
           try: configuration.value,
           catch: failed("the identity provider cannot be reached")
@@ -220,7 +233,9 @@ export const layerConfig: Layer.Layer<SignIn, never, SealedSecret.Sealer> = Laye
       onSome: (preset) =>
         Effect.map(
           Config.all({
-            issuer: preset === "oidc" ? Config.map(Config.url("SIGN_IN_ISSUER"), (url) => Option.some(url.href)) : Config.succeed(Option.none<string>()),
+            issuer: preset === "oidc"
+              ? Config.map(Config.url("SIGN_IN_ISSUER"), (url) => Option.some(url.href))
+              : Config.succeed(Option.none<string>()),
             clientId: Config.string("SIGN_IN_CLIENT_ID"),
             clientSecret: Config.redacted("SIGN_IN_CLIENT_SECRET")
           }),

@@ -30,7 +30,9 @@ export interface TestOidcProvider {
 export const start = (person: Person): Effect.Effect<TestOidcProvider, never, Scope.Scope> =>
   Effect.gen(function*() {
     const server = Http.createServer()
-    yield* Effect.async<void>((resume) => server.listen(0, "127.0.0.1", () => resume(Effect.void)))
+    yield* Effect.async<void>((resume) => {
+      server.listen(0, "127.0.0.1", () => resume(Effect.void))
+    })
     yield* Effect.addFinalizer(() =>
       Effect.async<void>((resume) => {
         server.closeAllConnections()

@@ -114,7 +114,9 @@ export const layer: Layer.Layer<
     const consentPage = Effect.gen(function*() {
       const request = yield* HttpServerRequest.HttpServerRequest
       const person = yield* session
-      if (Option.isNone(person)) return seeOther(`/sign-in?next=${encodeURIComponent(new URL(request.url, "http://x").pathname)}`)
+      if (Option.isNone(person)) {
+        return seeOther(`/sign-in?next=${encodeURIComponent(new URL(request.url, "http://x").pathname)}`)
+      }
       const { request: incoming, response } = yield* raw
       const consent = yield* Effect.either(server.consent(incoming, response))
       if (consent._tag === "Left") return page(Pages.error(consent.left.message), 400)
@@ -181,11 +183,16 @@ export const layer: Layer.Layer<
       const next = safeNext(new URL(request.url, "http://x").searchParams.get("next") ?? undefined)
       const started = yield* Effect.either(signIn.start({ redirectUri: yield* redirectUri, next }))
       if (started._tag === "Left") return page(Pages.error(started.left.message), 503)
-      return yield* HttpServerResponse.setCookie(seeOther(started.right.url), SignIn.attemptCookie, started.right.cookie, {
-        ...(yield* cookieOptions),
-        path: "/sign-in",
-        maxAge: Duration.minutes(10)
-      })
+      return yield* HttpServerResponse.setCookie(
+        seeOther(started.right.url),
+        SignIn.attemptCookie,
+        started.right.cookie,
+        {
+          ...(yield* cookieOptions),
+          path: "/sign-in",
+          maxAge: Duration.minutes(10)
+        }
+      )
     })
 
     const refused = (message: string, next: string) =>
@@ -240,7 +247,9 @@ export const layer: Layer.Layer<
       }))
 
     const answered = <E, R>(effect: Effect.Effect<HttpServerResponse.HttpServerResponse, E, R>) =>
-      PersistenceError.orDie(effect as Effect.Effect<HttpServerResponse.HttpServerResponse, E | PersistenceError.PersistenceError, R>).pipe(
+      PersistenceError.orDie(
+        effect as Effect.Effect<HttpServerResponse.HttpServerResponse, E | PersistenceError.PersistenceError, R>
+      ).pipe(
         Effect.catchAllCause(() => Effect.succeed(page(Pages.error("something went wrong: try again"), 500)))
       )
 

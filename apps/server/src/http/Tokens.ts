@@ -1,7 +1,6 @@
 import { Tokens } from "@agent-runtime/accounts"
-import { Api, Auth } from "@agent-runtime/domain"
+import { Api, ApiError, Auth } from "@agent-runtime/domain"
 import { HttpApiBuilder, type HttpApiGroup } from "@effect/platform"
-import { ApiError } from "@agent-runtime/domain"
 import { Effect, type Layer } from "effect"
 import * as Errors from "./Errors.ts"
 import * as Paging from "./Paging.ts"

@@ -15,7 +15,13 @@ import { errors } from "oidc-provider"
 
 export const hash = (value: string): Buffer => Crypto.createHash("sha256").update(value).digest()
 
-const grantable = new Set(["AccessToken", "AuthorizationCode", "RefreshToken", "DeviceCode", "BackchannelAuthenticationRequest"])
+const grantable = new Set([
+  "AccessToken",
+  "AuthorizationCode",
+  "RefreshToken",
+  "DeviceCode",
+  "BackchannelAuthenticationRequest"
+])
 
 const clientSecretContext = (clientId: string) => `oauth-client:${clientId}`
 
