@@ -280,6 +280,51 @@ layer(world, { timeout: 120_000, excludeTestServices: true })("OAuth at /mcp", (
 })
 
 layer(world, { timeout: 180_000, excludeTestServices: true })("OAuth refusals", (it) => {
+  it.scoped("the metadata documents say what clients need; the server's keys rotate", () =>
+    Effect.gen(function*() {
+      const world = yield* TestWorld.TestWorld
+      const rest = world.node.rest
+      const api = Http.client(rest)
+      const resource = yield* api.get("/.well-known/oauth-protected-resource/mcp")
+      expect(resource.body).toMatchObject({
+        resource: `${rest}/mcp`,
+        authorization_servers: [rest],
+        scopes_supported: ["account"]
+      })
+      const metadata = (yield* api.get("/.well-known/oauth-authorization-server")).body
+      expect(metadata).toMatchObject({
+        issuer: rest,
+        authorization_endpoint: `${rest}/oauth/authorize`,
+        token_endpoint: `${rest}/oauth/token`,
+        registration_endpoint: `${rest}/oauth/register`,
+        code_challenge_methods_supported: ["S256"],
+        response_types_supported: ["code"]
+      })
+      expect(metadata.grant_types_supported).toEqual(expect.arrayContaining(["authorization_code", "refresh_token"]))
+      const unsigned = yield* api.post("/mcp", { json: {} })
+      expect(unsigned.status).toBe(401)
+      expect(unsigned.headers.get("www-authenticate")).toContain(
+        `resource_metadata="${rest}/.well-known/oauth-protected-resource/mcp"`
+      )
+      expect(unsigned.headers.get("www-authenticate")).not.toContain("invalid_token")
+      const { token } = yield* TestWorld.tenantWithModel(world, "streamless")
+      expect((yield* api.get("/mcp", { token, headers: { accept: "text/event-stream" } })).status).toBe(405)
+
+      // Rotation: the new key is published at once, next to the one that signs.
+      const before = (yield* api.get("/oauth/jwks")).body.keys
+      const rotated = yield* api.post("/v1/admin/oauth-keys/rotate", { token: world.node.operatorToken })
+      expect(rotated.status).toBe(200)
+      const after = (yield* api.get("/oauth/jwks")).body.keys.map((key: { kid: string }) => key.kid)
+      expect(after).toEqual(
+        expect.arrayContaining([...before.map((key: { kid: string }) => key.kid), rotated.body.kid])
+      )
+      // Not the identity keys: no key signs for both.
+      const identity = (yield* api.get("/.well-known/jwks.json")).body.keys.map((key: { kid: string }) => key.kid)
+      expect(after.some((kid: string) => identity.includes(kid))).toBe(false)
+      // A key only the operator rotates.
+      expect((yield* api.post("/v1/admin/oauth-keys/rotate", { token })).status).toBe(403)
+    }))
+
   it.scoped("refresh tokens rotate, and a reused one revokes its grant; a code works once", () =>
     Effect.gen(function*() {
       const world = yield* TestWorld.TestWorld
@@ -304,7 +349,25 @@ layer(world, { timeout: 180_000, excludeTestServices: true })("OAuth refusals", 
       expect(refreshed.body.refresh_token).not.toBe(first.refresh_token)
       expect((yield* api.get("/v1/me", { token: refreshed.body.access_token })).status).toBe(200)
 
-      // The old one again: refused, and the whole grant with it.
+      // A client retrying the same refresh (its answer lost), or refreshes racing: each answered, within 10 s.
+      const retries = yield* Effect.all(
+        [1, 2, 3].map(() =>
+          agent.token({ grant_type: "refresh_token", refresh_token: first.refresh_token, client_id: first.clientId })
+        ),
+        { concurrency: "unbounded" }
+      )
+      for (const retry of retries) {
+        expect(retry.status, retry.text).toBe(200)
+        expect((yield* api.get("/v1/me", { token: retry.body.access_token })).status).toBe(200)
+      }
+
+      // The old one again later: refused, and the whole grant with it.
+      const db = yield* database(world.databaseUrl)
+      yield* Effect.promise(() =>
+        db.query(`UPDATE oauth_records SET consumed_at = consumed_at - interval '11 seconds' WHERE id_hash = $1`, [
+          Crypto.createHash("sha256").update(first.refresh_token).digest()
+        ])
+      )
       const reused = yield* agent.token({
         grant_type: "refresh_token",
         refresh_token: first.refresh_token,

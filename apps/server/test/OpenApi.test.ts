@@ -156,7 +156,8 @@ const routes = [
   ["get", "/v1/admin/webhooks/{webhookId}/attempts"],
   ["get", "/v1/oauth/grants"],
   ["delete", "/v1/oauth/grants/{id}"],
-  ["post", "/v1/admin/sign-in-links"]
+  ["post", "/v1/admin/sign-in-links"],
+  ["post", "/v1/admin/oauth-keys/rotate"]
 ] as const
 
 layer(NodeLive, { excludeTestServices: true })("openapi", (it) => {

@@ -1732,6 +1732,15 @@ export class AdminGroup extends HttpApiGroup.make("admin")
           "`activatesAt`; earlier keys stay published for the overlap after it (see docs/identity.md)."
       )
   )
+  .add(
+    HttpApiEndpoint.post("rotateOAuthKey", "/v1/admin/oauth-keys/rotate")
+      .addSuccess(KeyRotated)
+      .annotate(
+        OpenApi.Description,
+        "Adds a signing key of the OAuth server (its ID tokens; /oauth/jwks): published at once, signing from " +
+          "`activatesAt`, the earlier keys published for the overlap after it, as identity keys rotate."
+      )
+  )
   .middleware(OperatorAuthentication)
   .annotate(OpenApi.Title, "Operator")
   .annotate(OpenApi.Description, "Tenant and cluster administration with the operator token.")

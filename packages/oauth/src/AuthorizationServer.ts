@@ -202,7 +202,11 @@ export const make = (options: Options) =>
     let current: { readonly key: string; readonly provider: Provider } | undefined
     const provider = Effect.gen(function*() {
       const base = yield* issuer
-      const jwks = yield* Effect.orDie(keys.privateJwks)
+      // The key that signs now goes first: the library signs with the first key of an algorithm.
+      const signing = yield* Effect.orDie(keys.signingKey)
+      const jwks = (yield* Effect.orDie(keys.privateJwks)).toSorted((a, b) =>
+        Number(b.kid === signing.kid) - Number(a.kid === signing.kid)
+      )
       const key = base + " " + jwks.map((jwk) => jwk.kid).join(",")
       if (current?.key !== key) current = { key, provider: configure(base, jwks as any) }
       return current.provider

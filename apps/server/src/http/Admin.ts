@@ -56,6 +56,7 @@ export const layer: Layer.Layer<
           })
         }))
       .handle("rotateIdentityKey", () => identity.rotate)
+      .handle("rotateOAuthKey", () => oauth.rotateKeys)
       .handle("setTenantBilling", ({ path, payload }) =>
         Effect.flatMap(existing(path.id), (tenantId) =>
           ledger.setMode(tenantId, payload)))

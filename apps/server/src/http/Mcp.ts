@@ -53,7 +53,19 @@ export const layer: Layer.Layer<
       return HttpServerResponse.fromWeb(yield* mcp.handle(web, token))
     })
     yield* router.post("/mcp", handler)
-    yield* router.get("/mcp", handler)
+    // No stream to open: the server sends nothing unasked (see docs/mcp.md), so as the transport specifies.
+    yield* router.get(
+      "/mcp",
+      Effect.succeed(
+        HttpServerResponse.unsafeJson({
+          error: "this MCP server opens no stream: POST requests",
+          code: "METHOD_NOT_ALLOWED"
+        }, {
+          status: 405,
+          headers: { allow: "POST, DELETE" }
+        })
+      )
+    )
     yield* router.del("/mcp", handler)
   })
 )

@@ -2,9 +2,14 @@
  * `oidc-provider`'s storage on PostgreSQL: every model in `oauth_records`
  * under the SHA-256 of its id (tokens, codes and sessions are bearer secrets:
  * what is stored cannot be presented), a client's secret sealed. `consume`
- * is one statement that succeeds once, so a code or refresh token presented
- * twice at the same moment is used once: the second presentation revokes its
- * grant, as reuse does.
+ * is one statement that succeeds once, so a code presented twice at the same
+ * moment is used once: the second presentation revokes its grant, as reuse
+ * does.
+ *
+ * A refresh token presented again within `refreshGrace` of its rotation (a
+ * client retrying a refresh whose answer it lost, or two refreshes racing)
+ * is rotated again rather than taken for theft; after that, reuse revokes
+ * its grant.
  */
 import { PersistenceError, type SealedSecret } from "@agent-runtime/store"
 import type { SqlClient, Statement } from "@effect/sql"
@@ -22,6 +27,9 @@ const grantable = new Set([
   "DeviceCode",
   "BackchannelAuthenticationRequest"
 ])
+
+/** How long a rotated refresh token may be presented again (a retry) before reuse counts as theft. */
+export const refreshGraceSeconds = 10
 
 const clientSecretContext = (clientId: string) => `oauth-client:${clientId}`
 
@@ -50,11 +58,15 @@ export const makeAdapterClass = (
     return kept as AdapterPayload
   }
 
-  const opened = (id: string, row: { payload: AdapterPayload; consumed: number | null }, withJti: boolean) =>
+  const opened = (
+    id: string,
+    row: { payload: AdapterPayload; consumed: number | null; retry: boolean },
+    withJti: boolean
+  ) =>
     Effect.gen(function*() {
       const payload: Record<string, unknown> = { ...row.payload }
       if (withJti) payload.jti = id
-      if (row.consumed !== null) payload.consumed = row.consumed
+      if (row.consumed !== null && !row.retry) payload.consumed = row.consumed
       if (typeof payload.client_secret === "string" && typeof payload.client_id === "string") {
         payload.client_secret = Redacted.value(
           yield* sealer.open(payload.client_secret, clientSecretContext(payload.client_id))
@@ -89,8 +101,11 @@ export const makeAdapterClass = (
 
     private findWhere(id: string, where: Statement.Fragment, withJti: boolean) {
       return run(Effect.gen(function*() {
-        const [row] = yield* sql<{ payload: AdapterPayload; consumed: number | null }>`
-          SELECT payload, extract(epoch from consumed_at)::float8 AS consumed FROM oauth_records
+        const [row] = yield* sql<{ payload: AdapterPayload; consumed: number | null; retry: boolean }>`
+          SELECT payload, extract(epoch from consumed_at)::float8 AS consumed,
+            coalesce(kind = 'RefreshToken' AND consumed_at > now() - make_interval(secs => ${refreshGraceSeconds}),
+              false) AS retry
+          FROM oauth_records
           WHERE ${where} AND (expires_at IS NULL OR expires_at > now())`
         return row === undefined ? undefined : yield* opened(id, row, withJti)
       }))
@@ -117,8 +132,11 @@ export const makeAdapterClass = (
           WHERE kind = ${name} AND id_hash = ${hash(id)} AND consumed_at IS NULL
           RETURNING 1`
         if (used.length > 0) return false
-        const [again] = yield* sql<{ grantId: string | null }>`
-          SELECT grant_id FROM oauth_records WHERE kind = ${name} AND id_hash = ${hash(id)}`
+        const [again] = yield* sql<{ grantId: string | null; retry: boolean }>`
+          SELECT grant_id,
+            kind = 'RefreshToken' AND consumed_at > now() - make_interval(secs => ${refreshGraceSeconds}) AS retry
+          FROM oauth_records WHERE kind = ${name} AND id_hash = ${hash(id)}`
+        if (again?.retry) return false
         if (again?.grantId) yield* revokeGrant(sql, again.grantId)
         return true
       })).then((reused) => {
