@@ -91,19 +91,25 @@ const withoutLoneStatements = (sampler: Sampler): Sampler => ({
   toString: () => `WithoutLoneStatements{${sampler.toString()}}`
 })
 
-const signatureParameter = /(^|[?&])signature=[^&#]*/g
+const credentialParameter = /(^|[?&])(signature|code)=[^&#]*/g
+const signInLink = /\/sign-in\/link\/[^/?#]+/g
+
+/** A URL with its credentials left out: their names stay, their values do not. */
+export const withoutCredentials = (url: string) =>
+  url.replace(credentialParameter, "$1$2=REDACTED").replace(signInLink, "/sign-in/link/REDACTED")
 
 /**
- * A signed link's signature is its credential (`/v1/files/...?signature=`, `/v1/links/...`): the URL attributes
- * the HTTP tracer records keep the parameter, not its value, so the collector holds no working link.
+ * A URL may carry a credential: a signed link's signature (`/v1/files/...?signature=`, `/v1/links/...`), an
+ * identity provider's code (`/sign-in/callback?code=`), a one-time sign-in link (`/sign-in/link/...`). The URL
+ * attributes the HTTP tracer records keep where they were, not their values, so the collector holds none.
  */
 const withoutSignatures = (exporter: SpanExporter): SpanExporter => {
   const scrub = (span: ReadableSpan): ReadableSpan => {
-    const redacted = Object.entries(span.attributes).flatMap(([key, value]) =>
-      typeof value === "string" && key.startsWith("url.") && value.includes("signature=")
-        ? [[key, value.replace(signatureParameter, "$1signature=REDACTED")]]
-        : []
-    )
+    const redacted = Object.entries(span.attributes).flatMap(([key, value]) => {
+      if (typeof value !== "string" || !key.startsWith("url.")) return []
+      const scrubbed = withoutCredentials(value)
+      return scrubbed === value ? [] : [[key, scrubbed]]
+    })
     return redacted.length === 0
       ? span
       : Object.create(span, { attributes: { value: { ...span.attributes, ...Object.fromEntries(redacted) } } })

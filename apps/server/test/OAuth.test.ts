@@ -514,6 +514,33 @@ layer(world, { timeout: 180_000, excludeTestServices: true })("OAuth refusals", 
       expect(otherRedirect.status).toBe(400)
       expect(otherRedirect.body.error).toBe("invalid_grant")
 
+      // The person may say no: the client is told.
+      const denyPage = yield* Effect.promise(() =>
+        browser.open(agent.authorizeUrl(client_id, challenge), { stopAt: redirectUri })
+      )
+      const denyForm = consentForm(denyPage.body)
+      const denied = yield* Effect.promise(() =>
+        browser.submit(new URL(denyForm.action, rest).href, { csrf: denyForm.csrf, decision: "deny" }, {
+          stopAt: redirectUri
+        })
+      )
+      expect(errorOf(denied)).toBe("access_denied")
+      // A consent posted with another session's token, or from another site: refused.
+      const forgedPage = yield* Effect.promise(() =>
+        browser.open(agent.authorizeUrl(client_id, challenge), { stopAt: redirectUri })
+      )
+      const forgedForm = consentForm(forgedPage.body)
+      const wrongToken = yield* Effect.promise(() =>
+        browser.submit(new URL(forgedForm.action, rest).href, { csrf: "x".repeat(43), decision: "allow" })
+      )
+      expect(wrongToken.status).toBe(403)
+      const crossSite = yield* Effect.promise(() =>
+        browser.submit(new URL(forgedForm.action, rest).href, { csrf: forgedForm.csrf, decision: "allow" }, {
+          origin: "https://evil.example"
+        })
+      )
+      expect(crossSite.status).toBe(403)
+
       // An OAuth token acts as the account, but makes no API token.
       const issued = yield* agent.tokens
       const minted = yield* api.post("/v1/tokens", { token: issued.access_token, json: { name: "escape" } })

@@ -318,3 +318,14 @@ it.effect("without an endpoint no tracer is installed; with one, Effect's tracer
     expect(tracer).not.toBe(own)
     expect(exporting).toBe(true)
   }))
+
+it("URLs are recorded without the credentials they carry", () => {
+  expect(Tracing.withoutCredentials("/v1/files/f1?signature=abc&expires=9")).toBe(
+    "/v1/files/f1?signature=REDACTED&expires=9"
+  )
+  expect(Tracing.withoutCredentials("/sign-in/callback?code=c0de&state=s")).toBe(
+    "/sign-in/callback?code=REDACTED&state=s"
+  )
+  expect(Tracing.withoutCredentials("/sign-in/link/arl_secret")).toBe("/sign-in/link/REDACTED")
+  expect(Tracing.withoutCredentials("/v1/agents?codex=1")).toBe("/v1/agents?codex=1")
+})

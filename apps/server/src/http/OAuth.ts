@@ -23,6 +23,7 @@ import { PersistenceError, SealedSecret } from "@agent-runtime/store"
 import { HttpApiBuilder, HttpMiddleware, HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { NodeHttpServerRequest } from "@effect/platform-node"
 import { Duration, Effect, type Layer, Option } from "effect"
+import * as Tracing from "../Tracing.ts"
 
 /** A path on this service to go back to after signing in; anything else goes to the sign-in page. */
 const safeNext = (next: string | undefined) =>
@@ -269,13 +270,13 @@ export const layer: Layer.Layer<
   })
 )
 
-/** The request's URL carries a secret (a link's, a provider's code): logged by path alone. */
+/** The request's URL carries a secret (a link's, a provider's code): logged without it. */
 const withSecretUrl = <A, E, R>(effect: Effect.Effect<A, E, R>) =>
   Effect.zipLeft(
     HttpMiddleware.withLoggerDisabled(effect),
     Effect.flatMap(HttpServerRequest.HttpServerRequest, (request) =>
       Effect.annotateLogs(Effect.log("Sent HTTP response"), {
         "http.method": request.method,
-        "http.url": new URL(request.url, "http://x").pathname.replace(/\/sign-in\/link\/.*/, "/sign-in/link/REDACTED")
+        "http.url": Tracing.withoutCredentials(request.url)
       }))
   )
