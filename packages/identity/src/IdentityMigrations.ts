@@ -6,12 +6,17 @@ import { Migrations } from "@agent-runtime/store"
 import { SqlClient } from "@effect/sql"
 import { Effect } from "effect"
 
-const keys = Effect.gen(function*() {
-  const sql = yield* SqlClient.SqlClient
-  // generation orders the keys and is unique, so nodes starting together insert one first key (ON CONFLICT).
-  // sealed_private_key is the private JWK sealed with the node's sealing key, bound to `identity-key:<kid>`.
-  yield* sql`
-    CREATE TABLE identity_keys (
+/**
+ * A table of signing keys as `IdentityKeys` keeps them: `identity_keys`, or another signer's of the same
+ * shape (`IdentityKeys.Options.table`).
+ */
+export const keyTable = (name: string) =>
+  Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    // generation orders the keys and is unique, so nodes starting together insert one first key (ON CONFLICT).
+    // sealed_private_key is the private JWK sealed with the node's sealing key, bound to the key (`sealContext`).
+    yield* sql`
+    CREATE TABLE ${sql(name)} (
       kid text PRIMARY KEY,
       generation integer NOT NULL UNIQUE,
       public_jwk jsonb NOT NULL,
@@ -20,7 +25,9 @@ const keys = Effect.gen(function*() {
       activates_at timestamptz NOT NULL,
       retires_at timestamptz
     )`
-})
+  })
+
+const keys = keyTable("identity_keys")
 
 export const migrations = Migrations.make("identity_migrations", {
   "1_keys": keys

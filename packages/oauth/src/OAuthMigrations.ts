@@ -5,6 +5,7 @@
  * people gave (`oauth_grants`, the connected apps), and the server's own
  * signing keys (`oauth_keys`, kept and rotated as the identity keys are).
  */
+import { IdentityMigrations } from "@agent-runtime/identity"
 import { Migrations } from "@agent-runtime/store"
 import { SqlClient } from "@effect/sql"
 import { Effect } from "effect"
@@ -37,16 +38,7 @@ const oauth = Effect.gen(function*() {
       used_at timestamptz
     )`
   yield* sql`CREATE INDEX oauth_grants_tenant ON oauth_grants (tenant_id, created_at)`
-  yield* sql`
-    CREATE TABLE oauth_keys (
-      kid text PRIMARY KEY,
-      generation integer NOT NULL UNIQUE,
-      public_jwk jsonb NOT NULL,
-      sealed_private_key text NOT NULL,
-      created_at timestamptz NOT NULL DEFAULT now(),
-      activates_at timestamptz NOT NULL,
-      retires_at timestamptz
-    )`
+  yield* IdentityMigrations.keyTable("oauth_keys")
 })
 
 export const migrations = Migrations.make("oauth_migrations", {

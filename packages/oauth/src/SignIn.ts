@@ -18,7 +18,10 @@ export type Preset = typeof Preset.Type
 
 export interface ProviderConfig {
   readonly preset: Preset
-  /** The OpenID issuer (the `google` preset names its own; `github` has none). */
+  /**
+   * The OpenID issuer (the `google` preset names its own); for `github`, the web root of a GitHub Enterprise
+   * Server (github.com by default).
+   */
   readonly issuer: Option.Option<string>
   readonly clientId: string
   readonly clientSecret: Redacted.Redacted<string>
@@ -65,6 +68,12 @@ const labels: Record<Preset, string> = { oidc: "your identity provider", google:
 
 const isLoopback = (url: URL) => ["127.0.0.1", "localhost", "[::1]"].includes(url.hostname)
 
+/** GitHub's API for the user: api.github.com for github.com, `/api/v3` under an Enterprise Server's root. */
+const githubApi = (configuration: Client.Configuration) => {
+  const root = configuration.serverMetadata().issuer
+  return new URL(root === "https://github.com" ? "https://api.github.com/user" : `${root}/api/v3/user`)
+}
+
 const failed = (message: string) => (cause: unknown) =>
   new SignInError({
     message: cause instanceof Error && cause.message !== "" ? `${message}: ${cause.message}` : message
@@ -80,15 +89,18 @@ export const make = (config: Option.Option<ProviderConfig>) =>
         cached ??= (async () => {
           const secret = Redacted.value(config.clientSecret)
           if (config.preset === "github") {
-            return new Client.Configuration(
+            const root = Option.getOrElse(config.issuer, () => "https://github.com").replace(/\/$/, "")
+            const github = new Client.Configuration(
               {
-                issuer: "https://github.com",
-                authorization_endpoint: "https://github.com/login/oauth/authorize",
-                token_endpoint: "https://github.com/login/oauth/access_token"
+                issuer: root,
+                authorization_endpoint: `${root}/login/oauth/authorize`,
+                token_endpoint: `${root}/login/oauth/access_token`
               },
               config.clientId,
               secret
             )
+            if (isLoopback(new URL(root))) Client.allowInsecureRequests(github)
+            return github
           }
           const issuer = new URL(Option.getOrElse(config.issuer, () => "https://accounts.google.com"))
           return Client.discovery(
@@ -147,7 +159,7 @@ export const make = (config: Option.Option<ProviderConfig>) =>
               Client.fetchProtectedResource(
                 discovered,
                 tokens.access_token,
-                new URL("https://api.github.com/user"),
+                githubApi(discovered),
                 "GET"
               ),
             catch: failed("GitHub did not say who you are")
@@ -222,7 +234,8 @@ export const make = (config: Option.Option<ProviderConfig>) =>
 
 /**
  * From the environment: `SIGN_IN_PROVIDER` (`oidc`, `google` or `github`; none by default),
- * `SIGN_IN_CLIENT_ID`, `SIGN_IN_CLIENT_SECRET`, and for `oidc` `SIGN_IN_ISSUER`.
+ * `SIGN_IN_CLIENT_ID`, `SIGN_IN_CLIENT_SECRET`, and `SIGN_IN_ISSUER` (required for `oidc`; for `github`, a
+ * GitHub Enterprise Server's root).
  */
 export const layerConfig: Layer.Layer<SignIn, never, SealedSecret.Sealer> = Layer.effect(
   SignIn,
@@ -235,7 +248,7 @@ export const layerConfig: Layer.Layer<SignIn, never, SealedSecret.Sealer> = Laye
           Config.all({
             issuer: preset === "oidc"
               ? Config.map(Config.url("SIGN_IN_ISSUER"), (url) => Option.some(url.href))
-              : Config.succeed(Option.none<string>()),
+              : Config.option(Config.map(Config.url("SIGN_IN_ISSUER"), (url) => url.href)),
             clientId: Config.string("SIGN_IN_CLIENT_ID"),
             clientSecret: Config.redacted("SIGN_IN_CLIENT_SECRET")
           }),

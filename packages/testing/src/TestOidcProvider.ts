@@ -7,8 +7,8 @@
  */
 import { Effect, type Scope } from "effect"
 import * as Http from "node:http"
-import type { AddressInfo } from "node:net"
 import { Provider } from "oidc-provider"
+import * as Loopback from "./internal/loopback.ts"
 
 export const clientId = "agent-runtime-console"
 export const clientSecret = "test-oidc-client-secret-0123456789abcdef"
@@ -30,16 +30,7 @@ export interface TestOidcProvider {
 export const start = (person: Person): Effect.Effect<TestOidcProvider, never, Scope.Scope> =>
   Effect.gen(function*() {
     const server = Http.createServer()
-    yield* Effect.async<void>((resume) => {
-      server.listen(0, "127.0.0.1", () => resume(Effect.void))
-    })
-    yield* Effect.addFinalizer(() =>
-      Effect.async<void>((resume) => {
-        server.closeAllConnections()
-        server.close(() => resume(Effect.void))
-      })
-    )
-    const issuer = `http://127.0.0.1:${(server.address() as AddressInfo).port}`
+    const issuer = yield* Loopback.listen(server)
     let provider: Provider | undefined
     let signIns = 0
 
