@@ -11,7 +11,7 @@
  * - `/sign-in` signs a person in: with the identity provider, an API key, or
  *   a one-time link from the operator; `/sign-out` ends the session. The
  *   session is the `ar_session` cookie: HttpOnly, SameSite=Lax, Secure
- *   wherever the service is reached over https.
+ *   outside loopback.
  *
  * URLs that carry a secret (a sign-in link, a provider's code) are logged
  * without it.
@@ -28,6 +28,8 @@ import * as Tracing from "../Tracing.ts"
 /** A path on this service to go back to after signing in; anything else goes to the sign-in page. */
 const safeNext = (next: string | undefined) =>
   next !== undefined && next.startsWith("/") && !next.startsWith("//") && !next.startsWith("/\\") ? next : "/sign-in"
+
+const isLoopback = (url: string) => ["127.0.0.1", "localhost", "[::1]"].includes(new URL(url).hostname)
 
 const page = (html: string, status = 200) => HttpServerResponse.text(html, { status, headers: Pages.headers })
 
@@ -56,7 +58,9 @@ export const layer: Layer.Layer<
       path: "/",
       httpOnly: true,
       sameSite: "lax" as const,
-      secure: issuer.startsWith("https:")
+      // Outside loopback the service is on https; on loopback (development) it is plain http, where not every
+      // client sends a Secure cookie back.
+      secure: !isLoopback(issuer)
     }))
 
     /** A started session's cookie, and the way on. */
