@@ -7,7 +7,9 @@
  * what must be refused: reused codes and refresh tokens (which revoke their
  * grant), expired and revoked tokens (on another node too), tokens for
  * another resource, PKCE and redirect mismatches, an OAuth token creating an
- * API token; and that no secret reaches the logs or the tables.
+ * API token; that no secret reaches the logs or the tables; and that the
+ * console session's cookie is sent only to the paths that read it, never to
+ * `/clients/*`.
  */
 import { Http, TestBrowser, TestNode, TestOidcProvider, TestWorld } from "@agent-runtime/testing"
 import { expect, layer } from "@effect/vitest"
@@ -62,6 +64,9 @@ class CodingAgentAuth implements OAuthClientProvider {
     return this.verifier
   }
 }
+
+/** A `Set-Cookie` line's `Path`. */
+const cookiePath = (line: string) => /; Path=([^;]*)/.exec(line)?.[1] ?? ""
 
 const unescapeHtml = (text: string) => text.replace(/&amp;/g, "&").replace(/&quot;/g, '"').replace(/&#39;/g, "'")
 
@@ -653,7 +658,7 @@ layer(world, { timeout: 180_000, excludeTestServices: true })("OAuth refusals", 
       }
     }))
 
-  it.scoped("a console session acts as the account; its changes need the console's header", () =>
+  it.scoped("a console session acts as the account; its changes need the console's header; its cookie goes only where it is read", () =>
     Effect.gen(function*() {
       const world = yield* TestWorld.TestWorld
       const rest = world.node.rest
@@ -667,11 +672,38 @@ layer(world, { timeout: 180_000, excludeTestServices: true })("OAuth refusals", 
       expect(browser.cookies("127.0.0.1").has("ar_session")).toBe(false)
       const wrong = yield* Effect.promise(() => browser.submit(`${rest}/sign-in/key`, { key: "art_nope", next: "/x" }))
       expect(wrong.body).toContain("not a live API key")
-      const signed = yield* Effect.promise(() =>
-        browser.submit(`${rest}/sign-in/key`, { key: apiKey, next: "/sign-in" })
+      const signing = yield* Effect.promise(() =>
+        browser.submit(`${rest}/sign-in/key`, { key: apiKey, next: "/sign-in" }, { stopAt: `${rest}/sign-in` })
       )
-      expect(signed.body).toContain("Signed in")
-      const cookie = `ar_session=${browser.cookies("127.0.0.1").get("ar_session")}`
+      expect(signing.status).toBe(303)
+
+      // The cookie, once for each path that reads it (HttpOnly, SameSite=Lax, 7 days; not Secure on loopback),
+      // and none for `/`.
+      const set = signing.headers.getSetCookie()
+      expect(set.map(cookiePath).sort()).toEqual(["/console", "/oauth", "/sign-in", "/sign-out", "/v1"])
+      const secret = browser.cookies("127.0.0.1").get("ar_session")!
+      expect(secret.length).toBeGreaterThan(20)
+      for (const line of set) {
+        const [, maxAge] = /^ar_session=[^;]+; Max-Age=(\d+); Path=\/[a-z-0-9]+; HttpOnly; SameSite=Lax$/.exec(line)!
+        expect(line).toContain(`ar_session=${secret};`)
+        expect(Math.abs(Number(maxAge) - 7 * 86400)).toBeLessThan(60)
+      }
+      // As a browser decides (RFC 6265 path-match): sent to those paths and below, never to `/clients/*`.
+      const sentTo = (path: string) => set.some((line) => TestBrowser.pathMatches(cookiePath(line), path))
+      for (const path of ["/v1/me", "/oauth/consent/x", "/sign-in", "/sign-in/key", "/sign-out", "/console/agents"]) {
+        expect(sentTo(path), path).toBe(true)
+        expect(browser.cookies("127.0.0.1", path).get("ar_session"), path).toBe(secret)
+      }
+      for (const path of ["/clients/c_1/files/a", "/clients", "/", "/mcp", "/v10/me", "/consoles"]) {
+        expect(sentTo(path), path).toBe(false)
+        expect(browser.cookies("127.0.0.1", path).has("ar_session"), path).toBe(false)
+      }
+      // The sign-in page is sent it, and the API through the browser.
+      expect((yield* Effect.promise(() => browser.open(`${rest}/sign-in`))).body).toContain("Signed in")
+      const viaBrowser = yield* Effect.promise(() => browser.open(`${rest}/v1/me`))
+      expect(viaBrowser.status).toBe(200)
+      expect(JSON.parse(viaBrowser.body)).toMatchObject({ via: "console", login: "con@example.test" })
+      const cookie = `ar_session=${secret}`
 
       const api = Http.client(rest)
       const me = yield* api.get("/v1/me", { headers: { cookie } })
@@ -686,9 +718,17 @@ layer(world, { timeout: 180_000, excludeTestServices: true })("OAuth refusals", 
       })
       expect(made.status).toBe(201)
 
-      // Signing out ends it on the API too.
-      const out = yield* Effect.promise(() => browser.submit(`${rest}/sign-out`, {}))
-      expect(out.body).toContain("Sign in to Agent Runtime")
+      // Signing out ends it on the API too, and expires the cookie on each path (and one set for `/` before).
+      const out = yield* Effect.promise(() => browser.submit(`${rest}/sign-out`, {}, { stopAt: `${rest}/sign-in` }))
+      expect(out.status).toBe(303)
+      const expired = out.headers.getSetCookie()
+      expect(expired.map(cookiePath).sort()).toEqual(["/", "/console", "/oauth", "/sign-in", "/sign-out", "/v1"])
+      for (const line of expired) {
+        expect(line).toMatch(/^ar_session=; Max-Age=0; Path=\/[a-z-0-9]*; HttpOnly; SameSite=Lax$/)
+      }
+      expect(browser.cookies("127.0.0.1").has("ar_session")).toBe(false)
+      const outPage = yield* Effect.promise(() => browser.open(`${rest}/sign-in`))
+      expect(outPage.body).toContain("Sign in to Agent Runtime")
       const ended = yield* api.get("/v1/me", { headers: { cookie } })
       expect(ended.status).toBe(401)
       expect(ended.body.code).toBe("UNAUTHORIZED")

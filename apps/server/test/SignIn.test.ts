@@ -38,7 +38,7 @@ layer(world, { timeout: 120_000, excludeTestServices: true })("signing in with G
       expect(page.body).toContain("Sign in with GitHub")
       const signedIn = yield* Effect.promise(() => browser.open(new URL(start, rest).href))
       expect(signedIn.body).toContain("You are signed in as octocat to octo&#39;s")
-      const cookie = `ar_session=${browser.cookies("127.0.0.1").get("ar_session")}`
+      const cookie = `ar_session=${browser.cookies("127.0.0.1", "/v1/me").get("ar_session")}`
       const me = yield* Http.client(rest).get("/v1/me", { headers: { cookie } })
       expect(me.body).toMatchObject({ via: "console", login: "octocat", name: "The Octocat" })
 

@@ -1,8 +1,9 @@
 /**
  * A browser for tests of sign-in flows: it follows redirects itself, keeps
- * each host's cookies (as browsers do: by host, whatever the port; expired
- * ones removed), sends forms, and stops where a test says (a client's
- * redirect URI, which nothing serves).
+ * each host's cookies (as browsers do: by host, whatever the port, and by
+ * path, sending a cookie only to its path and below it as RFC 6265 says;
+ * expired ones removed), sends forms, and stops where a test says (a
+ * client's redirect URI, which nothing serves).
  */
 export interface Visit {
   readonly url: string
@@ -20,17 +21,43 @@ export interface TestBrowser {
     fields: Record<string, string>,
     options?: { readonly stopAt?: string; readonly origin?: string }
   ) => Promise<Visit>
-  /** The cookies kept for a host. */
-  readonly cookies: (host: string) => ReadonlyMap<string, string>
+  /**
+   * The cookies a request to `path` on a host would carry, by name (with `path` left out: every cookie kept
+   * for the host, whatever its path).
+   */
+  readonly cookies: (host: string, path?: string) => ReadonlyMap<string, string>
+}
+
+interface Kept {
+  readonly name: string
+  readonly value: string
+  readonly path: string
+}
+
+/** RFC 6265 5.1.4: the cookie path `cookiePath` matches a request to `requestPath`. */
+export const pathMatches = (cookiePath: string, requestPath: string) =>
+  requestPath === cookiePath ||
+  (requestPath.startsWith(cookiePath) && (cookiePath.endsWith("/") || requestPath[cookiePath.length] === "/"))
+
+/** RFC 6265 5.1.4: the path a cookie without a usable `Path` gets, the request's up to its last `/`. */
+const defaultPath = (requestPath: string) => {
+  const last = requestPath.lastIndexOf("/")
+  return last <= 0 ? "/" : requestPath.slice(0, last)
 }
 
 export const make = (): TestBrowser => {
-  const jar = new Map<string, Map<string, string>>()
+  // By host, then by name and path: one cookie name may be kept for several paths.
+  const jar = new Map<string, Map<string, Kept>>()
   const cookiesOf = (host: string) => {
     let kept = jar.get(host)
     if (kept === undefined) jar.set(host, kept = new Map())
     return kept
   }
+  /** What a request to `path` carries, longer paths first (RFC 6265 5.4). */
+  const sentTo = (host: string, path: string) =>
+    [...cookiesOf(host).values()]
+      .filter((cookie) => pathMatches(cookie.path, path))
+      .sort((a, b) => b.path.length - a.path.length)
 
   const keep = (url: URL, headers: Headers) => {
     for (const line of headers.getSetCookie()) {
@@ -43,8 +70,13 @@ export const make = (): TestBrowser => {
         return (key!.toLowerCase() === "max-age" && Number(val) <= 0) ||
           (key!.toLowerCase() === "expires" && new Date(val!).getTime() < Date.now())
       })
-      if (expired) cookiesOf(url.hostname).delete(name)
-      else cookiesOf(url.hostname).set(name, value)
+      const pathAttribute = attributes.map((attribute) => attribute.trim())
+        .findLast((attribute) => attribute.toLowerCase().startsWith("path="))
+        ?.slice("path=".length)
+      const path = pathAttribute?.startsWith("/") ? pathAttribute : defaultPath(url.pathname)
+      const key = `${name};${path}`
+      if (expired) cookiesOf(url.hostname).delete(key)
+      else cookiesOf(url.hostname).set(key, { name, value, path })
     }
   }
 
@@ -58,7 +90,7 @@ export const make = (): TestBrowser => {
     let body = init.body
     let extra = init.headers ?? {}
     for (let hops = 0; hops < 30; hops++) {
-      const cookie = [...cookiesOf(current.hostname)].map(([name, value]) => `${name}=${value}`).join("; ")
+      const cookie = sentTo(current.hostname, current.pathname).map(({ name, value }) => `${name}=${value}`).join("; ")
       const response = await fetch(current, {
         method,
         redirect: "manual",
@@ -94,6 +126,14 @@ export const make = (): TestBrowser => {
           origin: options?.origin ?? new URL(url).origin
         }
       }, options?.stopAt),
-    cookies: (host) => cookiesOf(host)
+    cookies: (host, path) => {
+      const kept = path === undefined
+        ? [...cookiesOf(host).values()].sort((a, b) => b.path.length - a.path.length)
+        : sentTo(host, path)
+      // The first of a name wins, as a server reading the Cookie header takes the first.
+      const byName = new Map<string, string>()
+      for (const { name, value } of kept) if (!byName.has(name)) byName.set(name, value)
+      return byName
+    }
   }
 }

@@ -11,7 +11,8 @@
  * - `/sign-in` signs a person in: with the identity provider, an API key, or
  *   a one-time link from the operator; `/sign-out` ends the session. The
  *   session is the `ar_session` cookie: HttpOnly, SameSite=Lax, Secure
- *   outside loopback.
+ *   outside loopback, set once for each of `sessionCookiePaths` (never for
+ *   `/`, so `/clients/*` is not sent it); signing out expires each of them.
  *
  * URLs that carry a secret (a sign-in link, a provider's code) are logged
  * without it.
@@ -20,7 +21,7 @@ import { ConsoleSessions, Tenants, Tokens } from "@agent-runtime/accounts"
 import { Auth } from "@agent-runtime/domain"
 import { AuthorizationServer, Pages, SignIn } from "@agent-runtime/oauth"
 import { PersistenceError, SealedSecret } from "@agent-runtime/store"
-import { HttpApiBuilder, HttpMiddleware, HttpServerRequest, HttpServerResponse } from "@effect/platform"
+import { Cookies, HttpApiBuilder, HttpMiddleware, HttpServerRequest, HttpServerResponse } from "@effect/platform"
 import { NodeHttpServerRequest } from "@effect/platform-node"
 import { Duration, Effect, type Layer, Option } from "effect"
 import * as Tracing from "../Tracing.ts"
@@ -35,6 +36,32 @@ const page = (html: string, status = 200) => HttpServerResponse.text(html, { sta
 
 const seeOther = (location: string) =>
   HttpServerResponse.empty({ status: 303, headers: { location, "cache-control": "no-store" } })
+
+/**
+ * The paths the session cookie is set for, one cookie each: the API, the consent page, the sign-in page (it
+ * sends a signed-in person on), sign-out and the console's pages. Not `/`: then a browser would also send it
+ * to `/clients/*`, whose callers are applications with their own tokens, and which must never receive a
+ * person's session; nor to any other path that has no use for it.
+ */
+const sessionCookiePaths = ["/v1", "/oauth", "/sign-in", "/sign-out", "/console"] as const
+
+/**
+ * `response` with the session cookie once for each of `paths`, each its own `Set-Cookie` line. `Cookies`
+ * keeps one cookie per key, and `HttpServerResponse.setCookie` keys by name (so a second path would replace
+ * the first); these are keyed by path instead, and the platform writes each as a line of its own. The answer
+ * stays the platform's (its status and headers logged, measured and traced as any other).
+ */
+const withSessionCookies = (
+  response: HttpServerResponse.HttpServerResponse,
+  value: string,
+  options: Cookies.Cookie["options"],
+  paths: ReadonlyArray<string>
+) =>
+  Effect.gen(function*() {
+    const byPath: Record<string, Cookies.Cookie> = {}
+    for (const path of paths) byPath[path] = yield* Cookies.makeCookie(Auth.sessionCookie, value, { ...options, path })
+    return HttpServerResponse.mergeCookies(response, Cookies.fromReadonlyRecord(byPath))
+  })
 
 export const layer: Layer.Layer<
   never,
@@ -55,7 +82,6 @@ export const layer: Layer.Layer<
     const sealer = yield* SealedSecret.Sealer
 
     const cookieOptions = Effect.map(server.issuer, (issuer) => ({
-      path: "/",
       httpOnly: true,
       sameSite: "lax" as const,
       // Outside loopback the service is on https; on loopback (development) it is plain http, where not every
@@ -72,11 +98,10 @@ export const layer: Layer.Layer<
     ) =>
       Effect.gen(function*() {
         const started = yield* sessions.start({ tenantId: tenant.id, ...person, method })
-        const options = yield* cookieOptions
-        return yield* HttpServerResponse.setCookie(seeOther(next), Auth.sessionCookie, started.secret, {
-          ...options,
+        return yield* withSessionCookies(seeOther(next), started.secret, {
+          ...(yield* cookieOptions),
           maxAge: Duration.seconds(started.expiresAt - Math.floor(Date.now() / 1000))
-        })
+        }, sessionCookiePaths)
       })
 
     const session = Effect.gen(function*() {
@@ -243,7 +268,11 @@ export const layer: Layer.Layer<
       if (!(yield* sameOrigin)) return page(Pages.error("sign out from this service's own page"), 403)
       const secret = request.cookies[Auth.sessionCookie]
       if (secret !== undefined) yield* sessions.end(secret)
-      return yield* HttpServerResponse.expireCookie(seeOther("/sign-in"), Auth.sessionCookie, yield* cookieOptions)
+      // Each path's cookie, and one set for `/` before the cookie had its paths.
+      return yield* withSessionCookies(seeOther("/sign-in"), "", { ...(yield* cookieOptions), maxAge: 0 }, [
+        ...sessionCookiePaths,
+        "/"
+      ])
     })
 
     const resourceMetadata = Effect.map(server.resourceMetadata, (metadata) =>
