@@ -6,7 +6,7 @@
  *
  *   domain  ->  store, egress, codemode  ->  webhooks, telemetry  ->  billing  ->  accounts, models, identity, files
  *     ->  toolsources, oauth
- *     ->  agent, gateway, mcp
+ *     ->  agent, gateway, mcp, console (the web console: domain types only)
  *     ->  apps/server
  *
  * `sdk` (the client SDK, published on its own) imports only `domain`, and no
@@ -36,7 +36,7 @@ const layers = [
   ["billing"],
   ["accounts", "models", "identity", "files"],
   ["toolsources", "oauth"],
-  ["agent", "gateway", "mcp"]
+  ["agent", "gateway", "mcp", "console"]
 ]
 
 const root = import.meta.dirname

@@ -41,7 +41,7 @@ const noPathIntoApps = [
 export default defineConfig(
   globalIgnores(["**/node_modules/", ".data/", ".tmp/", "docs/", "patches/"]),
   {
-    files: ["**/*.{ts,mjs}"],
+    files: ["**/*.{ts,tsx,mjs}"],
     extends: [js.configs.recommended, tseslint.configs.recommended, effectEslint.configs.dprint],
     plugins: {
       import: importLite,

@@ -82,6 +82,7 @@ import * as AgentsHttp from "./http/Agents.ts"
 import * as Authentication from "./http/Authentication.ts"
 import * as BillingHttp from "./http/Billing.ts"
 import * as Clients from "./http/Clients.ts"
+import * as ConsoleHttp from "./http/Console.ts"
 import * as Cors from "./http/Cors.ts"
 import * as DefinitionsHttp from "./http/Definitions.ts"
 import * as Errors from "./http/Errors.ts"
@@ -232,6 +233,7 @@ export const layerRestApp: Layer.Layer<
     HttpApiBuilder.middlewareOpenApi({ path: "/v1/openapi.json" }),
     HttpApiScalar.layer({ path: "/docs" }),
     Page.layer,
+    ConsoleHttp.layer,
     McpHttp.layer,
     OAuthHttp.layer,
     MetricsHttp.layer,

@@ -11,86 +11,22 @@
  * Screenshots go to apps/server/test/output/. Without Chromium at
  * /usr/bin/chromium the tests fail, saying how to install it.
  */
-import { Http, TestWorld } from "@agent-runtime/testing"
+import { Chromium, Http, TestWorld } from "@agent-runtime/testing"
 import { expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
-import type { Scope } from "effect"
 import * as Crypto from "node:crypto"
 import * as Fs from "node:fs/promises"
 import * as NodeHttp from "node:http"
 import type { AddressInfo } from "node:net"
-import * as Os from "node:os"
-import * as Path from "node:path"
-import { type BrowserContext, chromium, type Locator, type Page } from "playwright-core"
+import type { Locator, Page } from "playwright-core"
 
-const chromiumPath = "/usr/bin/chromium"
-/** As the machine notes start it: headless, no sandbox (root), nothing reaching out to the closed network. */
-const chromiumFlags = [
-  "--headless",
-  "--no-sandbox",
-  "--disable-gpu",
-  "--disable-quic",
-  "--no-first-run",
-  "--disable-background-networking",
-  "--disable-component-update",
-  "--disable-sync"
-]
 const output = new URL("./output/", import.meta.url)
 
 type Api = ReturnType<typeof Http.client>
 
-// ---------------------------------------------------------------------------
-// The browser
+const browser = Chromium.launch()
 
-interface Browser {
-  readonly context: BrowserContext
-  /** Every URL the browser asked for. */
-  readonly urls: Array<string>
-  /** Errors the pages threw or logged. */
-  readonly errors: Array<string>
-}
-
-/** Chromium with a fresh, empty profile, closed with the scope. */
-const browser: Effect.Effect<Browser, never, Scope.Scope> = Effect.acquireRelease(
-  Effect.promise(async () => {
-    const found = await Fs.access(chromiumPath).then(() => true, () => false)
-    if (!found) {
-      throw new Error(
-        `Debian's Chromium is missing at ${chromiumPath}: install it with \`apt-get install -y chromium\` ` +
-          "(.ci/run does so on a fresh machine)"
-      )
-    }
-    const userDataDir = await Fs.mkdtemp(Path.join(Os.tmpdir(), "agent-page-chromium-"))
-    // playwright-core passes the profile as --user-data-dir itself.
-    const context = await chromium.launchPersistentContext(userDataDir, {
-      executablePath: chromiumPath,
-      headless: true,
-      args: chromiumFlags,
-      viewport: { width: 900, height: 1100 }
-    })
-    const urls: Array<string> = []
-    const errors: Array<string> = []
-    context.on("request", (request) => urls.push(request.url()))
-    context.on("weberror", (error) => errors.push(error.error().message))
-    context.on("console", (message) => {
-      if (message.type() === "error") errors.push(`${message.text()} (${message.location().url})`)
-    })
-    return { context, urls, errors, userDataDir }
-  }),
-  ({ context, userDataDir }) =>
-    Effect.promise(async () => {
-      await context.close()
-      await Fs.rm(userDataDir, { recursive: true, force: true })
-    })
-)
-
-const screenshot = (page: Page, name: string) =>
-  Effect.promise(async () => {
-    await Fs.mkdir(output, { recursive: true })
-    const path = new URL(name, output).pathname
-    await page.screenshot({ path, fullPage: true })
-    return path
-  })
+const screenshot = (page: Page, name: string) => Chromium.screenshot(page, output, name)
 
 const promise = <A>(run: () => Promise<A>) => Effect.promise(run)
 

@@ -92,6 +92,14 @@ export const make = (options: Options) =>
       VALUES (${me}, now(), now(), 'active')
       ON CONFLICT (address) DO UPDATE SET started_at = now(), reported_at = now(), state = 'active',
         drain_requested_at = NULL`
+    // A runner that stops cleanly (drained, or told to stop) leaves the list at once; one that dies keeps its row,
+    // shown unresponsive past its lease.
+    yield* Effect.addFinalizer(() =>
+      sql`DELETE FROM runner_reports WHERE address = ${me}`.pipe(
+        Effect.timeout(Duration.seconds(2)),
+        Effect.catchAllCause(DatabaseHealth.warnUnlessUnreachable("removing the stopped runner's report failed"))
+      )
+    )
     /** When this runner last wrote its report: the other runners count its lease from it. */
     let reportedAt = Date.now()
 
@@ -99,7 +107,9 @@ export const make = (options: Options) =>
       const shards = shardIds.filter((id) => sharding.hasShardId(id)).length
       const rows = yield* sql<{ drainRequested: boolean }>`
         UPDATE runner_reports SET reported_at = now(),
-          state = ${drain.isDraining() ? "draining" : "active"},
+          state = CASE WHEN drain_requested_at IS NOT NULL THEN 'draining' ELSE ${
+        drain.isDraining() ? "draining" : "active"
+      } END,
           shards = ${shards},
           turns_running = ${drain.running()},
           agents = (SELECT count(*) FROM agents WHERE owner = ${me}),
@@ -191,7 +201,7 @@ export const make = (options: Options) =>
     const requestDrain = (address: string) =>
       Effect.gen(function*() {
         const rows = yield* sql<{ requestedAt: number }>`
-          UPDATE runner_reports SET drain_requested_at = coalesce(drain_requested_at, now())
+          UPDATE runner_reports SET drain_requested_at = coalesce(drain_requested_at, now()), state = 'draining'
           WHERE address = ${address} AND reported_at > now() - make_interval(secs => ${lease})
           RETURNING floor(extract(epoch from drain_requested_at))::float8 AS requested_at`.pipe(
           PersistenceError.PersistenceError.refail

@@ -19,13 +19,17 @@ const style = `body{font:16px/1.5 system-ui,sans-serif;margin:0;background:#f6f7
 
 const styleHash = Crypto.createHash("sha256").update(style).digest("base64")
 
-/** Headers every page is served with: nothing but its own style runs, and no site may frame it. */
+/**
+ * Headers every page is served with: nothing but its own style runs, and no site may frame it. The referrer
+ * stays on this site: with `no-referrer` browsers send `Origin: null` with the pages' own forms, which the
+ * check against forged posts must refuse.
+ */
 export const headers: Readonly<Record<string, string>> = {
   "content-type": "text/html; charset=utf-8",
   "content-security-policy": `default-src 'none'; style-src 'sha256-${styleHash}'; base-uri 'none'; ` +
     "frame-ancestors 'none'",
   "x-content-type-options": "nosniff",
-  "referrer-policy": "no-referrer",
+  "referrer-policy": "same-origin",
   "cache-control": "no-store"
 }
 

@@ -1,0 +1,1 @@
+export * as Assets from "./Assets.ts"
