@@ -11,7 +11,9 @@
  * Screenshots go to apps/server/test/output/. Without Chromium at
  * /usr/bin/chromium the tests fail, saying how to install it.
  */
-import { Chromium, Http, TestWorld } from "@agent-runtime/testing"
+import { Http, TestWorld } from "@agent-runtime/testing"
+// Not in the package's index: only the browser tests load playwright-core.
+import * as Chromium from "@agent-runtime/testing/Chromium"
 import { expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
 import * as Crypto from "node:crypto"
@@ -346,17 +348,9 @@ layer(TestWorld.layer(), { excludeTestServices: true })("the agent page", (it) =
       yield* promise(() => frame.getByRole("button", { name: "Send answer" }).click())
 
       // The reply streams in: some of it shows before all of it.
-      const seen = new Set<string>()
-      const assistant = frame.locator("li.message-assistant .text").last()
-      const started = Date.now()
-      while (Date.now() - started < 20_000) {
-        const text = yield* promise(() => assistant.textContent({ timeout: 1_000 }).catch(() => null))
-        if (text !== null && text !== "") seen.add(text)
-        if (text === reply) break
-        yield* Effect.sleep("20 millis")
-      }
-      expect([...seen].at(-1)).toBe(reply)
-      expect([...seen].some((text) => text.length < reply.length && reply.startsWith(text))).toBe(true)
+      const seen = yield* Chromium.textsSeen(frame.locator("li.message-assistant .text").last(), reply)
+      expect(seen.at(-1)).toBe(reply)
+      expect(seen.some((text) => text.length < reply.length && reply.startsWith(text))).toBe(true)
 
       // The application forwarded the answer with its key and its own `from`; the agent resumed and replied.
       yield* waitForForwarded(app, 1)

@@ -12,7 +12,9 @@
  * the code as it is.
  */
 import { Assets } from "@agent-runtime/console"
-import { Chromium, Http, TestNode, TestWorld, WebhookReceiver } from "@agent-runtime/testing"
+import { Http, TestNode, TestWorld, WebhookReceiver } from "@agent-runtime/testing"
+// Not in the package's index: only the browser tests load playwright-core.
+import * as Chromium from "@agent-runtime/testing/Chromium"
 import { expect, layer } from "@effect/vitest"
 import { Effect } from "effect"
 import type { Locator, Page } from "playwright-core"
@@ -178,17 +180,9 @@ layer(TestWorld.layer(), { excludeTestServices: true })("the console", (it) => {
       yield* promise(() => question.getByRole("radio", { name: /^blue/ }).check())
       yield* promise(() => question.getByRole("button", { name: "Send answer" }).click())
       const reply = "Blue it is: the fence will be painted blue by Friday, with two coats."
-      const seen = new Set<string>()
-      const assistant = page.locator("li.message-assistant .text").last()
-      const waited = Date.now()
-      while (Date.now() - waited < 20_000) {
-        const text = yield* promise(() => assistant.textContent({ timeout: 1_000 }).catch(() => null))
-        if (text !== null && text !== "") seen.add(text)
-        if (text === reply) break
-        yield* Effect.sleep("20 millis")
-      }
-      expect([...seen].at(-1)).toBe(reply)
-      expect([...seen].some((text) => text.length < reply.length)).toBe(true)
+      const seen = yield* Chromium.textsSeen(page.locator("li.message-assistant .text").last(), reply)
+      expect(seen.at(-1)).toBe(reply)
+      expect(seen.some((text) => text.length < reply.length && reply.startsWith(text))).toBe(true)
       yield* visible(page.locator("li.notice").filter({ hasText: "The run finished." }))
       yield* visible(page.getByText("Nothing is waiting for an answer."))
       // The side panel follows: both requests listed once the run ended.
@@ -216,6 +210,49 @@ layer(TestWorld.layer(), { excludeTestServices: true })("the console", (it) => {
       expect(urls.filter((url) => !url.startsWith(base))).toEqual([])
       expect(errors).toEqual([])
     }))
+
+  it.scoped(
+    "pages back through a long history, and a stream that drops goes on where it was",
+    () =>
+      Effect.gen(function*() {
+        const { api, token, world } = yield* setup("console-history")
+        const base = world.node.rest
+        const agentId = yield* newAgent(api, token, { name: "Chatty" })
+        for (let turn = 1; turn <= 40; turn++) {
+          world.upstream.script({ text: `answer ${turn}` })
+          yield* Http.prompted(api, token, agentId, { text: `question ${turn}` })
+        }
+        const chromium = yield* Chromium.launch({ viewport: { width: 1280, height: 800 } })
+        const { context, errors } = chromium
+        const page = yield* promise(() => context.newPage())
+        yield* signIn(chromium, page, base, token)
+        yield* promise(() => page.getByRole("link", { name: "Chatty" }).click())
+        const transcript = page.locator("ol.transcript")
+        yield* visible(transcript.locator("li.message-assistant").filter({ hasText: "answer 40" }))
+        // The latest page only, until asked for more.
+        expect(yield* promise(() => transcript.getByText("question 1", { exact: true }).count())).toBe(0)
+        yield* promise(() => page.getByRole("button", { name: "Earlier messages" }).click())
+        yield* visible(transcript.getByText("question 1", { exact: true }))
+        const texts = yield* promise(() => transcript.locator("li.message-user .text").allTextContents())
+        expect(texts).toEqual(Array.from({ length: 40 }, (_, i) => `question ${i + 1}`))
+        yield* promise(() => page.getByRole("button", { name: "Earlier messages" }).waitFor({ state: "detached" }))
+
+        // The browser loses the network for a while: the stream reconnects from its cursor, nothing twice.
+        yield* promise(() => context.setOffline(true))
+        world.upstream.script({ text: "answer 41" })
+        const accepted = yield* api.post(`/v1/agents/${agentId}/prompt`, { token, json: { text: "question 41" } })
+        expect(accepted.status).toBe(202)
+        yield* Http.settled(api, token, agentId, accepted.body.id)
+        yield* promise(() => context.setOffline(false))
+        yield* visible(transcript.locator("li.message-assistant").filter({ hasText: "answer 41" }), 30_000)
+        yield* visible(page.getByRole("status").filter({ hasText: "Live" }))
+        const after = yield* promise(() => transcript.locator("li.message-user .text").allTextContents())
+        expect(after).toEqual(Array.from({ length: 41 }, (_, i) => `question ${i + 1}`))
+        // What the browser logged while offline: the stream's failed requests, nothing else.
+        expect(errors.filter((error) => !/ERR_INTERNET_DISCONNECTED|Failed to fetch|network/i.test(error))).toEqual([])
+      }),
+    { timeout: 90_000 }
+  )
 
   it.scoped("makes an API token, shown once, and revokes it", () =>
     Effect.gen(function*() {
@@ -401,12 +438,12 @@ layer(TestWorld.layer(), { excludeTestServices: true })("the console", (it) => {
 
       yield* promise(() => row.getByRole("button", { name: "Drain" }).click())
       yield* promise(() => row.getByRole("button", { name: `Drain ${second.runnerAddress}` }).click())
-      // Draining from the moment it is asked; the node hands its shards over and exits, and leaves the list.
+      // Draining from the moment it is asked; the node hands its shards over and exits: stopped once its lease is out.
       yield* visible(page.getByTestId(`runner-state-${second.runnerAddress}`).filter({ hasText: "draining" }))
       yield* screenshot(page, "console-operator-draining.png")
       const exit = yield* second.exited.pipe(Effect.timeout("60 seconds"))
       expect(exit.signal === "SIGTERM" || exit.code === 0).toBe(true)
-      yield* promise(() => row.waitFor({ state: "detached", timeout: 20_000 }))
+      yield* visible(page.getByTestId(`runner-state-${second.runnerAddress}`).filter({ hasText: "stopped" }), 30_000)
       yield* visible(runners.getByRole("row").filter({ hasText: world.node.runnerAddress }).filter({ hasText: "300" }))
       // The only error: the console asked who is signed in, and nobody is (the operator has no session).
       expect(errors).toEqual([

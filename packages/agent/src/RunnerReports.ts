@@ -66,6 +66,7 @@ interface RunnerRow {
   readonly agents: number | null
   readonly turnsRunning: number | null
   readonly mailboxDepth: number | null
+  readonly drainRequested: boolean | null
   readonly silent: boolean
 }
 
@@ -92,14 +93,6 @@ export const make = (options: Options) =>
       VALUES (${me}, now(), now(), 'active')
       ON CONFLICT (address) DO UPDATE SET started_at = now(), reported_at = now(), state = 'active',
         drain_requested_at = NULL`
-    // A runner that stops cleanly (drained, or told to stop) leaves the list at once; one that dies keeps its row,
-    // shown unresponsive past its lease.
-    yield* Effect.addFinalizer(() =>
-      sql`DELETE FROM runner_reports WHERE address = ${me}`.pipe(
-        Effect.timeout(Duration.seconds(2)),
-        Effect.catchAllCause(DatabaseHealth.warnUnlessUnreachable("removing the stopped runner's report failed"))
-      )
-    )
     /** When this runner last wrote its report: the other runners count its lease from it. */
     let reportedAt = Date.now()
 
@@ -107,9 +100,7 @@ export const make = (options: Options) =>
       const shards = shardIds.filter((id) => sharding.hasShardId(id)).length
       const rows = yield* sql<{ drainRequested: boolean }>`
         UPDATE runner_reports SET reported_at = now(),
-          state = CASE WHEN drain_requested_at IS NOT NULL THEN 'draining' ELSE ${
-        drain.isDraining() ? "draining" : "active"
-      } END,
+          state = ${drain.isDraining() ? "draining" : "active"},
           shards = ${shards},
           turns_running = ${drain.running()},
           agents = (SELECT count(*) FROM agents WHERE owner = ${me}),
@@ -169,7 +160,7 @@ export const make = (options: Options) =>
           floor(extract(epoch from r.reported_at))::float8 AS reported_at,
           floor(extract(epoch from c.last_heartbeat))::float8 AS last_heartbeat,
           (c.healthy AND c.last_heartbeat > now() - make_interval(secs => ${lease})) AS in_ring,
-          r.shards, r.agents, r.turns_running, r.mailbox_depth,
+          r.shards, r.agents, r.turns_running, r.mailbox_depth, r.drain_requested_at IS NOT NULL AS drain_requested,
           coalesce(r.reported_at < now() - make_interval(secs => ${lease}), true) AS silent
         FROM runner_reports r FULL OUTER JOIN cluster_runners c ON c.address = r.address
         WHERE c.address IS NOT NULL OR r.reported_at > now() - interval '10 minutes'
@@ -178,7 +169,13 @@ export const make = (options: Options) =>
       const data = rows.map((row, i) =>
         new Runner.Runner({
           address: row.address,
-          state: row.silent ? "unresponsive" : row.state ?? "active",
+          // Draining from the moment an operator asks; silent after a drain, it stopped as asked (silent without
+          // one, it may be stuck).
+          state: row.silent
+            ? row.state === "draining" || row.drainRequested ? "stopped" : "unresponsive"
+            : row.drainRequested
+            ? "draining"
+            : row.state ?? "active",
           healthy: row.inRing === true,
           startedAt: row.startedAt,
           lastHeartbeat: row.lastHeartbeat,
@@ -201,7 +198,7 @@ export const make = (options: Options) =>
     const requestDrain = (address: string) =>
       Effect.gen(function*() {
         const rows = yield* sql<{ requestedAt: number }>`
-          UPDATE runner_reports SET drain_requested_at = coalesce(drain_requested_at, now()), state = 'draining'
+          UPDATE runner_reports SET drain_requested_at = coalesce(drain_requested_at, now())
           WHERE address = ${address} AND reported_at > now() - make_interval(secs => ${lease})
           RETURNING floor(extract(epoch from drain_requested_at))::float8 AS requested_at`.pipe(
           PersistenceError.PersistenceError.refail

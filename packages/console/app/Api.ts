@@ -15,6 +15,7 @@ import type {
   Provider,
   Runner,
   Schedule,
+  Session,
   Tenant,
   Token,
   Volume,
@@ -47,6 +48,8 @@ export type VolumeInfo = Wire<typeof Volume.Volume>
 export type FileList = Wire<typeof Volume.FileList>
 export type ScheduleInfo = Wire<typeof Schedule.Schedule>
 export type OAuthGrant = Wire<typeof OAuth.OAuthGrant>
+export type HistoryPage = Wire<typeof Session.HistoryPage>
+export type HistoryEntry = Wire<typeof Session.HistoryEntry>
 
 /** An answer that was not 2xx, with the API's `{error, code}`. */
 export class ApiError extends Error {

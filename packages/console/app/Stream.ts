@@ -4,6 +4,8 @@
  * a drop, at once when the service asks (`event: reconnect`), and when the
  * stream falls silent (the service sends a heartbeat about every 5 seconds).
  */
+import type { EventSourceMessage } from "eventsource-parser"
+import { EventSourceParserStream } from "eventsource-parser/stream"
 import { fetchApi } from "./Api.ts"
 
 const silenceMs = 20_000
@@ -15,50 +17,22 @@ export interface Frame {
   readonly [field: string]: unknown
 }
 
-interface Message {
-  readonly event: string
-  readonly data: string
-  readonly id: string | undefined
-}
-
-/** Server-sent events from a body; any bytes, heartbeats included, count as activity. */
-async function* messages(body: ReadableStream<Uint8Array>, onActivity: () => void): AsyncGenerator<Message> {
-  const reader = body.getReader()
+/**
+ * The messages of a server-sent event stream (parsed by eventsource-parser); any bytes, heartbeat comments
+ * included, count as activity.
+ */
+const messages = (body: ReadableStream<Uint8Array>, onActivity: () => void): ReadableStream<EventSourceMessage> => {
   const decoder = new TextDecoder()
-  let buffer = ""
-  let event = ""
-  let data: Array<string> = []
-  let id: string | undefined
-  try {
-    for (;;) {
-      const { done, value } = await reader.read()
-      if (done) return
-      onActivity()
-      buffer += decoder.decode(value, { stream: true })
-      const lines = buffer.split("\n")
-      buffer = lines.pop() ?? ""
-      for (const raw of lines) {
-        const line = raw.endsWith("\r") ? raw.slice(0, -1) : raw
-        if (line === "") {
-          if (data.length > 0 || event !== "") yield { event: event || "message", data: data.join("\n"), id }
-          event = ""
-          data = []
-          id = undefined
-          continue
+  return body
+    .pipeThrough(
+      new TransformStream<Uint8Array, string>({
+        transform: (chunk, controller) => {
+          onActivity()
+          controller.enqueue(decoder.decode(chunk, { stream: true }))
         }
-        if (line.startsWith(":")) continue
-        const colon = line.indexOf(":")
-        const field = colon === -1 ? line : line.slice(0, colon)
-        let value = colon === -1 ? "" : line.slice(colon + 1)
-        if (value.startsWith(" ")) value = value.slice(1)
-        if (field === "event") event = value
-        else if (field === "data") data.push(value)
-        else if (field === "id") id = value
-      }
-    }
-  } finally {
-    reader.cancel().catch(() => {})
-  }
+      })
+    )
+    .pipeThrough(new EventSourceParserStream())
 }
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
@@ -96,19 +70,20 @@ export const follow = async (agentId: string, cursor: number | undefined, follow
       })
       if (response.body === null) throw new Error("the event stream has no body")
       for await (const message of messages(response.body, alive)) {
-        if (message.event === "ready") {
+        const event = message.event ?? "message"
+        if (event === "ready") {
           follower.onStatus("live")
           delay = retryFirstMs
           continue
         }
-        if (message.event === "reconnect") {
+        if (event === "reconnect") {
           again = true
           break
         }
         if (message.id !== undefined && message.id !== "" && Number.isFinite(Number(message.id))) {
           at = Number(message.id)
         }
-        if (message.event !== "message" || message.data === "") continue
+        if (event !== "message" || message.data === "") continue
         let frame: unknown
         try {
           frame = JSON.parse(message.data)

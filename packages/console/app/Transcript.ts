@@ -4,7 +4,9 @@
  * index, tool calls by their id). Everything is kept as text; nothing the
  * agent says is rendered as markup.
  */
+import type { HistoryEntry } from "./Api.ts"
 import type { Frame } from "./Stream.ts"
+import { httpUrl } from "./Urls.ts"
 
 export type Entry =
   | { readonly kind: "user"; readonly who: string; readonly text: string }
@@ -50,19 +52,16 @@ const inputStates: Record<string, string> = {
   superseded: "was superseded by a new message"
 }
 
-const httpUrl = (href: unknown) => {
-  if (typeof href !== "string") return undefined
-  try {
-    const url = new URL(href, location.href)
-    return url.protocol === "https:" || url.protocol === "http:" ? url.href : undefined
-  } catch {
-    return undefined
-  }
-}
-
 export class Transcript {
-  readonly entries = new Map<string, Entry>()
+  entries = new Map<string, Entry>()
   private notices = 0
+
+  /** An older page of history, put before what is shown. */
+  earlier(older: ReadonlyArray<HistoryEntry>) {
+    const page = new Transcript()
+    for (const entry of older) page.message(entry.index, entry.message)
+    this.entries = new Map([...page.entries, ...this.entries])
+  }
 
   clear() {
     this.entries.clear()
@@ -187,7 +186,7 @@ export class Transcript {
         return false
       case "file_presented": {
         const name = [event.name, event.path, event.file?.path].find((value) => typeof value === "string") ?? "a file"
-        this.notice(`File: ${name}`, "info", httpUrl(event.url ?? event.file?.url))
+        this.notice(`File: ${name}`, "info", httpUrl(event.url ?? event.file?.url)?.href)
         return false
       }
       default:

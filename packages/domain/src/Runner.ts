@@ -7,10 +7,11 @@ import { Timestamp } from "./Common.ts"
 
 /**
  * active: owns shards and runs turns; draining: handing its agents on before
- * it exits; unresponsive: its lease ran out (stopped, paused or unreachable)
- * and its shards are being taken over.
+ * it exits (from the moment an operator asks); stopped: drained and gone
+ * silent, as asked; unresponsive: its lease ran out without a drain (crashed,
+ * paused or unreachable) and its shards are being taken over.
  */
-export const RunnerState = Schema.Literal("active", "draining", "unresponsive")
+export const RunnerState = Schema.Literal("active", "draining", "stopped", "unresponsive")
 export type RunnerState = typeof RunnerState.Type
 
 /**

@@ -11,7 +11,7 @@ import { Effect, type Scope } from "effect"
 import * as Fs from "node:fs/promises"
 import * as Os from "node:os"
 import * as Path from "node:path"
-import { type BrowserContext, chromium, type Page } from "playwright-core"
+import { type BrowserContext, chromium, type Locator, type Page } from "playwright-core"
 
 export const executablePath = "/usr/bin/chromium"
 
@@ -78,4 +78,21 @@ export const screenshot = (page: Page, directory: URL, name: string) =>
     const path = new URL(name, directory).pathname
     await page.screenshot({ path, fullPage: true })
     return path
+  })
+
+/**
+ * Every text `locator` showed, polled every 20 ms until it shows `final` (or 20 s pass): a reply that streams
+ * in shows some of itself before all of it.
+ */
+export const textsSeen = (locator: Locator, final: string) =>
+  Effect.gen(function*() {
+    const seen = new Set<string>()
+    const started = Date.now()
+    while (Date.now() - started < 20_000) {
+      const text = yield* Effect.promise(() => locator.textContent({ timeout: 1_000 }).catch(() => null))
+      if (text !== null && text !== "") seen.add(text)
+      if (text === final) break
+      yield* Effect.sleep("20 millis")
+    }
+    return [...seen]
   })

@@ -1,7 +1,6 @@
 export * as AgentFixtures from "./AgentFixtures.ts"
 export * as BareApplication from "./BareApplication.ts"
 export * as CamelWire from "./CamelWire.ts"
-export * as Chromium from "./Chromium.ts"
 export * as FakeGitHub from "./FakeGitHub.ts"
 export * as FakeSearch from "./FakeSearch.ts"
 export * as FakeStripe from "./FakeStripe.ts"

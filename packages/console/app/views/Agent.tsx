@@ -6,7 +6,7 @@
  */
 import { useLocation, useRoute } from "preact-iso"
 import { useEffect, useReducer, useRef, useState } from "preact/hooks"
-import { type AgentDetail, api, ApiError, path, type PendingInput, type Usage } from "../Api.ts"
+import { type AgentDetail, api, ApiError, type HistoryPage, path, type PendingInput, type Usage } from "../Api.ts"
 import { follow } from "../Stream.ts"
 import { type Entry, Transcript } from "../Transcript.ts"
 import {
@@ -87,17 +87,17 @@ const useConversation = (agentId: string, onChange: () => void) => {
   const [, redraw] = useReducer((count: number) => count + 1, 0)
   const [status, setStatus] = useState<string>("connecting")
   const [error, setError] = useState<unknown>(undefined)
+  /** Where the next older page of history starts, while there is one. */
+  const [older, setOlder] = useState<number | null>(null)
   useEffect(() => {
     const aborter = new AbortController()
     transcript.current = new Transcript()
     const catchUp = async () => {
       const detail = await api<AgentDetail>(path`/v1/agents/${agentId}`, { signal: aborter.signal })
-      const history = await api<{ entries: Array<{ index: number; message: unknown }>; next: number | null }>(
-        path`/v1/agents/${agentId}/history`,
-        { signal: aborter.signal }
-      )
+      const history = await api<HistoryPage>(path`/v1/agents/${agentId}/history`, { signal: aborter.signal })
       transcript.current.clear()
       for (const entry of history.entries) transcript.current.message(entry.index, entry.message)
+      setOlder(history.next)
       redraw(0)
       return detail.cursor
     }
@@ -117,11 +117,21 @@ const useConversation = (agentId: string, onChange: () => void) => {
       }, aborter.signal), (failure) => aborter.signal.aborted || setError(failure))
     return () => aborter.abort()
   }, [agentId])
-  return { entries: [...transcript.current.entries.values()], status, error }
+  const loadEarlier = async () => {
+    if (older === null) return
+    const page = await api<HistoryPage>(`${path`/v1/agents/${agentId}/history`}?before=${older}`).catch((failure) => {
+      setError(failure)
+      return undefined
+    })
+    if (page === undefined) return
+    transcript.current.earlier(page.entries)
+    setOlder(page.next)
+  }
+  return { entries: [...transcript.current.entries.values()], status, error, older, loadEarlier }
 }
 
 const Conversation = ({ agentId, onChange }: { readonly agentId: string; readonly onChange: () => void }) => {
-  const { entries, error, status } = useConversation(agentId, onChange)
+  const { entries, error, loadEarlier, older, status } = useConversation(agentId, onChange)
   const end = useRef<HTMLDivElement>(null)
   useEffect(() => {
     end.current?.scrollIntoView({ block: "nearest" })
@@ -135,6 +145,7 @@ const Conversation = ({ agentId, onChange }: { readonly agentId: string; readonl
         </span>
       </header>
       <ErrorNote error={error} />
+      {older === null ? null : <button type="button" class="secondary" onClick={loadEarlier}>Earlier messages</button>}
       {entries.length === 0 ? <p class="muted">Nothing said yet.</p> : null}
       <ol class="transcript" aria-live="polite">
         {entries.map((entry) => <EntryView entry={entry} />)}
@@ -251,9 +262,9 @@ const Spend = ({ agentId, runs }: { readonly agentId: string; readonly runs: num
   const totals = usage.data.totals
   return (
     <p>
-      {usd(totals.cost)} over the last 30 days: {totals.responses} responses, {totals.input.toLocaleString()} tokens in,
+      {usd(totals.cost)} over the last 30 days: {totals.responses} {totals.responses === 1 ? "response" : "responses"},
       {" "}
-      {totals.output.toLocaleString()} out.
+      {totals.input.toLocaleString()} tokens in, {totals.output.toLocaleString()} out.
     </p>
   )
 }

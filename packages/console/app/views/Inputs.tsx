@@ -8,6 +8,7 @@ import type { JSX } from "preact"
 import { useId } from "preact/hooks"
 import { api, path, type PendingInput } from "../Api.ts"
 import { ErrorNote, pretty, useAction } from "../ui.tsx"
+import { httpUrl } from "../Urls.ts"
 
 type Answer = { readonly action: "accept" | "decline" | "cancel"; readonly content?: unknown }
 
@@ -16,16 +17,6 @@ const kindTitles: Record<string, string> = {
   approval: "An approval",
   form: "A form to fill in",
   url: "A page to open"
-}
-
-const safeUrl = (href: unknown) => {
-  if (typeof href !== "string") return undefined
-  try {
-    const url = new URL(href)
-    return url.protocol === "https:" || url.protocol === "http:" ? url : undefined
-  } catch {
-    return undefined
-  }
 }
 
 const Buttons = (
@@ -195,7 +186,7 @@ export const InputCard = (
   const action = useAction()
   const problem = useAction()
   const detail: any = input.detail
-  const url = input.kind === "url" ? safeUrl(detail.url) : undefined
+  const url = input.kind === "url" ? httpUrl(detail.url) : undefined
   const titleId = useId()
   const onSubmit = async (event: JSX.TargetedSubmitEvent<HTMLFormElement>) => {
     event.preventDefault()

@@ -49,17 +49,19 @@ const Chart = ({ data }: { readonly data: ByDay }) => {
         height: 260,
         scales: { x: { time: true } },
         axes: [{}, { values: (_, ticks) => ticks.map((tick) => usd(tick)), size: 70 }],
+        // The x series first; the models last to first, so the tallest (all of them) is drawn behind.
         series: [
-          {},
+          { label: "Day" },
           ...data.models.map((model, m) => ({
             label: model,
             stroke: palette[m % palette.length]!,
             fill: `${palette[m % palette.length]!}88`,
             paths: uPlot.paths.bars!({ size: [0.7, 40] }),
-            value: (_: uPlot, value: number | null) =>
-              value === null ? "" : usd(data.cost[m]![data.days.indexOf(value)] ?? 0)
-          }))
-        ].reverse()
+            // The legend shows the model's own spend that day, not the stacked height.
+            value: (_: uPlot, _stacked: number | null, _series: number, day: number | null) =>
+              day === null ? "" : usd(data.cost[m]![day] ?? 0)
+          })).reverse()
+        ]
       },
       [data.days, ...[...stacked].reverse()],
       element
