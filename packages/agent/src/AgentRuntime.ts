@@ -38,6 +38,7 @@ import {
   Streaming
 } from "./internal/instance.ts"
 import { awaitApplication, runRequest } from "./internal/runRequest.ts"
+import { turnScheduler } from "./internal/turnScheduler.ts"
 import * as Journal from "./Journal.ts"
 import * as RunnerReports from "./RunnerReports.ts"
 import type * as Tools from "./Tools.ts"
@@ -160,7 +161,9 @@ const runner = (instance: Instance, wake: Effect.Effect<unknown, unknown>) => {
       while (canStart()) {
         // Its turn gets the tools of an application still in its handshake; an abort meanwhile cancels it.
         yield* awaitApplication(instance, requests.pending[0]!)
-        if (canStart()) yield* drain.track(runRequest(instance, requests.pending.shift()!))
+        if (canStart()) {
+          yield* drain.track(runRequest(instance, requests.pending.shift()!).pipe(Effect.withScheduler(turnScheduler)))
+        }
       }
       yield* Fiber.interrupt(keepingAlive)
       yield* Entity.keepAlive(false)

@@ -88,6 +88,23 @@ const pool = (url: Redacted.Redacted<string>, options: Omit<Options, "url" | "da
     (pool) => Effect.promise(() => pool.end()).pipe(Effect.interruptible, Effect.timeoutOption(1000))
   )
 
+/**
+ * A name transform worked out once per name: every row of every result has its column names transformed,
+ * and a node uses a few hundred names. Bounded, should a statement name columns without end.
+ */
+const memoized = (transform: (name: string) => string) => {
+  const known = new Map<string, string>()
+  return (name: string) => {
+    let transformed = known.get(name)
+    if (transformed === undefined) {
+      if (known.size >= 10_000) known.clear()
+      transformed = transform(name)
+      known.set(name, transformed)
+    }
+    return transformed
+  }
+}
+
 /** A client on `url`, with `options.migrations` applied. */
 export const layerClient = (
   url: Redacted.Redacted<string>,
@@ -97,8 +114,8 @@ export const layerClient = (
     Layer.provideMerge(PgClient.layerFromPool({
       acquire: pool(url, options),
       applicationName: options.applicationName ?? "agent-runtime",
-      transformQueryNames: String.camelToSnake,
-      transformResultNames: String.snakeToCamel,
+      transformQueryNames: memoized(String.camelToSnake),
+      transformResultNames: memoized(String.snakeToCamel),
       // Column names only. By default the transform also renames every key inside jsonb values, which holds
       // tenants' and models' own data (context, metadata, tool arguments): `order_id` came back as `orderId`,
       // and a key ending in `_` threw inside the row transform, so an agent holding one could never load again.
