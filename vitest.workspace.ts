@@ -1,5 +1,5 @@
-import { fileURLToPath } from "node:url"
 import { defineWorkspace } from "vitest/config"
+import { serverFlags, serverScript } from "./scripts/serverScript.ts"
 
 // The root vitest.config.ts holds the run-wide setup (one embedded PostgreSQL).
 export default defineWorkspace([
@@ -27,7 +27,7 @@ export default defineWorkspace([
       testTimeout: 60_000,
       hookTimeout: 60_000,
       // Rest.test.ts starts a real node with the testing package's TestNode.
-      provide: { serverMain: fileURLToPath(new URL("./apps/server/src/main.ts", import.meta.url)) }
+      provide: { serverMain: serverScript, serverFlags }
     }
   },
   {
@@ -37,7 +37,7 @@ export default defineWorkspace([
       testTimeout: 60_000,
       hookTimeout: 60_000,
       // What the testing package's TestNode starts: it does not know the app.
-      provide: { serverMain: fileURLToPath(new URL("./apps/server/src/main.ts", import.meta.url)) }
+      provide: { serverMain: serverScript, serverFlags }
     }
   }
 ])

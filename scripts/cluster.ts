@@ -13,8 +13,7 @@ import * as Crypto from "node:crypto"
 import * as Fs from "node:fs/promises"
 import * as Path from "node:path"
 import * as Readline from "node:readline"
-
-const mainScript = new URL("../apps/server/src/main.ts", import.meta.url).pathname
+import { serverFlags, serverScript } from "./serverScript.ts"
 
 /** A secret kept in the data directory, made on first use, so restarts keep tokens and sealed keys valid. */
 const secret = (dataDir: string, name: string, make: () => string) =>
@@ -38,7 +37,7 @@ Effect.gen(function*() {
   const sealingKey = yield* secret(dataDir, "sealing-key", () => Crypto.randomBytes(32).toString("base64"))
   const nodes = [0, 1, 2].map((i) => {
     const name = `node${i + 1}`
-    const child = ChildProcess.spawn(process.execPath, [mainScript], {
+    const child = ChildProcess.spawn(process.execPath, [...serverFlags, serverScript], {
       env: {
         ...process.env,
         DATABASE_URL: Redacted.value(server.url),

@@ -23,7 +23,7 @@ import { Console, Effect, Redacted } from "effect"
 import * as Fs from "node:fs/promises"
 import * as Os from "node:os"
 import * as Path from "node:path"
-import { serverScript } from "./serverScript.ts"
+import { serverFlags, serverScript } from "./serverScript.ts"
 
 const runs = Number(process.env.FUZZ_RUNS ?? 20_000)
 const seed = Number(process.env.FUZZ_SEED ?? Math.floor(Math.random() * 2 ** 31))
@@ -44,6 +44,7 @@ const program = Effect.gen(function*() {
   const upstream = yield* FakeUpstream.start({ maxRecorded: 1000 })
   const node = yield* TestNode.start({
     script: serverScript,
+    flags: serverFlags,
     databaseUrl,
     env: yield* FuzzWorld.env(upstream, maxBodyBytes)
   })

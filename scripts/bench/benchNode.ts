@@ -13,7 +13,7 @@ import { Effect, Redacted, type Scope } from "effect"
 import * as Fs from "node:fs/promises"
 import * as Os from "node:os"
 import * as Path from "node:path"
-import { serverScript } from "../serverScript.ts"
+import { serverFlags, serverScript } from "../serverScript.ts"
 
 /** CPU seconds a process has used (user + system), from /proc/<pid>/stat (clock ticks of 1/100 s). */
 export const cpuSeconds = async (pid: number): Promise<number> => {
@@ -42,6 +42,7 @@ export const start = (
     const upstream = yield* FakeUpstream.start({ maxRecorded: options.maxRecorded })
     const node = yield* TestNode.start({
       script: serverScript,
+      flags: serverFlags,
       databaseUrl,
       env: {
         ALLOW_PRIVATE_URLS: "true",

@@ -41,7 +41,7 @@ import * as Os from "node:os"
 import * as Path from "node:path"
 import { fileURLToPath } from "node:url"
 import Pg from "pg"
-import { serverScript } from "../serverScript.ts"
+import { serverFlags, serverScript } from "../serverScript.ts"
 import * as BenchNode from "./benchNode.ts"
 
 const floorScript = fileURLToPath(new URL("floorServer.cjs", import.meta.url))
@@ -67,6 +67,7 @@ const world = (databaseUrl: string, upstream: FakeUpstream.FakeUpstream, size: n
   Effect.gen(function*() {
     const cluster = yield* TestCluster.start({
       script: serverScript,
+      flags: serverFlags,
       size,
       databaseUrl,
       env: {

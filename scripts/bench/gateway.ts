@@ -36,7 +36,7 @@ import * as Fs from "node:fs/promises"
 import * as Os from "node:os"
 import * as Path from "node:path"
 import { Pool } from "undici"
-import { serverScript } from "../serverScript.ts"
+import { serverFlags, serverScript } from "../serverScript.ts"
 
 const requests = Number(process.env.BENCH_REQUESTS ?? 4000)
 const latencyMs = Number(process.env.BENCH_LATENCY_MS ?? 1)
@@ -148,6 +148,7 @@ const program = Effect.gen(function*() {
   const relay = yield* startRelay(upstream.url)
   const node = yield* TestNode.start({
     script: serverScript,
+    flags: serverFlags,
     databaseUrl,
     env: {
       ALLOW_PRIVATE_URLS: "true",

@@ -45,7 +45,7 @@ import * as Path from "node:path"
 import { monitorEventLoopDelay } from "node:perf_hooks"
 import { fileURLToPath } from "node:url"
 import Pg from "pg"
-import { serverScript } from "../serverScript.ts"
+import { serverFlags, serverScript } from "../serverScript.ts"
 import * as BenchNode from "./benchNode.ts"
 
 const env = (name: string, fallback: number) => {
@@ -279,6 +279,7 @@ const program = Effect.gen(function*() {
   const probeFile = Path.join(dataDir, "probe.jsonl")
   const node = yield* TestNode.start({
     script: serverScript,
+    flags: serverFlags,
     databaseUrl,
     env: {
       ALLOW_PRIVATE_URLS: "true",

@@ -52,7 +52,10 @@ const stepsBeforeAnswer = (scheduler: Scheduler.Scheduler) =>
         agent.destroy()
         return answeredAt
       }),
-    (server) => Effect.async<void>((resume) => server.close(() => resume(Effect.void)))
+    (server) =>
+      Effect.async<void>((resume) => {
+        server.close(() => resume(Effect.void))
+      })
   )
 
 it.live("a request arriving while a turn works is answered between the turn's steps", () =>

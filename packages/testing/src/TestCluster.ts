@@ -36,6 +36,8 @@ export interface TestCluster {
 export interface Options {
   /** The server's entry script (see `TestNode.Options`). */
   readonly script?: string
+  /** Node's flags for `script` (see `TestNode.Options`). */
+  readonly flags?: ReadonlyArray<string>
   readonly size: number
   readonly databaseUrl: string
   readonly env?: Record<string, string>
@@ -58,6 +60,7 @@ export const start = (options: Options): Effect.Effect<TestCluster, Error, Scope
     const launch = (address: string) =>
       TestNode.start({
         ...(options.script === undefined ? {} : { script: options.script }),
+        ...(options.flags === undefined ? {} : { flags: options.flags }),
         databaseUrl: proxies[addresses.indexOf(address)]?.url ?? options.databaseUrl,
         operatorToken,
         env: { SEALING_KEY: sealingKey, ...options.env, RUNNER_ADDRESS: address }

@@ -18,12 +18,16 @@ declare module "vitest" {
   export interface ProvidedContext {
     /** The server's entry script, for `TestNode.start` without a `script`. */
     serverMain: string
+    /** Node's flags for it, as `npm start` gives them. */
+    serverFlags: ReadonlyArray<string>
   }
 }
 
 export interface Options {
   /** The server's entry script; under vitest, the provided `serverMain` when absent. */
   readonly script?: string
+  /** Node's flags for `script` (as `npm start` gives them); with the provided script, the provided `serverFlags`. */
+  readonly flags?: ReadonlyArray<string>
   readonly databaseUrl: string
   readonly operatorToken?: string
   readonly env?: Record<string, string>
@@ -53,14 +57,14 @@ export interface Exit {
   readonly signal: NodeJS.Signals | null
 }
 
-/** The script the test run names, for a start that names none. */
+/** The script the test run names and its flags, for a start that names none. */
 const providedScript = Effect.tryPromise({
   try: async () => {
     // Imported here, not at the top: benchmark scripts use this fixture outside vitest.
     const { inject } = await import("vitest")
     const script = inject("serverMain")
     if (typeof script !== "string") throw new Error("serverMain is not provided")
-    return script
+    return { script, flags: inject("serverFlags") ?? [] }
   },
   catch: (cause) =>
     new Error(
@@ -107,11 +111,13 @@ export const freePort = Effect.gen(function*() {
 
 export const start = (options: Options): Effect.Effect<TestNode, Error, Scope.Scope> =>
   Effect.gen(function*() {
-    const script = options.script ?? (yield* providedScript)
+    const { flags, script } = options.script === undefined
+      ? yield* providedScript
+      : { script: options.script, flags: options.flags ?? [] }
     const runnerAddress = options.env?.RUNNER_ADDRESS ?? `127.0.0.1:${yield* freePort}`
     const dataDir = yield* Effect.promise(() => Fs.mkdtemp(Path.join(Os.tmpdir(), "agent-runtime-node-")))
     const operatorToken = options.operatorToken ?? `aro_${Crypto.randomBytes(32).toString("base64url")}`
-    const child = ChildProcess.spawn(process.execPath, [script], {
+    const child = ChildProcess.spawn(process.execPath, [...flags, script], {
       env: {
         ...process.env,
         PORT: "0",
