@@ -8,15 +8,28 @@
  * restarted under the same address, goes on with it).
  */
 import { Ledger } from "@agent-runtime/billing"
-import type { Volumes } from "@agent-runtime/files"
+import { Volumes } from "@agent-runtime/files"
 import { IdentityTokens } from "@agent-runtime/identity"
-import { UsageLog } from "@agent-runtime/models"
-import type { ModelClient } from "@agent-runtime/models"
+import { ModelClient, UsageLog } from "@agent-runtime/models"
 import { DatabaseHealth } from "@agent-runtime/store"
 import { TraceExport } from "@agent-runtime/telemetry"
 import { Entity, ShardingConfig } from "@effect/cluster"
 import type { Sharding } from "@effect/cluster"
-import { Cause, Deferred, Duration, Effect, Exit, Fiber, Layer, Option, Queue, Schedule, Stream } from "effect"
+import {
+  Cause,
+  Context,
+  Deferred,
+  Duration,
+  Effect,
+  Exit,
+  Fiber,
+  Layer,
+  Option,
+  Queue,
+  Schedule,
+  Stream,
+  Tracer
+} from "effect"
 import type { AnswerPayload, PromptPayload } from "./Agent.ts"
 import { Agent, applyChanges, entityClient, StatelessRun, toRecord, watchKeepAlive } from "./Agent.ts"
 import { type ApplicationConnected, Draining, Fenced, PersistenceError } from "./AgentError.ts"
@@ -41,7 +54,7 @@ import { awaitApplication, runRequest } from "./internal/runRequest.ts"
 import { turnScheduler } from "./internal/turnScheduler.ts"
 import * as Journal from "./Journal.ts"
 import * as RunnerReports from "./RunnerReports.ts"
-import type * as Tools from "./Tools.ts"
+import * as Tools from "./Tools.ts"
 
 /** How long a moving agent's turn may take to finish its step before it is cut (and resumed as after a crash). */
 const handOnTimeout = Duration.seconds(30)
@@ -132,6 +145,19 @@ const start = Effect.gen(function*() {
 })
 
 /**
+ * A turn's services: the three its type names, and its parent span. Each span, fork and provided service
+ * inside a turn copies and compares the whole context, some 75 services on a node; a turn takes the rest
+ * when its agent starts.
+ */
+const turnContext = Context.pick(Volumes.Volumes, ModelClient.ModelClient, Tools.Tools, Tracer.ParentSpan)
+
+const alone = <A, E>(
+  turn: Effect.Effect<A, E, Volumes.Volumes | ModelClient.ModelClient | Tools.Tools>
+): Effect.Effect<A, E, Volumes.Volumes | ModelClient.ModelClient | Tools.Tools> =>
+  // In place of the context, not merged into it (which `Effect.provide` would do).
+  Effect.mapInputContext(turn, turnContext)
+
+/**
  * The runner: one request at a time, in arrival order. The entity is kept alive while the runner stays
  * busy (see keepAliveAfter); the cluster keeps that as a message, so when the node is lost, the next owner
  * of the shard starts the agent at once and it picks the work up. A node letting the agent go on purpose
@@ -162,7 +188,9 @@ const runner = (instance: Instance, wake: Effect.Effect<unknown, unknown>) => {
         // Its turn gets the tools of an application still in its handshake; an abort meanwhile cancels it.
         yield* awaitApplication(instance, requests.pending[0]!)
         if (canStart()) {
-          yield* drain.track(runRequest(instance, requests.pending.shift()!).pipe(Effect.withScheduler(turnScheduler)))
+          yield* drain.track(
+            runRequest(instance, requests.pending.shift()!).pipe(Effect.withScheduler(turnScheduler), alone)
+          )
         }
       }
       yield* Fiber.interrupt(keepingAlive)
