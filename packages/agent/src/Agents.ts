@@ -295,11 +295,13 @@ export class Agents extends Context.Tag("@agent-runtime/agent/Agents")<Agents, {
 
 /**
  * A service method: a span named after it, and a journal failure as the defect of its cause. The API answers
- * those 503 when the database cannot be reached (see DatabaseHealth), else 500.
+ * those 503 when the database cannot be reached (see DatabaseHealth), else 500. The span's name says where it
+ * was made: no stack is captured for it on every call (a turn's hot calls each paid for one).
  */
 const method =
   <Args extends ReadonlyArray<any>, A, E, R>(name: string, f: (...args: Args) => Effect.Effect<A, E, R>) =>
-  (...args: Args) => f(...args).pipe(PersistenceError.orDie, Effect.withSpan(`Agents.${name}`))
+  (...args: Args) =>
+    f(...args).pipe(PersistenceError.orDie, Effect.withSpan(`Agents.${name}`, { captureStackTrace: false }))
 
 export const make = Effect.gen(function*() {
   const store = yield* AgentStore

@@ -156,7 +156,7 @@ export const make = (
           Cause.defects(cause).pipe(Chunk.some((defect) => defect instanceof Fenced)) ? supersede(true) : Effect.void
         ),
         // A span per statement sent: a turn's many `durable` calls with nothing held make none.
-        Effect.withSpan("Journal.write", { attributes: { "agent.id": agentId } })
+        Effect.withSpan("Journal.write", { attributes: { "agent.id": agentId }, captureStackTrace: false })
       )
 
     let heldStart: Write | undefined

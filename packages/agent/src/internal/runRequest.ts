@@ -330,7 +330,10 @@ export const runRequest = (instance: Instance, row: RequestRow) =>
       instance.requests.active = null
       instance.turn.fiber = undefined
     })),
-    Effect.withSpan("AgentRuntime.runRequest", { attributes: { "agent.id": instance.agentId, "request.id": row.id } })
+    Effect.withSpan("AgentRuntime.runRequest", {
+      attributes: { "agent.id": instance.agentId, "request.id": row.id },
+      captureStackTrace: false
+    })
   )
 
 /**
