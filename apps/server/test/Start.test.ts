@@ -9,7 +9,9 @@ import * as Fs from "node:fs/promises"
 
 it.scoped("a started node has npm start's flags on its command line", () =>
   Effect.gen(function*() {
-    const packageJson = JSON.parse(yield* Effect.promise(() => Fs.readFile(new URL("../../../package.json", import.meta.url), "utf8")))
+    const packageJson = JSON.parse(
+      yield* Effect.promise(() => Fs.readFile(new URL("../../../package.json", import.meta.url), "utf8"))
+    )
     const start = (packageJson.scripts.start as string).split(/\s+/)
     expect(start).toContain("--max-semi-space-size=64")
     const node = yield* TestNode.start({ databaseUrl: yield* TestDatabase.make })
