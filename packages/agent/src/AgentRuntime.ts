@@ -67,6 +67,9 @@ const handOnTimeout = Duration.seconds(30)
  */
 const keepAliveAfter = Duration.seconds(1)
 
+/** How long an abort waits for a turn that was still being set up (it reads the database) to end. */
+const abortSetupWait = 5_000
+
 /** The application connection of an instance: its bookkeeping journaled, its calls signed. */
 const connectApplication = (
   instance: Omit<Instance, "application">
@@ -267,9 +270,12 @@ const abort = (instance: Instance, requestId: string) =>
       yield* settle(instance, row, { error: "cancelled by an abort request", code: "cancelled" })
     }
     const stopped = requests.active
-    if (instance.turn.fiber !== undefined) {
+    if (stopped !== null) {
       instance.turn.aborting = true
-      yield* Fiber.interrupt(instance.turn.fiber)
+      // A turn still being set up has no fiber yet: it is interrupted as it starts, and answered here once
+      // it has ended.
+      if (instance.turn.fiber !== undefined) yield* Fiber.interrupt(instance.turn.fiber)
+      else yield* awaitResponse(instance, stopped, abortSetupWait)
     }
     const inputs = yield* instance.journal.retrying(instance.inputStore.cancel(instance.agentId))
     yield* afterSettled(instance, inputs)

@@ -382,6 +382,31 @@ layer(EntityLive, { timeout: 60_000, excludeTestServices: true })("Agent entity"
       })
     }))
 
+  it.effect(
+    "an abort sent right after a prompt ends it, whether its turn was queued, being set up or running",
+    () =>
+      Effect.gen(function*() {
+        const model = yield* ScriptedModel
+        model.reset()
+        // The turn holds its model call: only the abort can end it. A new tenant each time, so the turn's setup
+        // reads its telemetry settings from the database (a window an abort once slipped through).
+        for (let i = 0; i < 12; i++) {
+          const { agentId, client, prompt } = yield* newAgent(`abort-at-once-${i}`)
+          model.script({ text: "never finished", hold: true })
+          const { cursor } = yield* client.Status()
+          yield* prompt({ requestId: `req_${i}`, fingerprint: "fp", text: "talk" })
+          if (i % 3 === 1) yield* Effect.yieldNow()
+          if (i % 3 === 2) yield* Effect.sleep(Duration.millis(i))
+          yield* client.Abort({ requestId: `abort_${i}`, fingerprint: "fp_abort" })
+          yield* eventsUntilResponse(client, cursor, `req_${i}`).pipe(Effect.timeout("10 seconds"))
+          const row = yield* requestRow(agentId, `req_${i}`)
+          expect(row.state).toBe("completed")
+          expect(["aborted", "cancelled"]).toContain(row.outcome?.code)
+        }
+      }),
+    30_000
+  )
+
   it.effect("Watch streams the events after a cursor, live and replayed", () =>
     Effect.gen(function*() {
       const model = yield* ScriptedModel

@@ -278,6 +278,8 @@ export const runRequest = (instance: Instance, row: RequestRow) =>
     const { agentId, history, journal, requests, store } = instance
     const meter = { since: Date.now() }
     requests.active = row.id
+    // Cleared before anything here waits: an abort from now on is this turn's (see AgentRuntime's abort).
+    instance.turn.aborting = false
     const resumed = row.state === "running"
     const began = row.beganIndex ?? history.length
     const unjournaled = resumed ? yield* resumeHere(instance, row, began) : []
@@ -288,7 +290,6 @@ export const runRequest = (instance: Instance, row: RequestRow) =>
       )
     }
     requests.activeBegan = began
-    instance.turn.aborting = false
     const input = turnInput(instance, row, resumed ? { began, unjournaled } : undefined)
     const trace = yield* traceOf(instance, row)
     const fiber = yield* Effect.fork(
@@ -297,6 +298,8 @@ export const runRequest = (instance: Instance, row: RequestRow) =>
       )
     )
     instance.turn.fiber = fiber
+    // Aborted while it was being set up (its trace begun, a resumed turn's journal read): it stops now.
+    if (instance.turn.aborting) yield* Fiber.interrupt(fiber)
     const exit = yield* Fiber.await(fiber)
     if (Exit.isFailure(exit) && DatabaseHealth.isUnreachable(exit.cause)) {
       // The database went away under the turn (a key lookup, a usage record): the turn is not failed for
