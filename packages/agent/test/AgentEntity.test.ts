@@ -126,6 +126,22 @@ const eventsUntilResponse = (client: Client, cursor: number, requestId: string) 
     return events
   }).pipe(Effect.timeout("15 seconds"))
 
+/**
+ * The agent's whole log, from its oldest event kept, up to `requestId`'s response. The response is told after
+ * the request is settled in the journal, so a request seen completed may not have it yet.
+ */
+const wholeLogUntilResponse = (client: Client, requestId: string) =>
+  Effect.gen(function*() {
+    const start = yield* client.Poll({ cursor: 0, waitMillis: 0 }).pipe(
+      Effect.catchTag("ReplayGap", (gap) => client.Poll({ cursor: gap.oldest - 1, waitMillis: 0 }))
+    )
+    const told = start.events.some((entry) => {
+      const data = entry.data as { type?: string; id?: string } | null
+      return data?.type === "response" && data.id === requestId
+    })
+    return told ? [...start.events] : [...start.events, ...yield* eventsUntilResponse(client, start.cursor, requestId)]
+  })
+
 /** The display events of one request, by type (the frames around them left out). */
 const typesOf = (events: ReadonlyArray<{ readonly data: any }>, requestId: string) =>
   events.flatMap((entry) =>
@@ -503,9 +519,7 @@ layer(EntityLive, { timeout: 60_000, excludeTestServices: true })("Agent entity"
       ])
 
       // The new owner's log starts on a fresh block of ids; its first event says the turn was resumed.
-      const { events } = yield* client.Poll({ cursor: 0, waitMillis: 0 }).pipe(
-        Effect.catchTag("ReplayGap", (gap) => client.Poll({ cursor: gap.oldest - 1, waitMillis: 0 }))
-      )
+      const events = yield* wholeLogUntilResponse(client, "req_lost")
       expect(events[0]!.data).toEqual({
         type: "event",
         requestId: "req_lost",
@@ -548,9 +562,7 @@ layer(EntityLive, { timeout: 60_000, excludeTestServices: true })("Agent entity"
       yield* client.Wake()
       const settled = yield* waitUntil(requestRow(agentId, "req_here"), (row) => row.state === "completed")
       expect(settled.outcome).toMatchObject({ result: { reply: "Recovered.", resumed: true }, uncertain: false })
-      const { events } = yield* client.Poll({ cursor: 0, waitMillis: 0 }).pipe(
-        Effect.catchTag("ReplayGap", (gap) => client.Poll({ cursor: gap.oldest - 1, waitMillis: 0 }))
-      )
+      const events = yield* wholeLogUntilResponse(client, "req_here")
       expect(events[0]!.data).toEqual({
         type: "event",
         requestId: "req_here",
