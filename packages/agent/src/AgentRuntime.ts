@@ -179,8 +179,12 @@ const runner = (instance: Instance, wake: Effect.Effect<unknown, unknown>) => {
       yield* Queue.take(instance.wakeup)
       // Asked until it is recorded: a keep-alive lost to a database outage let the cluster reap a busy entity as
       // idle (a stateless run's after 10 s), and a release that failed with it left its work to no one.
+      let keptAlive = false
       const keepingAlive = yield* Effect.fork(
-        Entity.keepAlive(true).pipe(
+        Effect.suspend(() => {
+          keptAlive = true
+          return Entity.keepAlive(true)
+        }).pipe(
           Effect.sandbox,
           Effect.retry(Schedule.spaced("1 second")),
           Effect.delay(keepAliveAfter)
@@ -197,7 +201,8 @@ const runner = (instance: Instance, wake: Effect.Effect<unknown, unknown>) => {
         }
       }
       yield* Fiber.interrupt(keepingAlive)
-      yield* Entity.keepAlive(false)
+      // Most turns end before the keep-alive is asked, and have none to end.
+      if (keptAlive) yield* Entity.keepAlive(false)
     }
   }).pipe(
     Effect.catchAllDefect((defect) =>

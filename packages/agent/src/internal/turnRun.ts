@@ -63,6 +63,24 @@ export interface TurnRun {
   readonly event: (type: string, fields?: Record<string, unknown>) => Effect.Effect<void>
 }
 
+/**
+ * The code-mode tool of each tool list seen lately, by its content: every turn lists its tools anew, and
+ * declaring them (each schema written out as a type) cost more than the turn's other tool work.
+ */
+const codemodeTools = new Map<string, ModelClient.Tool>()
+const maxCodemodeTools = 500
+
+const codemodeToolOf = (tools: ReadonlyArray<Tools.Tool>) => {
+  const key = JSON.stringify(tools.map((tool) => [tool.name, tool.description, tool.parameters]))
+  let tool = codemodeTools.get(key)
+  if (tool === undefined) {
+    if (codemodeTools.size >= maxCodemodeTools) codemodeTools.clear()
+    tool = codemodeTool(tools)
+    codemodeTools.set(key, tool)
+  }
+  return tool
+}
+
 /** The model's tool for code mode: its description declares the tools code can call. */
 const codemodeTool = (tools: ReadonlyArray<Tools.Tool>): ModelClient.Tool => ({
   name: Tools.codemodeName,
@@ -104,7 +122,7 @@ export const make = Effect.fn("Turn.start")(function*(input: TurnInput, hooks: T
     description: tool.description,
     parameters: tool.parameters as any
   }))
-  if (toolSet.code.length > 0) modelTools.push(codemodeTool(toolSet.code))
+  if (toolSet.code.length > 0) modelTools.push(codemodeToolOf(toolSet.code))
   // A tool of the agent's own by that name keeps it; the turn then ends output_invalid (see Turn.run).
   if (input.output !== undefined && !toolSet.direct.has(StructuredOutput.toolName)) {
     modelTools.push(StructuredOutput.tool(input.output.schema))
