@@ -65,6 +65,15 @@ const signIn = (browser: Chromium.Browser, page: Page, base: string, token: stri
     browser.errors.length = 0
   })
 
+/** A browser on a page of the console, signed in with `token`. */
+const signedInPage = (base: string, token: string) =>
+  Effect.gen(function*() {
+    const chromium = yield* Chromium.launch({ viewport: { width: 1280, height: 800 } })
+    const page = yield* promise(() => chromium.context.newPage())
+    yield* signIn(chromium, page, base, token)
+    return { context: chromium.context, errors: chromium.errors, page }
+  })
+
 const newAgent = (api: Api, token: string, json: Record<string, unknown>) =>
   Effect.map(api.post("/v1/agents", { token, json: { model: "fake/m1", ...json } }), (made) => {
     expect(made.status, made.text).toBe(201)
@@ -222,10 +231,7 @@ layer(TestWorld.layer(), { excludeTestServices: true })("the console", (it) => {
           world.upstream.script({ text: `answer ${turn}` })
           yield* Http.prompted(api, token, agentId, { text: `question ${turn}` })
         }
-        const chromium = yield* Chromium.launch({ viewport: { width: 1280, height: 800 } })
-        const { context, errors } = chromium
-        const page = yield* promise(() => context.newPage())
-        yield* signIn(chromium, page, base, token)
+        const { context, errors, page } = yield* signedInPage(base, token)
         yield* promise(() => page.getByRole("link", { name: "Chatty" }).click())
         const transcript = page.locator("ol.transcript")
         yield* visible(transcript.locator("li.message-assistant").filter({ hasText: "answer 40" }))
@@ -258,10 +264,7 @@ layer(TestWorld.layer(), { excludeTestServices: true })("the console", (it) => {
     Effect.gen(function*() {
       const { api, token, world } = yield* setup("console-tokens")
       const base = world.node.rest
-      const chromium = yield* Chromium.launch({ viewport: { width: 1280, height: 800 } })
-      const { context, errors } = chromium
-      const page = yield* promise(() => context.newPage())
-      yield* signIn(chromium, page, base, token)
+      const { errors, page } = yield* signedInPage(base, token)
       yield* promise(() => page.getByRole("link", { name: "API tokens" }).click())
       yield* visible(page.getByRole("heading", { name: "API tokens" }))
       yield* promise(() => page.getByLabel("Name").fill("billing service"))
@@ -292,10 +295,7 @@ layer(TestWorld.layer(), { excludeTestServices: true })("the console", (it) => {
       const base = world.node.rest
       const receiver = yield* WebhookReceiver.start
       receiver.behave("/hooks", { status: 500 })
-      const chromium = yield* Chromium.launch({ viewport: { width: 1280, height: 800 } })
-      const { context, errors } = chromium
-      const page = yield* promise(() => context.newPage())
-      yield* signIn(chromium, page, base, token)
+      const { errors, page } = yield* signedInPage(base, token)
       yield* promise(() => page.getByRole("link", { name: "Webhooks" }).click())
       yield* promise(() => page.getByLabel("URL").fill(`${receiver.url}/hooks`))
       yield* promise(() => page.getByRole("button", { name: "Add endpoint" }).click())
@@ -363,10 +363,7 @@ layer(TestWorld.layer(), { excludeTestServices: true })("the console", (it) => {
       const usage = (yield* api.get("/v1/usage", { token })).body
       expect(usage.totals.cost).toBeCloseTo(0.3 + 0.3 + 0.1 + 0.1, 6)
 
-      const chromium = yield* Chromium.launch({ viewport: { width: 1280, height: 800 } })
-      const { context, errors } = chromium
-      const page = yield* promise(() => context.newPage())
-      yield* signIn(chromium, page, base, token)
+      const { errors, page } = yield* signedInPage(base, token)
       yield* promise(() => page.getByRole("link", { name: "Usage" }).click())
       const chart = page.getByTestId("usage-chart")
       yield* visible(chart.locator("canvas"))
