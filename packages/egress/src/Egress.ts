@@ -16,6 +16,7 @@ import {
   buildConnector,
   type Dispatcher,
   fetch as undiciFetch,
+  request as undiciRequest,
   type RequestInit as UndiciRequestInit
 } from "undici"
 import * as EgressError from "./EgressError.ts"
@@ -44,6 +45,20 @@ export interface Service {
    * `dispatcher`, never follows redirects. A refusal rejects with the `EgressError`.
    */
   readonly fetchFunction: typeof globalThis.fetch
+  /**
+   * Checks the URL, then sends with undici's `request` through `dispatcher`: the answer's body is a Node
+   * stream, without fetch's WHATWG request, response and streams around it, for a caller that reads a
+   * streamed answer on every turn. Never follows redirects. A refusal rejects with the `EgressError`.
+   */
+  readonly requestFunction: (url: string | URL, options: RequestOptions) => Promise<Dispatcher.ResponseData>
+}
+
+/** What `requestFunction` sends. */
+export interface RequestOptions {
+  readonly method: Dispatcher.HttpMethod
+  readonly headers: Record<string, string>
+  readonly body?: string
+  readonly signal?: AbortSignal | undefined
 }
 
 export class Egress extends Context.Tag("@agent-runtime/egress/Egress")<Egress, Service>() {}
@@ -245,7 +260,16 @@ export const make = (options: Options) =>
       }
     }
 
-    return Egress.of({ allowPrivate, check, fetch, dispatcher, fetchFunction })
+    const requestFunction = async (input: string | URL, options: RequestOptions) => {
+      const url = await runOrReject(check(input))
+      try {
+        return await undiciRequest(url, { ...options, dispatcher })
+      } catch (error) {
+        throw egressErrorIn(error) ?? error
+      }
+    }
+
+    return Egress.of({ allowPrivate, check, fetch, dispatcher, fetchFunction, requestFunction })
   })
 
 /** Needs a `Resolver`: `Resolver.layer` in a node, `Resolver.layerTest` in tests. */

@@ -126,13 +126,16 @@ describe("refused URLs", () => {
           expect(error.message).toContain(`(${reason})`)
         })))
 
-    it.live(`fetch, fetchFunction and the bare dispatcher refuse ${url} (${reason})`, () =>
+    it.live(`fetch, fetchFunction, requestFunction and the bare dispatcher refuse ${url} (${reason})`, () =>
       withEgress(false, answers, (egress) =>
         Effect.gen(function*() {
           expect((yield* Effect.flip(egress.fetch(url))).reason).toBe(reason)
           const thrown = yield* rejection(() => egress.fetchFunction(url))
           expect(thrown).toBeInstanceOf(EgressError.EgressError)
           expect((thrown as EgressError.EgressError).reason).toBe(reason)
+          const sent = yield* rejection(() => egress.requestFunction(url, { method: "POST", headers: {}, body: "{}" }))
+          expect(sent).toBeInstanceOf(EgressError.EgressError)
+          expect((sent as EgressError.EgressError).reason).toBe(reason)
           // Without the URL check in front, the connect hook alone still refuses before any socket opens.
           if (/^https?:/.test(url) && reason !== "credentials_in_url") {
             const fromHook = yield* rejection(() => Undici.request(url, { dispatcher: egress.dispatcher }))
@@ -281,8 +284,13 @@ describe("calls with allowPrivate (loopback only)", () => {
             egress.fetchFunction(`http://127.0.0.1:${port}/redirect`, { redirect: "follow" })
           )
           expect(asked.status).toBe(302)
+          const sent = yield* Effect.promise(() =>
+            egress.requestFunction(`http://127.0.0.1:${port}/redirect`, { method: "GET", headers: {} })
+          )
+          expect(sent.statusCode).toBe(302)
+          yield* Effect.promise(() => sent.body.dump())
         }))
-      expect(seen.map((request) => request.url)).toEqual(["/redirect", "/redirect"])
+      expect(seen.map((request) => request.url)).toEqual(["/redirect", "/redirect", "/redirect"])
     }))
 
   it.scopedLive("the connect hook connects to the address it checked; the Host header keeps the name", () =>
@@ -329,6 +337,29 @@ describe("calls with allowPrivate (loopback only)", () => {
       expect(seen).toEqual([
         { method: "POST", url: "/v1/chat", host: `pinned.test:${port}`, body: '{"model":"m"}' },
         { method: "PUT", url: "/v1/request", host: `pinned.test:${port}`, body: "from a Request" }
+      ])
+    }))
+
+  it.scopedLive("requestFunction sends through the same pinning, its body read as a Node stream", () =>
+    Effect.gen(function*() {
+      const { port, seen } = yield* localServer
+      let lookups = 0
+      const pinned = { "pinned.test": () => (lookups++, ["127.0.0.1"]) }
+      yield* withEgress(true, pinned, (egress) =>
+        Effect.gen(function*() {
+          const answer = yield* Effect.promise(() =>
+            egress.requestFunction(`http://pinned.test:${port}/v1/chat/completions`, {
+              method: "POST",
+              headers: { "content-type": "application/json" },
+              body: JSON.stringify({ model: "m" })
+            })
+          )
+          expect(answer.statusCode).toBe(200)
+          expect(yield* Effect.promise(() => answer.body.text())).toBe("hello from loopback")
+          expect(lookups).toBe(2) // the check, then the connect hook
+        }))
+      expect(seen).toEqual([
+        { method: "POST", url: "/v1/chat/completions", host: `pinned.test:${port}`, body: '{"model":"m"}' }
       ])
     }))
 

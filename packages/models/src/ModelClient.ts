@@ -11,6 +11,7 @@ import { PersistenceError, Storable } from "@agent-runtime/store"
 import { Context as EffectContext, Duration, Effect, Exit, Layer, Option, Redacted } from "effect"
 import * as Crypto from "node:crypto"
 import { Credentials, type Target } from "./Credentials.ts"
+import * as ChatCompletions from "./internal/chatCompletions.ts"
 import * as Pi from "./internal/pi.ts"
 import {
   ContextOverflow,
@@ -286,17 +287,23 @@ export const make = Effect.gen(function*() {
       yield* Effect.addFinalizer((exit) => Exit.isSuccess(exit) ? Effect.void : Effect.sync(() => controller.abort()))
       let last: LastResponse | undefined
       let refused: EgressError.EgressError | undefined
+      const heard = (status: number, headers: Headers) => {
+        last = { status, retryAfter: parseRetryAfter(headers.get("retry-after")) }
+      }
+      const refusedBy = (error: unknown) => {
+        if (error instanceof EgressError.EgressError) refused = error
+        throw error
+      }
       const fetch: typeof globalThis.fetch = (input, init) =>
-        egress.fetchFunction(input, init).then(
-          (response) => {
-            last = { status: response.status, retryAfter: parseRetryAfter(response.headers.get("retry-after")) }
-            return response
-          },
-          (error) => {
-            if (error instanceof EgressError.EgressError) refused = error
-            throw error
-          }
-        )
+        egress.fetchFunction(input, init).then((response) => {
+          heard(response.status, response.headers)
+          return response
+        }, refusedBy)
+      // The chat-completions wire, every turn's on most providers, skips the OpenAI SDK (see chatCompletions).
+      const openAIClient = ChatCompletions.client(
+        (url, options) => egress.requestFunction(url, options).catch(refusedBy),
+        heard
+      )
       const apiKey = apiKeyFor(target)
       const toolChoice = call.forceTool === undefined
         ? undefined
@@ -309,6 +316,7 @@ export const make = Effect.gen(function*() {
         ...(apiKey === undefined ? {} : { apiKey }),
         headers: headersFor(target, call.modelHeaders),
         fetch,
+        openAIClient,
         signal: controller.signal,
         maxRetries: 0,
         ...(call.reasoning === undefined ? {} : { reasoning: call.reasoning }),
