@@ -167,6 +167,16 @@ describe("the client beside the SDK", () => {
       expect(message.stopReason).toBe("toolUse")
     }))
 
+  it.scopedLive("a megabyte of text in one event, written 64 KiB at a time", () =>
+    Effect.gen(function*() {
+      const text = "word ".repeat(200_000)
+      const body = Buffer.from(chunk({ content: text }) + chunk({}, "stop") + usage + "data: [DONE]\n\n")
+      const chunks = Array.from({ length: Math.ceil(body.length / 65_536) }, (_, i) =>
+        body.subarray(i * 65_536, (i + 1) * 65_536))
+      const last = yield* sameBothWays({ status: 200, chunks })
+      expect(last.type === "done" && last.message.content).toEqual([{ type: "text", text }])
+    }))
+
   it.scopedLive("an error in the stream, data that is not JSON, a stream without its end", () =>
     Effect.gen(function*() {
       const failed = yield* sameBothWays({
