@@ -81,6 +81,8 @@ layer(WorldLive, { excludeTestServices: true })("operator traces", (it) => {
       const spans = yield* receiver.waitFor((spans) =>
         spans.some((span) => span.traceId === prompting.traceId && span.kind === serverKind) &&
         spans.some((span) => span.name === "Turn.run" && span.attributes["agent.id"] === agentId) &&
+        // Ends after the request settles (and so may be exported in a later batch than the turn's spans).
+        spans.some((span) => span.name === "AgentRuntime.runRequest" && span.attributes["agent.id"] === agentId) &&
         spans.some((span) => span.name === "Turn.modelCall")
       )
       const byId = new Map(spans.map((span) => [span.spanId, span]))
