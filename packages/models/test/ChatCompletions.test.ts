@@ -1,8 +1,8 @@
 /**
- * The chat-completions client pi-ai is given instead of the OpenAI SDK: its
- * event parser, and the same bytes from a real server read both ways (the
- * SDK over fetch, and this client over undici's request), which must give
- * pi-ai the same events, the same message and the same errors.
+ * The chat-completions client pi-ai is given instead of the OpenAI SDK: the
+ * same bytes from a real server read both ways (the SDK over fetch, and this
+ * client over undici's request), which must give pi-ai the same events, the
+ * same message and the same errors.
  */
 import { describe, expect, it } from "@effect/vitest"
 import { Effect } from "effect"
@@ -11,49 +11,6 @@ import type { AddressInfo } from "node:net"
 import * as Undici from "undici"
 import * as ChatCompletions from "../src/internal/chatCompletions.ts"
 import * as Pi from "../src/internal/pi.ts"
-
-const parse = (chunks: ReadonlyArray<string>) => {
-  const parser = new ChatCompletions.EventParser()
-  return chunks.flatMap((chunk) => parser.push(chunk))
-}
-
-describe("EventParser", () => {
-  it("reads events ended by LF, CRLF or CR, whatever the chunks' bounds", () => {
-    const text = "data: one\n\ndata: two\r\n\r\nevent: three\rdata: 3\r\rdata: four\n\n"
-    const expected = [
-      { event: undefined, data: "one" },
-      { event: undefined, data: "two" },
-      { event: "three", data: "3" },
-      { event: undefined, data: "four" }
-    ]
-    expect(parse([text])).toEqual(expected)
-    // Every split point, the CR of a CRLF and its LF in different chunks among them.
-    for (let at = 0; at <= text.length; at++) expect(parse([text.slice(0, at), text.slice(at)])).toEqual(expected)
-    expect(parse([...text])).toEqual(expected)
-  })
-
-  it("joins data lines, skips comments and empty events, drops the event the stream never ended", () => {
-    expect(parse([
-      ": keep-alive\n\n",
-      "data: a\ndata:b\ndata:  c\nid: 7\nretry: 10\n\n",
-      "\n\n",
-      "event: ping\n\n",
-      "data\n\n",
-      "data: never ended\n"
-    ])).toEqual([
-      { event: undefined, data: "a\nb\n c" },
-      { event: "ping", data: "" },
-      { event: undefined, data: "" }
-    ])
-  })
-
-  it("reads a megabyte line sent a few bytes at a time, in linear time", () => {
-    const big = "x".repeat(1 << 20)
-    const chunks = [`data: ${big}`.match(/[\s\S]{1,7}/g)!, "\n\n"].flat()
-    const [event] = parse(chunks)
-    expect(event!.data.length).toBe(big.length)
-  })
-})
 
 /** A server answering every request with `reply`'s status, headers and body chunks, written one by one. */
 const server = (reply: { status: number; headers?: Record<string, string>; chunks: ReadonlyArray<string | Buffer> }) =>

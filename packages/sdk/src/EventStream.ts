@@ -22,10 +22,10 @@
  * As an Effect `Stream` (`make`, needing an `HttpClient`) and as an async
  * iterable on fetch (`iterate`).
  */
+import { ServerSentEvents } from "@agent-runtime/domain"
 import { HttpClient, HttpClientRequest } from "@effect/platform"
 import { Duration, Effect, Option, Stream } from "effect"
 import * as Http from "./internal/http.ts"
-import { Parser } from "./internal/sse.ts"
 import type { InvalidOptions } from "./SdkError.ts"
 import { ApiError, TransportError } from "./SdkError.ts"
 
@@ -156,7 +156,7 @@ const connection = (
     }
     state.snapshot = false
     const opened = Date.now()
-    const parser = new Parser()
+    const parser = new ServerSentEvents.Parser()
     const frames = response.value.stream.pipe(
       Stream.timeoutFail(() => new TransportError({ message: "the event stream was silent too long" }), watchdog),
       Stream.decodeText(),

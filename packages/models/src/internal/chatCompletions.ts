@@ -7,6 +7,7 @@
  * sent here is the one the SDK sends, and its failures are the SDK's own
  * error classes, built as the SDK builds them, so pi-ai reads them as before.
  */
+import { ServerSentEvents } from "@agent-runtime/domain"
 import { APIConnectionError, APIError, APIUserAbortError } from "openai"
 
 /** The answer to a request: its status, headers and body, read as it arrives. */
@@ -123,22 +124,24 @@ const respond = async (
  * quietly (pi-ai then reports it aborted).
  */
 async function* chunks(body: Answer["body"], signal: AbortSignal | undefined, headers: Headers) {
-  const events = new EventParser()
+  const events = new ServerSentEvents.Parser()
   // Invalid UTF-8 becomes U+FFFD, and a character split between chunks is joined, as the SDK decodes.
   const decoder = new TextDecoder()
   let finished = false
   let done = false
   try {
     for await (const bytes of body) {
-      for (const event of events.push(decoder.decode(bytes, { stream: true }))) {
-        if (done) continue
-        if (event.data.startsWith("[DONE]")) {
+      for (const item of events.push(decoder.decode(bytes, { stream: true }))) {
+        // As the SDK reads: comments, and frames with neither data nor an event, are nothing.
+        if (done || item._tag === "Comment" || (item.event === undefined && item.data === undefined)) continue
+        const text = item.data ?? ""
+        if (text.startsWith("[DONE]")) {
           done = true
           continue
         }
-        const data = JSON.parse(event.data)
+        const data = JSON.parse(text)
         // The Assistants API's events, which a chat completion never sends and pi-ai would pass over.
-        if (event.event?.startsWith("thread.") === true) continue
+        if (item.event?.startsWith("thread.") === true) continue
         if (data !== null && typeof data === "object" && data.error) {
           throw new APIError(undefined, data.error, undefined, headers)
         }
@@ -151,65 +154,5 @@ async function* chunks(body: Answer["body"], signal: AbortSignal | undefined, he
     throw error
   } finally {
     if (!finished) body.destroy()
-  }
-}
-
-/** One server-sent event: its type, when it names one, and its data lines joined. */
-export interface ServerSentEvent {
-  readonly event: string | undefined
-  readonly data: string
-}
-
-/**
- * Server-sent events from text as it arrives, in time linear in its length (a megabyte line in one-byte
- * chunks is joined once, at its end). Lines end with LF, CR or CRLF; a blank line ends an event; a line
- * starting with a colon is a comment. An event without data or type is none, and a last event the stream
- * never ended is dropped, as the SDK does.
- */
-export class EventParser {
-  private line: Array<string> = []
-  private data: Array<string> = []
-  private event: string | undefined = undefined
-  /** The last text ended with CR: an LF starting the next is the same line end. */
-  private afterCr = false
-
-  push(text: string): Array<ServerSentEvent> {
-    const events: Array<ServerSentEvent> = []
-    let start = 0
-    if (this.afterCr && text.charCodeAt(0) === 10) start = 1
-    this.afterCr = false
-    for (let index = start; index < text.length; index++) {
-      const code = text.charCodeAt(index)
-      if (code !== 10 && code !== 13) continue
-      this.line.push(text.slice(start, index))
-      const event = this.endLine(this.line.length === 1 ? this.line[0]! : this.line.join(""))
-      if (event !== undefined) events.push(event)
-      this.line = []
-      if (code === 13) {
-        if (index + 1 === text.length) this.afterCr = true
-        else if (text.charCodeAt(index + 1) === 10) index++
-      }
-      start = index + 1
-    }
-    if (start < text.length) this.line.push(text.slice(start))
-    return events
-  }
-
-  private endLine(line: string): ServerSentEvent | undefined {
-    if (line === "") {
-      if (this.event === undefined && this.data.length === 0) return undefined
-      const event = { event: this.event, data: this.data.join("\n") }
-      this.event = undefined
-      this.data = []
-      return event
-    }
-    if (line.charCodeAt(0) === 58) return undefined
-    const colon = line.indexOf(":")
-    const field = colon === -1 ? line : line.slice(0, colon)
-    let value = colon === -1 ? "" : line.slice(colon + 1)
-    if (value.charCodeAt(0) === 32) value = value.slice(1)
-    if (field === "data") this.data.push(value)
-    else if (field === "event") this.event = value
-    return undefined
   }
 }

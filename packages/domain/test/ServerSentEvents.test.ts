@@ -1,9 +1,9 @@
 import { describe, expect, it } from "@effect/vitest"
-import { type Item, Parser } from "../src/internal/sse.ts"
+import { type Item, Parser } from "../src/ServerSentEvents.ts"
 
 const parseAll = (pieces: ReadonlyArray<string>): Array<Item> => {
   const parser = new Parser()
-  return [...pieces.flatMap((piece) => parser.push(piece)), ...parser.end()]
+  return pieces.flatMap((piece) => parser.push(piece))
 }
 
 const frame = (event: string | undefined, id: string | undefined, data: string | undefined): Item => ({
@@ -51,6 +51,26 @@ describe("the SSE parser", () => {
     expect(parseAll(crlf.split(""))).toEqual(expected)
     expect(parseAll([stream.replaceAll("\n", "\r")])).toEqual(expected)
     expect(parseAll(["id: 1\r", "\ndata: x\r", "\n\r", "\n"])).toEqual([frame(undefined, "1", "x")])
+  })
+
+  it("gives the same frames at every split point of mixed line ends", () => {
+    const mixed = "data: one\n\ndata: two\r\n\r\nevent: three\rdata: 3\r\rdata: four\n\n"
+    const frames = [
+      frame(undefined, undefined, "one"),
+      frame(undefined, undefined, "two"),
+      frame("three", undefined, "3"),
+      frame(undefined, undefined, "four")
+    ]
+    for (let at = 0; at <= mixed.length; at++) {
+      expect(parseAll([mixed.slice(0, at), mixed.slice(at)])).toEqual(frames)
+    }
+  })
+
+  it("reads a megabyte line sent a few characters at a time, joining it once", () => {
+    const big = "x".repeat(1 << 20)
+    const pieces = [...`data: ${big}`.match(/[\s\S]{1,7}/g)!, "\n", "\n"]
+    const [read] = parseAll(pieces)
+    expect(read).toEqual(frame(undefined, undefined, big))
   })
 
   it("drops one space after the colon only, and takes a field without a colon as empty", () => {
