@@ -279,7 +279,11 @@ const shardingConfigOf = (config: ServerConfig.ServerConfig): Partial<ShardingCo
   // Handlers still open when an agent closes are reads (event streams, polls, status): turns were handed
   // on before, so they need not hold the shard for long.
   entityTerminationTimeout: Duration.seconds(3),
-  shardsPerGroup: Runners.shardsPerGroup
+  shardsPerGroup: Runners.shardsPerGroup,
+  // A message to an agent on this node is handed over as it is, not encoded and decoded on the way: the
+  // payload is already its schema's type (the client makes it with the schema), and the round trip cost
+  // every turn's prompt a schema encode and decode. Messages to other runners are serialized as before.
+  simulateRemoteSerialization: false
 })
 
 const layerShardingConfig = Layer.unwrapEffect(

@@ -11,7 +11,7 @@ import { ApiError } from "@agent-runtime/domain"
 import { DatabaseHealth } from "@agent-runtime/store"
 import type { Sharding } from "@effect/cluster"
 import type { Scope } from "effect"
-import { Cause, Context, Deferred, Duration, Effect, Exit, Layer, Option, Sink, Stream } from "effect"
+import { Cause, Context, Duration, Effect, Layer, Option, Sink, Stream } from "effect"
 import { Buffer } from "node:buffer"
 import { entityClient, sentUntilAnswered, type Status } from "./Agent.ts"
 import type { ReplayGap } from "./AgentError.ts"
@@ -413,6 +413,35 @@ export const make = Effect.gen(function*() {
       )
     })
 
+  /**
+   * Waits until `subscribe` calls back, the node closes its streams or `millis` pass: one callback and one
+   * timer, no fiber. `heard`: what `subscribe` called back with; `none` for the close or the time.
+   */
+  const waitFor = (
+    millis: number,
+    subscribe: (wake: (heard: boolean) => void) => () => void = () => () => {}
+  ) =>
+    Effect.async<Option.Option<boolean>>((resume) => {
+      let ended = false
+      const stops: Array<() => void> = []
+      const stop = () => {
+        if (ended) return false
+        ended = true
+        for (const each of stops) each()
+        return true
+      }
+      const end = (heard: Option.Option<boolean>) => {
+        if (stop()) resume(Effect.succeed(heard))
+      }
+      const timer = setTimeout(() => end(Option.none()), Math.max(0, millis))
+      stops.push(() => clearTimeout(timer))
+      stops.push(subscribe((heard) => end(Option.some(heard))))
+      const stopClose = drain.onClose(() => end(Option.none()))
+      if (ended) stopClose()
+      else stops.push(stopClose)
+      return Effect.sync(stop)
+    })
+
   const awaitSettled = <A, E>(
     agentId: string,
     requestId: string,
@@ -425,48 +454,56 @@ export const make = Effect.gen(function*() {
       const frame = data as { type?: string; id?: string } | null
       return frame?.type === "response" && frame.id === requestId
     }
-    /** Owned here: listens to the log itself (no cluster round trip), from before the read. */
-    const waitLocally = (log: EventLog.EventLog) =>
-      Effect.gen(function*() {
-        // true: the response frame; false: the log closed (the agent moves), and its next owner is waited on.
-        const heard = yield* Deferred.make<boolean>()
-        const { stop } = yield* Effect.orDie(log.listen(Option.none(), {
-          entry: (entry) => isResponse(entry.data) && Deferred.unsafeDone(heard, Exit.succeed(true)),
-          close: () => Deferred.unsafeDone(heard, Exit.succeed(false))
-        }))
-        return yield* Effect.gen(function*() {
-          const current = yield* read
-          const left = deadline - Date.now()
-          if (settled(current) || left <= 0) return Option.some(current)
-          const responded = yield* Effect.timeout(Deferred.await(heard), Duration.millis(left)).pipe(
-            Effect.orElseSucceed(() => true)
-          )
-          if (!responded) yield* Effect.sleep("100 millis")
-          return Option.none<A>()
-        }).pipe(Effect.ensuring(Effect.sync(stop)))
-      })
-    const waiting = Effect.gen(function*() {
+    // A node letting its streams go answers what it has at once, so its listener can close.
+    const over = () => Date.now() >= deadline || drain.isClosed()
+    return Effect.gen(function*() {
       let ownerSaidSettled = false
       while (true) {
         const local = localLogs.get(agentId)
         if (Option.isSome(local)) {
-          const answered = yield* waitLocally(local.value)
+          // Owned here: listens to the log itself (no cluster round trip), from before the read.
+          let heard: ((heard: boolean) => void) | undefined
+          let early: boolean | undefined
+          const { stop } = yield* Effect.orDie(local.value.listen(Option.none(), {
+            // true: the response frame; false: the log closed (the agent moves), and its next owner is waited on.
+            entry: (entry) => {
+              if (!isResponse(entry.data)) return
+              if (heard === undefined) early = true
+              else heard(true)
+            },
+            close: () => heard === undefined ? (early ??= false) : heard(false)
+          }))
+          const answered = yield* Effect.gen(function*() {
+            const current = yield* read
+            if (settled(current) || over()) return Option.some(current)
+            const outcome = early !== undefined ? Option.some(early) : yield* waitFor(deadline - Date.now(), (wake) => {
+              heard = wake
+              return () => (heard = () => {})
+            })
+            if (Option.isSome(outcome) && !outcome.value) yield* waitFor(Math.min(100, deadline - Date.now()))
+            return Option.none<A>()
+          }).pipe(Effect.ensuring(Effect.sync(stop)))
           if (Option.isSome(answered)) return answered.value
           continue
         }
         // Owned elsewhere, and this node hears settled requests: listening before the read, it waits for the
         // request to settle, then reads it again; no message to the owner.
-        const heard = yield* Deferred.make<boolean>()
+        let heard: ((heard: boolean) => void) | undefined
+        let early = false
         const subscribed = settlements.listen(agentId, requestId, {
-          settled: () => Deferred.unsafeDone(heard, Exit.succeed(true)),
-          lost: () => Deferred.unsafeDone(heard, Exit.succeed(false))
+          settled: () => heard === undefined ? (early = true) : heard(true),
+          lost: () => heard === undefined ? (early = true) : heard(false)
         })
         if (Option.isSome(subscribed)) {
           const answered = yield* Effect.gen(function*() {
             const current = yield* read
-            const left = deadline - Date.now()
-            if (settled(current) || left <= 0) return Option.some(current)
-            yield* Effect.ignore(Effect.timeout(Deferred.await(heard), Duration.millis(left)))
+            if (settled(current) || over()) return Option.some(current)
+            if (!early) {
+              yield* waitFor(deadline - Date.now(), (wake) => {
+                heard = wake
+                return () => (heard = () => {})
+              })
+            }
             return Option.none<A>()
           }).pipe(Effect.ensuring(Effect.sync(subscribed.value)))
           if (Option.isSome(answered)) return answered.value
@@ -476,30 +513,26 @@ export const make = Effect.gen(function*() {
         // the owner answers once the request settles there, and it is read again.
         const current = yield* read
         const left = deadline - Date.now()
-        if (settled(current) || left <= 0) return current
+        if (settled(current) || over()) return current
         if (ownerSaidSettled) {
           // The owner has not queued it yet (it hears it announced, see Arrivals): not asked again at once.
           ownerSaidSettled = false
-          yield* Effect.sleep("100 millis")
+          yield* waitFor(Math.min(100, deadline - Date.now()))
           continue
         }
+        // An owner that does not answer (paused, or its shard between runners) ends the wait on time.
         const answered = yield* sentUntilAnswered(makeClient(agentId).AwaitResponse({ requestId, waitMillis: left }))
           .pipe(
+            Effect.raceFirst(Effect.as(drain.closed, true)),
             Effect.timeout(Duration.millis(left)),
             Effect.option
           )
         // No owner answers now (stopping, or its shard between runners), or the agent moved: read again shortly.
-        if (Option.isNone(answered)) yield* Effect.sleep("500 millis")
-        else if (!answered.value) yield* Effect.sleep("100 millis")
+        if (Option.isNone(answered)) yield* waitFor(Math.min(500, deadline - Date.now()))
+        else if (!answered.value) yield* waitFor(Math.min(100, deadline - Date.now()))
         else ownerSaidSettled = true
       }
     })
-    // An owner that does not answer (paused, or its shard between runners) ends the wait on time; a node
-    // letting its streams go answers what it has at once, so its listener can close.
-    const answered = Effect.raceFirst(waiting, Effect.zipRight(drain.closed, read))
-    return Effect.timeoutTo(answered, { duration: limit, onSuccess: Effect.succeed, onTimeout: () => read }).pipe(
-      Effect.flatten
-    )
   }
 
   return AgentEvents.of({ status, watch, recent, poll, eventBody, connectionBody, awaitSettled })

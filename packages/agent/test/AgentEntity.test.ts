@@ -641,6 +641,63 @@ layer(
     }))
 })
 
+// Its own layer too: the last step closes this node's streams.
+layer(
+  AgentEvents.layer.pipe(
+    Layer.provideMerge(Settlements.layer),
+    Layer.provideMerge(DatabaseHealth.layer),
+    Layer.provideMerge(EntityLive)
+  ),
+  { timeout: 60_000, excludeTestServices: true }
+)("A request's wait on the node that owns its agent", (it) => {
+  it.scoped("ends on its response, on its deadline and when the node closes its streams, reading what it answers", () =>
+    Effect.gen(function*() {
+      const events = yield* AgentEvents.AgentEvents
+      const localLogs = yield* EventLog.LocalLogs
+      const log = yield* EventLog.make({ agentId: "agent_wait", startCursor: 0 })
+      yield* localLogs.register("agent_wait", log)
+      let reads = 0
+      let settledFrom = Infinity
+      const read = Effect.sync(() => ++reads)
+      const awaited = (requestId: string, limit: Duration.DurationInput) =>
+        Effect.timed(
+          events.awaitSettled("agent_wait", requestId, read, (n) => n >= settledFrom, Duration.decode(limit))
+        )
+
+      // Its response: read once before the wait and once after, at once.
+      settledFrom = 2
+      const responded = yield* Effect.fork(awaited("req_1", "20 seconds"))
+      yield* Effect.sleep("100 millis")
+      yield* log.publish({ type: "response", id: "req_2" })
+      yield* log.publish({ type: "response", id: "req_1" })
+      const [respondedIn, value] = yield* Fiber.join(responded)
+      expect(value).toBe(2)
+      expect(Duration.toMillis(respondedIn)).toBeLessThan(2_000)
+
+      // Settled in the read made before it listened: no wait.
+      reads = 0
+      settledFrom = 1
+      expect(yield* awaited("req_1", "20 seconds")).toEqual([expect.anything(), 1])
+
+      // No response: the deadline ends it, with a last read.
+      reads = 0
+      settledFrom = Infinity
+      const [timedIn, timedValue] = yield* awaited("req_3", "300 millis")
+      expect(Duration.toMillis(timedIn)).toBeGreaterThanOrEqual(290)
+      expect(Duration.toMillis(timedIn)).toBeLessThan(2_000)
+      expect(timedValue).toBe(2)
+
+      // The node closing its streams ends a long wait at once, with a last read.
+      reads = 0
+      const closing = yield* Effect.fork(awaited("req_4", "20 seconds"))
+      yield* Effect.sleep("100 millis")
+      yield* (yield* Drain).close
+      const [closedIn, closedValue] = yield* Fiber.join(closing)
+      expect(Duration.toMillis(closedIn)).toBeLessThan(2_000)
+      expect(closedValue).toBe(2)
+    }))
+})
+
 /** The text each model call answered, in the order the calls were made. */
 const promptsAnswered = (calls: ReadonlyArray<{ readonly context: { readonly messages: ReadonlyArray<any> } }>) =>
   calls.map((call) => call.context.messages.filter((message) => message.role === "user").at(-1)?.content)
