@@ -45,30 +45,59 @@ export const toModelMessage = (message: StoredMessage): ModelClient.Message => {
 export const estimateTokens = (value: unknown) => Math.ceil(JSON.stringify(value).length / 4)
 
 /**
- * Each history entry as the model sees it and its size, worked out once: an entry is never changed once
- * appended, and every step of every turn sends the whole history again.
+ * What the model sees of one history, worked out as it grows: every step of every turn sends the whole
+ * history again, and a long one made each step convert, measure and search all its entries. Kept per
+ * history array; an entry replaced or removed (a reload, a kept partial answer) is seen by identity and
+ * everything from it on worked out again.
  */
-const seen = new WeakMap<StoredMessage, { readonly message: ModelClient.Message; readonly tokens: number }>()
-const seenOf = (message: StoredMessage) => {
-  let found = seen.get(message)
-  if (found === undefined) {
-    const modelMessage = toModelMessage(message)
-    found = { message: modelMessage, tokens: estimateTokens(modelMessage) }
-    seen.set(message, found)
+interface Seen {
+  /** The entries worked out, by identity. */
+  readonly entries: Array<StoredMessage>
+  readonly messages: Array<ModelClient.Message>
+  /** Each entry's estimated tokens plus all before it. */
+  readonly sums: Array<number>
+  /** Where the last compaction summary is (0 when there is none). */
+  start: number
+}
+
+const seenHistories = new WeakMap<ReadonlyArray<StoredMessage>, Seen>()
+
+const seenOf = (history: ReadonlyArray<StoredMessage>): Seen => {
+  let seen = seenHistories.get(history)
+  if (seen === undefined) {
+    seen = { entries: [], messages: [], sums: [], start: 0 }
+    seenHistories.set(history, seen)
   }
-  return found
+  let same = 0
+  const known = Math.min(seen.entries.length, history.length)
+  while (same < known && seen.entries[same] === history[same]) same++
+  if (same < seen.entries.length) {
+    seen.entries.length = same
+    seen.messages.length = same
+    seen.sums.length = same
+    seen.start = seen.entries.findLastIndex((message) => message.role === "compactionSummary")
+    if (seen.start === -1) seen.start = 0
+  }
+  for (let index = same; index < history.length; index++) {
+    const entry = history[index]!
+    const message = toModelMessage(entry)
+    seen.entries.push(entry)
+    seen.messages.push(message)
+    seen.sums.push((index === 0 ? 0 : seen.sums[index - 1]!) + estimateTokens(message))
+    if (entry.role === "compactionSummary") seen.start = index
+  }
+  return seen
 }
 
-/** The history the model sees: from the last compaction summary on, which stands in for all before it. */
-const sinceCompaction = (history: ReadonlyArray<StoredMessage>) => {
-  const start = history.findLastIndex((message) => message.role === "compactionSummary")
-  return start === -1 ? history : history.slice(start)
+/** The messages the model sees: from the last compaction summary on, which stands in for all before it. */
+export const modelContext = (history: ReadonlyArray<StoredMessage>): Array<ModelClient.Message> => {
+  const seen = seenOf(history)
+  return seen.messages.slice(seen.start)
 }
 
-/** The messages the model sees. */
-export const modelContext = (history: ReadonlyArray<StoredMessage>) =>
-  sinceCompaction(history).map((message) => seenOf(message).message)
-
-/** The estimate of what the model sees of the history, each entry's counted once. */
-export const contextTokens = (history: ReadonlyArray<StoredMessage>) =>
-  sinceCompaction(history).reduce((sum, message) => sum + seenOf(message).tokens, 0)
+/** The estimate of what the model sees of the history. */
+export const contextTokens = (history: ReadonlyArray<StoredMessage>) => {
+  const seen = seenOf(history)
+  if (seen.sums.length === 0) return 0
+  return seen.sums[seen.sums.length - 1]! - (seen.start === 0 ? 0 : seen.sums[seen.start - 1]!)
+}
