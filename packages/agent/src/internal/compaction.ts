@@ -15,22 +15,29 @@ const compactionPrompt =
   "Summarize the conversation above for your own later use: the user's goals, decisions made, facts learned, " +
   "open questions and work in progress. Be complete but brief; the summary replaces the conversation."
 
-/** Summarizes the history first when it and `incoming` would leave no room for a full response. */
-export const compactIfNeeded = Effect.fn("Turn.compaction")(function*(run: TurnRun, incoming: string) {
-  const { hooks, input, systemPrompt } = run
-  const resolved = yield* Effect.either(stopOnDatabaseFault(run.target))
-  if (resolved._tag === "Left") return
-  const limits = resolved.right.model
-  const tokens = contextTokens(hooks.history()) + estimateTokens(systemPrompt) + estimateTokens(incoming) +
-    estimateTokens(run.modelTools)
-  if (hooks.historySize() === 0 || tokens <= limits.contextWindow - limits.maxTokens) return
-  yield* summarize(run, resolved.right, tokens).pipe(RunSpans.span("compaction", "client", {
-    "agent_runtime.operation": "compaction",
-    "gen_ai.request.model": input.config.model,
-    "agent_runtime.compaction.tokens_before": tokens,
-    "agent_runtime.compaction.summarized_messages": hooks.historySize()
-  }))
-})
+/**
+ * Summarizes the history first when it and `incoming` would leave no room for a full response. Only a
+ * compaction has its span (`Turn.compaction`): the check before every model request has none.
+ */
+export const compactIfNeeded = (run: TurnRun, incoming: string) =>
+  Effect.gen(function*() {
+    const { hooks, input, systemPrompt } = run
+    const resolved = yield* Effect.either(stopOnDatabaseFault(run.target))
+    if (resolved._tag === "Left") return
+    const limits = resolved.right.model
+    const tokens = contextTokens(hooks.history()) + estimateTokens(systemPrompt) + estimateTokens(incoming) +
+      estimateTokens(run.modelTools)
+    if (hooks.historySize() === 0 || tokens <= limits.contextWindow - limits.maxTokens) return
+    yield* summarize(run, resolved.right, tokens).pipe(
+      RunSpans.span("compaction", "client", {
+        "agent_runtime.operation": "compaction",
+        "gen_ai.request.model": input.config.model,
+        "agent_runtime.compaction.tokens_before": tokens,
+        "agent_runtime.compaction.summarized_messages": hooks.historySize()
+      }),
+      Effect.withSpan("Turn.compaction")
+    )
+  })
 
 /** The summary asked of the model and kept in history, or the compaction skipped when the model fails. */
 const summarize = (run: TurnRun, target: Credentials.Target, tokens: number) =>
