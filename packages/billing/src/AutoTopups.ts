@@ -21,7 +21,7 @@ import { SqlClient } from "@effect/sql"
 import { Context, Duration, Effect, Layer, Schedule } from "effect"
 import { monthStart } from "./Ledger.ts"
 import { ChargeResult, feeOf, Payments, wholeCents } from "./Payments.ts"
-import { purchaseColumns, type PurchaseRow, Purchases } from "./Purchases.ts"
+import { lockTenant, purchaseColumns, type PurchaseRow, Purchases } from "./Purchases.ts"
 import { Rates } from "./Rates.ts"
 
 const interval = Duration.seconds(2)
@@ -157,6 +157,7 @@ export const make = Effect.gen(function*() {
           })),
         Declined: ({ reason }) =>
           sql.withTransaction(Effect.gen(function*() {
+            yield* lockTenant(sql, row.tenantId)
             const ended = yield* sql`UPDATE purchases SET status = 'declined', updated_at = now()
               WHERE id = ${row.id} AND status IN ('open', 'uncertain') RETURNING 1`
             if (ended.length === 0) return
@@ -165,6 +166,7 @@ export const make = Effect.gen(function*() {
           })),
         ActionRequired: ({ paymentId }) =>
           sql.withTransaction(Effect.gen(function*() {
+            yield* lockTenant(sql, row.tenantId)
             const ended = yield* sql`UPDATE purchases SET status = 'action_required', session_id = ${paymentId},
                 payment_id = ${paymentId}, updated_at = now()
               WHERE id = ${row.id} AND status IN ('open', 'uncertain') RETURNING 1`
@@ -236,6 +238,7 @@ export const make = Effect.gen(function*() {
       if (claimed === undefined) return
       if (claimed.attempts > maxAttempts && claimed.status === "open") {
         yield* sql.withTransaction(Effect.gen(function*() {
+          yield* lockTenant(sql, claimed.tenantId)
           yield* sql`UPDATE purchases SET status = 'uncertain' WHERE id = ${id} AND status = 'open'`
           yield* pause(claimed.tenantId, "reconcile")
           yield* event(claimed.tenantId, "billing.topup.reconcile", {

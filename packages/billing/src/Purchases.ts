@@ -83,6 +83,14 @@ const unavailable = (error: PaymentsModule.PaymentProviderError) =>
   new ApiError.Unavailable({ error: `the payment provider did not answer; retry (${error.message})`, retryAfter: 5 })
 
 /**
+ * Locks the tenant's billing row, first in every transaction that changes a purchase and the tenant's row:
+ * starting a top-up locks that row before it inserts its purchase, so a transaction taking the purchase first
+ * and the tenant's row second deadlocked with it (three sweeps at once, with a charge settling).
+ */
+export const lockTenant = (sql: SqlClient.SqlClient, tenantId: string) =>
+  sql`SELECT 1 FROM tenant_billing WHERE tenant_id = ${tenantId} FOR UPDATE`
+
+/**
  * The statements posting a paid purchase's credit and its receipt, in the caller's transaction: only when
  * `marked` (the purchase's row turned paid by this statement) holds a row.
  */
@@ -158,6 +166,9 @@ export const make = (options: {
 
     const settle = (completed: Completed) =>
       sql.withTransaction(Effect.gen(function*() {
+        const owners = yield* sql<{ tenantId: string }>`
+          SELECT tenant_id FROM purchases WHERE id = ${completed.purchaseId} OR session_id = ${completed.sessionId}`
+        for (const { tenantId } of owners) yield* lockTenant(sql, tenantId)
         const [row] = yield* sql<PurchaseRow>`
           SELECT ${sql.unsafe(purchaseColumns)} FROM purchases
           WHERE id = ${completed.purchaseId} OR session_id = ${completed.sessionId}
