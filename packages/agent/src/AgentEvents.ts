@@ -442,6 +442,26 @@ export const make = Effect.gen(function*() {
       return Effect.sync(stop)
     })
 
+  /**
+   * A listener subscribed before a read: what it hears before the wait after the read is kept, so nothing heard
+   * in between is missed. `signal(true)` wins over `signal(false)`.
+   */
+  const hearing = () => {
+    let early: boolean | undefined
+    let wake: ((heard: boolean) => void) | undefined
+    return {
+      signal: (heard: boolean) => {
+        if (wake !== undefined) wake(heard)
+        else early = early || heard
+      },
+      wait: (millis: number) =>
+        early !== undefined ? Effect.succeed(Option.some(early)) : waitFor(millis, (resume) => {
+          wake = resume
+          return () => (wake = () => {})
+        })
+    }
+  }
+
   const awaitSettled = <A, E>(
     agentId: string,
     requestId: string,
@@ -462,24 +482,18 @@ export const make = Effect.gen(function*() {
         const local = localLogs.get(agentId)
         if (Option.isSome(local)) {
           // Owned here: listens to the log itself (no cluster round trip), from before the read.
-          let heard: ((heard: boolean) => void) | undefined
-          let early: boolean | undefined
+          const heard = hearing()
           const { stop } = yield* Effect.orDie(local.value.listen(Option.none(), {
             // true: the response frame; false: the log closed (the agent moves), and its next owner is waited on.
             entry: (entry) => {
-              if (!isResponse(entry.data)) return
-              if (heard === undefined) early = true
-              else heard(true)
+              if (isResponse(entry.data)) heard.signal(true)
             },
-            close: () => heard === undefined ? (early ??= false) : heard(false)
+            close: () => heard.signal(false)
           }))
           const answered = yield* Effect.gen(function*() {
             const current = yield* read
             if (settled(current) || over()) return Option.some(current)
-            const outcome = early !== undefined ? Option.some(early) : yield* waitFor(deadline - Date.now(), (wake) => {
-              heard = wake
-              return () => (heard = () => {})
-            })
+            const outcome = yield* heard.wait(deadline - Date.now())
             if (Option.isSome(outcome) && !outcome.value) yield* waitFor(Math.min(100, deadline - Date.now()))
             return Option.none<A>()
           }).pipe(Effect.ensuring(Effect.sync(stop)))
@@ -488,22 +502,16 @@ export const make = Effect.gen(function*() {
         }
         // Owned elsewhere, and this node hears settled requests: listening before the read, it waits for the
         // request to settle, then reads it again; no message to the owner.
-        let heard: ((heard: boolean) => void) | undefined
-        let early = false
+        const heard = hearing()
         const subscribed = settlements.listen(agentId, requestId, {
-          settled: () => heard === undefined ? (early = true) : heard(true),
-          lost: () => heard === undefined ? (early = true) : heard(false)
+          settled: () => heard.signal(true),
+          lost: () => heard.signal(false)
         })
         if (Option.isSome(subscribed)) {
           const answered = yield* Effect.gen(function*() {
             const current = yield* read
             if (settled(current) || over()) return Option.some(current)
-            if (!early) {
-              yield* waitFor(deadline - Date.now(), (wake) => {
-                heard = wake
-                return () => (heard = () => {})
-              })
-            }
+            yield* heard.wait(deadline - Date.now())
             return Option.none<A>()
           }).pipe(Effect.ensuring(Effect.sync(subscribed.value)))
           if (Option.isSome(answered)) return answered.value
