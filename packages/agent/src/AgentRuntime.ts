@@ -396,9 +396,10 @@ export const layer: Layer.Layer<
       yield* Effect.logInfo("claimed the agent again").pipe(
         Effect.annotateLogs({ agentId, epoch: journal.term().epoch })
       )
-      // The runner and the mark together: a reclaim cut between them would start a second runner.
+      // The runner and the mark together: a reclaim cut between them would start a second runner. A fiber forked
+      // here inherits the region's flags: the runner itself is interruptible, or the entity could never close.
       yield* Effect.uninterruptible(Effect.zipRight(
-        Effect.forkIn(running, entityScope),
+        Effect.forkIn(Effect.interruptible(running), entityScope),
         Effect.sync(() => {
           reclaimed = true
         })

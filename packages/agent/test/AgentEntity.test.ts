@@ -6,7 +6,7 @@
  * Not `Entity.makeTestClient`: its stand-in `Sharding` implements
  * `registerEntity` only, and the entity's build asks for `Agent.client`
  * (`sharding.makeClient`, used to wake a rebuilt instance after a fenced
- * write), so the build dies there. `TestRunner.layer` is the cluster's own
+ * write), so the build dies there. `InMemoryRunner` is the cluster's own
  * in-memory sharding (memory message storage, no-op runners): messages take
  * the cluster's real path, persisted ones deduplicated by their primary key.
  */
@@ -20,10 +20,10 @@ import { Database, DatabaseHealth, SealedSecret } from "@agent-runtime/store"
 import { TelemetryMigrations, TelemetrySettings, TraceExport } from "@agent-runtime/telemetry"
 import { AgentFixtures, TestDatabase, ToolServer } from "@agent-runtime/testing"
 import { WebhookMigrations } from "@agent-runtime/webhooks"
-import { ShardingConfig, TestRunner } from "@effect/cluster"
+import { MessageStorage, RunnerHealth, Runners, RunnerStorage, Sharding, ShardingConfig } from "@effect/cluster"
 import { SqlClient } from "@effect/sql"
-import { expect, layer } from "@effect/vitest"
-import { Duration, Effect, Fiber, Layer, Option, Redacted, Schedule, Stream } from "effect"
+import { expect, it, layer } from "@effect/vitest"
+import { Duration, Effect, Exit, Fiber, Layer, Option, Redacted, Schedule, Scope, Stream } from "effect"
 import * as Crypto from "node:crypto"
 import * as Agent from "../src/Agent.ts"
 import * as AgentEvents from "../src/AgentEvents.ts"
@@ -57,24 +57,37 @@ const DatabaseLive = Layer.unwrapEffect(
     }))
 )
 
-const EntityLive = AgentRuntime.layer.pipe(
-  Layer.provideMerge(Inputs.layer),
-  Layer.provideMerge(TraceExport.layer().pipe(Layer.provideMerge(TelemetrySettings.layer))),
-  Layer.provideMerge(AgentFixtures.layerTools.pipe(Layer.provideMerge(IdentityTokens.layer()))),
-  Layer.provideMerge(TestRunner.layer),
-  Layer.provideMerge(Layer.mergeAll(
-    AgentStore.layer,
-    Layer.mergeAll(UsageLog.layer, Ledger.layer).pipe(Layer.provide([Rates.layerConfig, Payments.layerNone])),
-    DrainModule.layer,
-    EventLog.layerLocalLogs,
-    Tenants.layer,
-    AgentFixtures.layer(),
-    ShardingConfig.layer()
-  )),
-  Layer.provide(SealedSecret.layer(SealedSecret.parseKey(Crypto.randomBytes(32).toString("base64")))),
-  Layer.provide(Egress.layer({ allowPrivate: true }).pipe(Layer.provide(Resolver.layer))),
-  Layer.provideMerge(DatabaseLive)
+/**
+ * `TestRunner.layer`, but on the test's sharding config: TestRunner's own is the default one, and the entity
+ * manager hands its sharding's config to the entities (a fence waited out for 35 s).
+ */
+const InMemoryRunner = Sharding.layer.pipe(
+  Layer.provideMerge(Runners.layerNoop),
+  Layer.provideMerge(MessageStorage.layerMemory),
+  Layer.provide([RunnerStorage.layerMemory, RunnerHealth.layerNoop])
 )
+
+const entityLayer = (sharding: Partial<ShardingConfig.ShardingConfig["Type"]> = {}) =>
+  AgentRuntime.layer.pipe(
+    Layer.provideMerge(Inputs.layer),
+    Layer.provideMerge(TraceExport.layer().pipe(Layer.provideMerge(TelemetrySettings.layer))),
+    Layer.provideMerge(AgentFixtures.layerTools.pipe(Layer.provideMerge(IdentityTokens.layer()))),
+    Layer.provideMerge(InMemoryRunner),
+    Layer.provideMerge(Layer.mergeAll(
+      AgentStore.layer,
+      Layer.mergeAll(UsageLog.layer, Ledger.layer).pipe(Layer.provide([Rates.layerConfig, Payments.layerNone])),
+      DrainModule.layer,
+      EventLog.layerLocalLogs,
+      Tenants.layer,
+      AgentFixtures.layer(),
+      ShardingConfig.layer(sharding)
+    )),
+    Layer.provide(SealedSecret.layer(SealedSecret.parseKey(Crypto.randomBytes(32).toString("base64")))),
+    Layer.provide(Egress.layer({ allowPrivate: true }).pipe(Layer.provide(Resolver.layer))),
+    Layer.provideMerge(DatabaseLive)
+  )
+
+const EntityLive = entityLayer()
 
 /** A new tenant with one agent on the scripted model, and the agent's client. */
 const newAgent = (name: string, config: Partial<Turn.TurnInput["config"]> = {}) =>
@@ -697,6 +710,36 @@ layer(
       expect(closedValue).toBe(2)
     }))
 })
+
+// A node of its own, stopped by the test; a fence is waited out in a second.
+it.live(
+  "an agent claimed again after a fence runs its work again, and its node still stops",
+  () =>
+    Effect.gen(function*() {
+      const scope = yield* Scope.make()
+      const node = yield* Layer.buildWithScope(entityLayer({ shardLockExpiration: "1 second" }), scope)
+      yield* Effect.gen(function*() {
+        const { agentId, client, model, prompt } = yield* settledAgent("reclaimed")
+        const localLogs = yield* EventLog.LocalLogs
+        const store = yield* AgentStore.AgentStore
+
+        // Another runner claims the agent: the next turn's first write is fenced and the instance stops serving it.
+        yield* store.claim(agentId, "127.0.0.1:1")
+        model.script({ text: "Second." })
+        yield* prompt({ requestId: "req_r2", fingerprint: "fp", text: "two" })
+        yield* waitUntil(Effect.sync(() => localLogs.get(agentId)), Option.isNone)
+
+        // A message claims it again (once the fence is waited out) and starts its runner again: the turn runs.
+        yield* client.Wake()
+        yield* waitUntil(requestRow(agentId, "req_r2"), (row) => row.state === "completed")
+      }).pipe(Effect.provide(node))
+
+      // The node stops: the runner started again inside the reclaim is interrupted like the first one was.
+      const stopped = yield* Scope.close(scope, Exit.void).pipe(Effect.timeout("20 seconds"), Effect.option)
+      expect(Option.isSome(stopped)).toBe(true)
+    }),
+  90_000
+)
 
 /** The text each model call answered, in the order the calls were made. */
 const promptsAnswered = (calls: ReadonlyArray<{ readonly context: { readonly messages: ReadonlyArray<any> } }>) =>
