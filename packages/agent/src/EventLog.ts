@@ -25,6 +25,8 @@ export interface Poll {
 export interface EventLog {
   readonly agentId: string
   readonly publish: (data: unknown) => Effect.Effect<Entry>
+  /** `publish`, in the caller's own synchronous step: for a caller that tells many events and waits on none. */
+  readonly unsafePublish: (data: unknown) => Entry
   /** The latest id, or the start cursor before anything was published. */
   readonly cursor: Effect.Effect<number>
   readonly since: (cursor: number) => Effect.Effect<Either.Either<ReadonlyArray<Entry>, ReplayGap>>
@@ -198,24 +200,23 @@ export const make = (options: Options): Effect.Effect<EventLog, never, Scope.Sco
       return Either.right(out)
     }
 
-    const publish = (data: unknown) =>
-      Effect.sync(() => {
-        // Serialize before taking an id: a value that cannot be serialized is a defect and leaves no hole.
-        const entry: Entry = { id: latest + 1, ...bounded(data) }
-        latest = entry.id
-        append(entry)
-        for (const subscriber of live) {
-          if (subscriber.queue.unsafeOffer(entry)) {
-            subscriber.lastQueued = entry.id
-          } else {
-            // Full: this subscriber stops receiving and its stream ends once it has drained what it holds.
-            subscriber.lagged = true
-            live.delete(subscriber)
-          }
+    const unsafePublish = (data: unknown) => {
+      // Serialize before taking an id: a value that cannot be serialized is a defect and leaves no hole.
+      const entry: Entry = { id: latest + 1, ...bounded(data) }
+      latest = entry.id
+      append(entry)
+      for (const subscriber of live) {
+        if (subscriber.queue.unsafeOffer(entry)) {
+          subscriber.lastQueued = entry.id
+        } else {
+          // Full: this subscriber stops receiving and its stream ends once it has drained what it holds.
+          subscriber.lagged = true
+          live.delete(subscriber)
         }
-        for (const listener of listeners) listener.entry(entry)
-        return entry
-      })
+      }
+      for (const listener of listeners) listener.entry(entry)
+      return entry
+    }
 
     const detach = (subscriber: Subscriber) =>
       Effect.zipRight(
@@ -326,7 +327,8 @@ export const make = (options: Options): Effect.Effect<EventLog, never, Scope.Sco
 
     return {
       agentId: options.agentId,
-      publish,
+      publish: (data) => Effect.sync(() => unsafePublish(data)),
+      unsafePublish,
       cursor: Effect.sync(() => latest),
       since: (cursor: number) => Effect.sync(() => unsafeSince(cursor)),
       subscribe,

@@ -54,6 +54,8 @@ export interface Journal {
   readonly holdMessage: (index: number, write: Write) => void
   /** Tells watchers `data` in the term's log, once every write held or on its way before it is durable. */
   readonly publish: (data: unknown) => Effect.Effect<void>
+  /** `publish`, in the caller's own synchronous step. */
+  readonly unsafePublish: (data: unknown) => void
   /** Whether this instance stopped serving the agent (see `supersede`) and must claim it again first. */
   readonly superseded: () => boolean
   /**
@@ -166,7 +168,9 @@ export const make = (
     let flushing = 0
     const holding = () => heldStart !== undefined || heldMessages.size > 0 || flushing > 0
     const publishAll = (events: ReadonlyArray<unknown>) =>
-      Effect.forEach(events, (data) => term.log.publish(data), { discard: true })
+      Effect.sync(() => {
+        for (const data of events) term.log.unsafePublish(data)
+      })
 
     /**
      * Everything held goes in one statement with `write`; in two when the turn's start is held, as `write` may
@@ -201,6 +205,11 @@ export const make = (
         )
       })
 
+    const unsafePublish = (data: unknown) => {
+      if (holding()) heldEvents.push(data)
+      else term.log.unsafePublish(data)
+    }
+
     const reclaim = Effect.gen(function*() {
       // A runner that stopped for another reason (its database went away; it was paused past its lease) may
       // find another runner claimed the agent meanwhile: that is a fence too, and it waits as after one.
@@ -227,14 +236,8 @@ export const make = (
       holdMessage: (index, message) => {
         heldMessages.set(index, message)
       },
-      publish: (data) =>
-        Effect.suspend(() => {
-          if (holding()) {
-            heldEvents.push(data)
-            return Effect.void
-          }
-          return Effect.asVoid(term.log.publish(data))
-        }),
+      publish: (data) => Effect.sync(() => unsafePublish(data)),
+      unsafePublish,
       superseded: () => superseded,
       supersede,
       reclaim

@@ -158,9 +158,9 @@ export const loadHistory = (instance: Pick<Instance, "agentId" | "journal" | "st
 
 /** Tells watchers an event of the request's run (after any write it follows: see Journal.publish). */
 export const frame = (instance: Instance, requestId: string) => (event: Record<string, unknown>) =>
-  Effect.suspend(() => {
+  Effect.sync(() => {
     instance.streaming.track(event)
-    return instance.journal.publish({ type: "event", requestId, event })
+    instance.journal.unsafePublish({ type: "event", requestId, event })
   })
 
 /** Queues the requests this instance does not know yet and wakes the runner when any was new. */
