@@ -18,7 +18,7 @@ import { Api, type ApiError, Run, Token } from "@agent-runtime/domain"
 import { DatabaseHealth, PersistenceError } from "@agent-runtime/store"
 import { TraceParent } from "@agent-runtime/telemetry"
 import { Headers, HttpTraceContext } from "@effect/platform"
-import { Context, Duration, Effect, Layer, Option, Runtime, Schema } from "effect"
+import { Context, Duration, Effect, FiberRef, Layer, LogLevel, Option, Runtime, Schema } from "effect"
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http"
 import * as Metrics from "../Metrics.ts"
 import { ServerConfig } from "../ServerConfig.ts"
@@ -97,6 +97,8 @@ export const layer: Layer.Layer<
     const health = yield* DatabaseHealth.DatabaseHealth
     const runFork = Runtime.runFork(yield* Effect.runtime<never>())
     const exporting = yield* Tracing.Exporting
+    // The line each answer logs, as the API's logger middleware does, is made only where it is written.
+    const logsAnswers = LogLevel.lessThanEqual(yield* FiberRef.get(FiberRef.currentMinimumLogLevel), LogLevel.Info)
 
     // The API's bearer scheme takes whatever follows the scheme's 7 characters.
     const secretOf = (request: IncomingMessage) => request.headers.authorization!.slice(7)
@@ -184,13 +186,15 @@ export const layer: Layer.Layer<
               return answered.status
             })
         }),
-        Effect.tap((sent) =>
-          Effect.annotateLogs(Effect.log("Sent HTTP response"), {
-            "http.method": request.method,
-            "http.url": request.url,
-            "http.status": sent
-          })
-        )
+        logsAnswers
+          ? Effect.tap((sent) =>
+            Effect.annotateLogs(Effect.log("Sent HTTP response"), {
+              "http.method": request.method,
+              "http.url": request.url,
+              "http.status": sent
+            })
+          )
+          : (answered) => answered
       )
       const fiber = runFork(
         traced(request, route, answering).pipe(

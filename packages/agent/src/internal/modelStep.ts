@@ -90,32 +90,33 @@ export const respond = Effect.fn("Turn.modelCall")(function*(run: TurnRun, index
 
 /** What a traced model call's span says of its response, and what it adds to the run's usage. */
 const chatAttributes = (response: Either.Either<ModelClient.AssistantMessage, { readonly _tag: string }>) =>
-  Effect.gen(function*() {
-    if (Either.isLeft(response)) return yield* RunSpans.fail(response.left._tag)
+  Effect.flatMap(RunSpans.currentRun, (run) => {
+    // A run not traced (most of them) has nothing to add.
+    if (run === undefined) return Effect.void
+    if (Either.isLeft(response)) return RunSpans.fail(response.left._tag)
     const message = response.right
     const { usage } = message
-    const run = yield* RunSpans.currentRun
-    if (run !== undefined) {
-      run.usage.responses++
-      run.usage.inputTokens += usage.input
-      run.usage.outputTokens += usage.output
-      run.usage.cacheReadTokens += usage.cacheRead
-      run.usage.cacheWriteTokens += usage.cacheWrite
-      run.usage.costUsd += usage.cost.total
-    }
-    yield* RunSpans.annotate({
-      "gen_ai.provider.name": message.provider,
-      "gen_ai.system": message.provider,
-      "gen_ai.response.model": message.responseModel ?? message.model,
-      ...(message.responseId === undefined ? {} : { "gen_ai.response.id": message.responseId }),
-      "gen_ai.response.finish_reasons": [message.stopReason],
-      "gen_ai.usage.input_tokens": usage.input,
-      "gen_ai.usage.output_tokens": usage.output,
-      "gen_ai.usage.cache_read.input_tokens": usage.cacheRead,
-      "gen_ai.usage.cache_creation.input_tokens": usage.cacheWrite,
-      "agent_runtime.cost.usd": usage.cost.total
-    })
-    yield* RunSpans.content(() => ({ "gen_ai.output.messages": message.content }))
+    run.usage.responses++
+    run.usage.inputTokens += usage.input
+    run.usage.outputTokens += usage.output
+    run.usage.cacheReadTokens += usage.cacheRead
+    run.usage.cacheWriteTokens += usage.cacheWrite
+    run.usage.costUsd += usage.cost.total
+    return Effect.zipRight(
+      RunSpans.annotate({
+        "gen_ai.provider.name": message.provider,
+        "gen_ai.system": message.provider,
+        "gen_ai.response.model": message.responseModel ?? message.model,
+        ...(message.responseId === undefined ? {} : { "gen_ai.response.id": message.responseId }),
+        "gen_ai.response.finish_reasons": [message.stopReason],
+        "gen_ai.usage.input_tokens": usage.input,
+        "gen_ai.usage.output_tokens": usage.output,
+        "gen_ai.usage.cache_read.input_tokens": usage.cacheRead,
+        "gen_ai.usage.cache_creation.input_tokens": usage.cacheWrite,
+        "agent_runtime.cost.usd": usage.cost.total
+      }),
+      RunSpans.content(() => ({ "gen_ai.output.messages": message.content }))
+    )
   })
 
 const ask = (run: TurnRun, index: number, forced: boolean) =>
