@@ -249,46 +249,6 @@ export interface Service {
 
 export class ModelClient extends EffectContext.Tag("@agent-runtime/models/ModelClient")<ModelClient, Service>() {}
 
-/**
- * Reads a stream of events in batches: what has arrived when the fiber asks, at least one event (`undefined`
- * once the stream ended; its error fails). A response's events that arrive together, in one read of the socket,
- * cost one wake of the fiber rather than one each.
- */
-const batches = <A>(events: AsyncIterable<A>): Effect.Effect<Array<A> | undefined, unknown> => {
-  const arrived: Array<A> = []
-  let ended = false
-  let failure: { readonly error: unknown } | undefined
-  let wake: (() => void) | undefined
-  void (async () => {
-    try {
-      for await (const event of events) {
-        arrived.push(event)
-        wake?.()
-      }
-    } catch (error) {
-      failure = { error }
-    }
-    ended = true
-    wake?.()
-  })()
-  const take = (): Effect.Effect<Array<A> | undefined, unknown> =>
-    arrived.length > 0
-      ? Effect.succeed(arrived.splice(0))
-      : failure === undefined
-      ? Effect.succeed(undefined)
-      : Effect.fail(failure.error)
-  return Effect.async((resume) => {
-    if (arrived.length > 0 || ended) return resume(take())
-    wake = () => {
-      wake = undefined
-      resume(take())
-    }
-    return Effect.sync(() => {
-      wake = undefined
-    })
-  })
-}
-
 export const make = Effect.gen(function*() {
   const egress = yield* Egress.Egress
   const credentials = yield* Credentials
@@ -362,27 +322,25 @@ export const make = Effect.gen(function*() {
         ...(call.reasoning === undefined ? {} : { reasoning: call.reasoning }),
         ...(call.maxTokens === undefined ? {} : { maxTokens: call.maxTokens }),
         ...(call.temperature === undefined ? {} : { temperature: call.temperature })
-      })
+      })[Symbol.asyncIterator]()
       const networkError = (error: unknown) =>
         new ModelNetworkError({ provider: target.provider, detail: String(error) })
-      const nextEvents = batches(events)
       while (true) {
-        const ready = yield* Effect.mapError(nextEvents, networkError)
-        if (ready === undefined) return yield* networkError("the response ended without a final message")
-        for (const event of ready) {
-          if (event.type === "error") return yield* Effect.fail(classify(target, event.error, last, refused))
-          if (event.type === "done") {
-            yield* record(target, call, event.message)
-            if (attemptNumber > 1) yield* onEvent({ type: "auto_retry_end", success: true, attempt: attemptNumber })
-            return kept(event.message)
-          }
-          // The finished call, told as it ends, is told as it will be kept.
-          yield* onEvent(
-            event.type === "toolcall_end"
-              ? { ...event, toolCall: kept(event.partial).content[event.contentIndex] as typeof event.toolCall }
-              : event
-          )
+        const next = yield* Effect.tryPromise({ try: () => events.next(), catch: networkError })
+        if (next.done === true) return yield* networkError("the response ended without a final message")
+        const event = next.value
+        if (event.type === "error") return yield* Effect.fail(classify(target, event.error, last, refused))
+        if (event.type === "done") {
+          yield* record(target, call, event.message)
+          if (attemptNumber > 1) yield* onEvent({ type: "auto_retry_end", success: true, attempt: attemptNumber })
+          return kept(event.message)
         }
+        // The finished call, told as it ends, is told as it will be kept.
+        yield* onEvent(
+          event.type === "toolcall_end"
+            ? { ...event, toolCall: kept(event.partial).content[event.contentIndex] as typeof event.toolCall }
+            : event
+        )
       }
     }))
 
