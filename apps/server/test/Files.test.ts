@@ -551,7 +551,9 @@ layer(TestWorld.layer(() => Effect.succeed(limits)), { excludeTestServices: true
           `${count} notices to ${agentId}`
         )
 
-      // A burst of writes through the API is one notice.
+      // A burst of writes through the API is one notice, after a quiet spell too (longer than the gathering
+      // moment: the burst's first write opens it).
+      yield* Effect.sleep("1500 millis")
       yield* put(api, token, team.id, "plan.md", "v1")
       yield* put(api, token, team.id, "notes/a.md", "a")
       yield* settledNotices(watcher.id, 1)

@@ -8,7 +8,7 @@
  */
 import { Run } from "@agent-runtime/domain"
 import { FilePath, Volumes } from "@agent-runtime/files"
-import { Chunk, Duration, Effect, Either, Layer, Stream } from "effect"
+import { Duration, Effect, Either, Layer, Queue, Stream } from "effect"
 import * as Crypto from "node:crypto"
 import { Agents } from "./Agents.ts"
 import { AgentStore } from "./AgentStore.ts"
@@ -83,11 +83,14 @@ export const layer: Layer.Layer<never, never, AgentStore | Volumes.Volumes | Age
         ), { discard: true })
     }
 
-    const changes = yield* volumes.changes
-    yield* changes.pipe(
-      Stream.groupedWithin(maxBatch, gatherFor),
-      Stream.runForEach((batch) => notify(Chunk.toReadonlyArray(batch))),
-      Effect.forkScoped
-    )
+    // The moment opens with the first change of a burst (Stream.groupedWithin's clock runs on its own, and
+    // would send the first change after a quiet spell alone).
+    const pending = yield* Queue.unbounded<Volumes.Change>()
+    yield* (yield* volumes.changes).pipe(Stream.runForEach((change) => Queue.offer(pending, change)), Effect.forkScoped)
+    yield* Effect.gen(function*() {
+      const first = yield* Queue.take(pending)
+      yield* Effect.sleep(gatherFor)
+      yield* notify([first, ...yield* Queue.takeUpTo(pending, maxBatch - 1)])
+    }).pipe(Effect.forever, Effect.forkScoped)
   })
 )
