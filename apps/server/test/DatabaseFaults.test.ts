@@ -49,6 +49,7 @@ const unavailableWithinMs = 5_000
 interface Sent {
   readonly agentId: string
   readonly text: string
+  readonly sentAt: number
   accepted: boolean
 }
 
@@ -237,7 +238,7 @@ it.scopedLive(
           if (writes) fileSteps.push(n)
         }
         upstream.script({ text: "one two three four five six seven eight", tokenDelayMs: 60 }, { model: "m1" })
-        const entry: Sent = { agentId, text, accepted: false }
+        const entry: Sent = { agentId, text, sentAt: Date.now(), accepted: false }
         sent.set(requestId, entry)
         // As a client would, for up to a minute: then its fate is read from the request itself (accepted or not).
         const giveUp = Date.now() + 60_000
@@ -352,6 +353,7 @@ it.scopedLive(
           { text: `probe ${k} done` }
         ], { model: "m2" })
         const requestId = `req_probe_${k}`
+        const sentAt = Date.now()
         // Sent like the workload's prompts: again (same request id) until accepted, the cluster may still be settling.
         const accepted = yield* Effect.suspend(() =>
           Http.attempt(pick(), "POST", `/v1/agents/${probeAgent.id}/prompt`, {
@@ -364,7 +366,7 @@ it.scopedLive(
           Effect.either
         )
         expect(accepted._tag, `probe ${k} accepted`).toBe("Right")
-        sent.set(requestId, { agentId: probeAgent.id, text: `probe ${k}`, accepted: true })
+        sent.set(requestId, { agentId: probeAgent.id, text: `probe ${k}`, sentAt, accepted: true })
         yield* timeUntil(`probe ${k} calls its tool`, Effect.sync(() => pages.count(`/probe/${k}`) > 0), 20_000)
         return requestId
       })
@@ -720,25 +722,19 @@ it.scopedLive(
       }
       const resumesLost = new Set<string>()
       for (const [agentId, agentWatchers] of watchers) {
+        const mine = moved.filter(([requestId]) => sent.get(requestId)!.agentId === agentId).map(([requestId]) =>
+          requestId
+        )
         const found = Watchers.verify(agentWatchers, {
-          moved: moved.filter(([requestId]) => sent.get(requestId)!.agentId === agentId).map(([requestId]) => requestId)
+          moved: mine,
+          sentAt: new Map(mine.map((requestId) => [requestId, sent.get(requestId)!.sentAt]))
         })
         for (const violation of found.wentBack) violations.wentBack.push(violation)
         for (const violation of found.skipped) violations.skipped.push(violation)
+        for (const violation of found.missedResumes) violations.missedResumes.push(violation)
         // A turn resumed, then lost again with its new owner's buffer at the next fault before any watcher read
-        // it: nobody saw that turn_resumed. Allowed only if every watcher of the agent was told it missed events
-        // while that request ran: a gap mark after the first event of it the watcher saw (any, if it saw none).
-        // Not after the last: the resumed turn goes on, and a watcher back after the gap sees its later events.
-        const toldAfter = (watcher: Watchers.Watcher, requestId: string) => {
-          const first = watcher.marks.findIndex((mark) => mark._tag === "event" && mark.data?.requestId === requestId)
-          return watcher.marks.slice(first + 1).some((mark) => mark._tag === "gap")
-        }
-        for (const missed of found.missedResumes) {
-          const unseen = /: nobody saw turn_resumed of (\S+)$/.exec(missed)
-          if (unseen !== null && agentWatchers.every((watcher) => toldAfter(watcher, unseen[1]!))) {
-            resumesLost.add(unseen[1]!)
-          } else violations.missedResumes.push(missed)
-        }
+        // it, every watcher told (see Watchers.verify).
+        for (const requestId of found.resumesLost) resumesLost.add(requestId)
       }
       const all = [...watchers.values()].flat()
       const sum = (f: (watcher: Watchers.Watcher) => number) => all.reduce((total, watcher) => total + f(watcher), 0)

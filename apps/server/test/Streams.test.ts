@@ -207,7 +207,7 @@ for (const fault of ["SIGTERM", "SIGKILL"] as const) {
           }
           Fs.writeFileSync("/tmp/drained-node.log", world.cluster.members[owner]!.node.output())
         }
-        expect(violations).toEqual({ wentBack: [], skipped: [], missedResumes: [], behind: [] })
+        expect(violations).toEqual({ wentBack: [], skipped: [], missedResumes: [], resumesLost: [], behind: [] })
         for (const watcher of watchers) expect(watcher.stalls, watcher.name).toBe(0)
         // A drain hands the buffer on: nobody is told of a gap.
         if (fault === "SIGTERM") {
@@ -287,7 +287,7 @@ it.scopedLive(
       console.log(`drain after a join: exited after ${exitedMs} ms\n${report(watchers)}`)
       expect(exitedMs).toBeLessThan((drainTimeoutSeconds + 5) * 1000)
       const violations = Watchers.verify(watchers, { moved: [accepted.id], settled: [accepted.id] })
-      expect(violations).toEqual({ wentBack: [], skipped: [], missedResumes: [], behind: [] })
+      expect(violations).toEqual({ wentBack: [], skipped: [], missedResumes: [], resumesLost: [], behind: [] })
       for (const watcher of watchers) {
         expect(watcher.marks.filter((mark) => mark._tag === "gap"), watcher.name).toEqual([])
         expect(watcher.stalls, watcher.name).toBe(0)

@@ -14,8 +14,11 @@ import * as Http from "./Http.ts"
 /** What a watcher saw, in order. */
 export type Mark =
   | { readonly _tag: "event"; readonly id: number; readonly data: any }
-  /** Told that what lies after `from` up to `to` is not coming (REPLAY_GAP, then a snapshot or the buffer's oldest). */
-  | { readonly _tag: "gap"; readonly from: number; readonly to: number }
+  /**
+   * Told that what lies after `from` up to `to` is not coming (REPLAY_GAP, then a snapshot or the buffer's
+   * oldest), at `at` (ms).
+   */
+  | { readonly _tag: "gap"; readonly from: number; readonly to: number; readonly at: number }
 
 export interface Watcher {
   readonly name: string
@@ -107,7 +110,7 @@ const readStream = async (
         if (data.type === "snapshot") {
           // Told where it goes on from: whatever lay between is covered by the snapshot.
           const from = lastCursor(state, undefined) ?? data.cursor
-          state.marks.push({ _tag: "gap", from, to: data.cursor })
+          state.marks.push({ _tag: "gap", from, to: data.cursor, at: Date.now() })
           continue
         }
         if (fields.id !== undefined) state.marks.push({ _tag: "event", id: Number(fields.id), data })
@@ -224,7 +227,7 @@ export const poll = (name: string, options: Options & { readonly cursor: number 
         const { body, status } = response.right
         if (status === 409) {
           const oldest = Number(/oldest (\d+)/.exec(body.error)?.[1])
-          state.marks.push({ _tag: "gap", from: cursor, to: oldest - 1 })
+          state.marks.push({ _tag: "gap", from: cursor, to: oldest - 1, at: Date.now() })
           continue
         }
         for (const event of body.events as Array<{ id: number; data: any }>) {
@@ -249,6 +252,11 @@ export interface Violations {
   readonly skipped: Array<string>
   /** Moved turns whose turn_resumed (or turn_recovered) this watcher neither saw nor was told it missed. */
   readonly missedResumes: Array<string>
+  /**
+   * Moved turns whose turn_resumed nobody saw, every watcher told it missed events while the turn ran: the
+   * owner that told it was lost (or let the agent go) before anyone read it. Allowed; a count to report.
+   */
+  readonly resumesLost: Array<string>
   /** Watchers that never got as far as the response of a request in `settled` (by seeing it or being told). */
   readonly behind: Array<string>
 }
@@ -258,7 +266,10 @@ export interface Violations {
  * e.g. a final read of the buffer): ids only grow; between two events a
  * watcher saw with no gap mark between them, nobody saw an event it lacks;
  * and each request in `moved` has its turn_resumed seen by every watcher
- * unless that watcher was told it missed it.
+ * unless that watcher was told it missed it. A turn_resumed nobody saw went
+ * with its owner's buffer: allowed only where every watcher was told of a gap
+ * while the turn ran, after the first of its events the watcher saw (or, when
+ * it saw none, after the request was sent, by `sentAt`).
  */
 export const verify = (
   watchers: ReadonlyArray<Watcher>,
@@ -266,6 +277,8 @@ export const verify = (
     readonly moved?: Iterable<string>
     readonly settled?: Iterable<string>
     readonly known?: ReadonlyArray<{ id: number; data: any }>
+    /** When moved requests were sent (ms): a watcher that saw none of a turn is told of it by a gap after that. */
+    readonly sentAt?: ReadonlyMap<string, number>
   } = {}
 ): Violations => {
   const all = new Map<number, any>()
@@ -288,6 +301,16 @@ export const verify = (
   const behind: Array<string> = []
   const skipped: Array<string> = []
   const missedResumes: Array<string> = []
+  /** Whether `watcher` was told of a gap while `requestId` ran (see above). */
+  const toldWhileRan = (watcher: Watcher, requestId: string) => {
+    const first = watcher.marks.findIndex((mark) => mark._tag === "event" && mark.data?.requestId === requestId)
+    const sent = options.sentAt?.get(requestId) ?? Number.NEGATIVE_INFINITY
+    return watcher.marks.slice(first + 1).some((mark) => mark._tag === "gap" && (first !== -1 || mark.at >= sent))
+  }
+  const moved = [...options.moved ?? []]
+  const resumesLost = moved.filter((requestId) =>
+    !resumeIds.has(requestId) && watchers.every((watcher) => toldWhileRan(watcher, requestId))
+  )
   for (const watcher of watchers) {
     let previous: Mark | undefined
     const seen = new Set<number>()
@@ -318,10 +341,14 @@ export const verify = (
       previous = mark
     }
     const first = watcher.marks.find((mark) => mark._tag === "event")?.id ?? Number.POSITIVE_INFINITY
-    for (const requestId of options.moved ?? []) {
+    for (const requestId of moved) {
       const id = resumeIds.get(requestId)
       if (id === undefined) {
-        missedResumes.push(`${watcher.name}: nobody saw turn_resumed of ${requestId}`)
+        if (!toldWhileRan(watcher, requestId)) {
+          missedResumes.push(
+            `${watcher.name}: nobody saw turn_resumed of ${requestId}, nor was told of a gap while it ran`
+          )
+        }
         continue
       }
       const told = toldSpans.some(([from, to]) => id > from && id <= to)
@@ -334,5 +361,5 @@ export const verify = (
       else if (reached < id) behind.push(`${watcher.name}: at ${reached}, before the response of ${requestId} (${id})`)
     }
   }
-  return { wentBack, skipped, missedResumes, behind }
+  return { wentBack, skipped, missedResumes, resumesLost, behind }
 }
