@@ -363,7 +363,7 @@ export const layer: Layer.Layer<
     const runnerBody = runner(instance, makeClient(agentId).Wake())
     // Kept to start the runner again after a reclaim, from a message handler.
     const running = Effect.provide(runnerBody, yield* Effect.context<Effect.Effect.Context<typeof runnerBody>>())
-    yield* Effect.forkScoped(running)
+    let runnerFiber = yield* Effect.forkScoped(running)
     // Runs before the runner is interrupted (finalizers run in reverse): a turn moved with its shard
     // finishes its current step and hands on, rather than being cut and resumed as after a crash.
     yield* Effect.addFinalizer(() =>
@@ -389,6 +389,11 @@ export const layer: Layer.Layer<
     let reclaimed = true
     const reclaim = Effect.gen(function*() {
       reclaimed = false
+      // The runner of the term that ended stops first. One whose fence another fiber's write found (an
+      // application's connection recorded, say) is still in its turn, with the requests it queued then; once
+      // the new term is claimed its writes carry the new epoch, and two runners ran one request twice (the
+      // fault suite found a prompt twice in a history). Stopped first, it stays stopped if this is cut short.
+      yield* Fiber.interrupt(runnerFiber)
       yield* journal.reclaim
       Object.assign(instance.agent, yield* loadAgent(instance))
       instance.history.splice(0, instance.history.length, ...yield* loadHistory(instance))
@@ -398,11 +403,13 @@ export const layer: Layer.Layer<
       )
       // The runner and the mark together: a reclaim cut between them would start a second runner. A fiber forked
       // here inherits the region's flags: the runner itself is interruptible, or the entity could never close.
-      yield* Effect.uninterruptible(Effect.zipRight(
+      yield* Effect.uninterruptible(Effect.flatMap(
         Effect.forkIn(Effect.interruptible(running), entityScope),
-        Effect.sync(() => {
-          reclaimed = true
-        })
+        (fiber) =>
+          Effect.sync(() => {
+            runnerFiber = fiber
+            reclaimed = true
+          })
       ))
       yield* loadOpenWork(instance)
     })

@@ -741,6 +741,47 @@ it.live(
   90_000
 )
 
+// A node of its own; a fence is waited out in a second.
+it.live(
+  "a runner still in its turn when another fiber's write finds the fence stops before the agent is claimed again",
+  () =>
+    Effect.gen(function*() {
+      const scope = yield* Scope.make()
+      const node = yield* Layer.buildWithScope(entityLayer({ shardLockExpiration: "1 second" }), scope)
+      yield* Effect.gen(function*() {
+        const { agentId, client, model, prompt } = yield* settledAgent("fenced-mid-turn")
+        const localLogs = yield* EventLog.LocalLogs
+        const store = yield* AgentStore.AgentStore
+
+        // A turn holds halfway through its reply; another runner claims the agent meanwhile, and an application
+        // connecting (its connection recorded: not the runner's write) finds the fence.
+        model.script({ text: "Held, then given up.", hold: true }, { text: "Answered once." })
+        yield* prompt({ requestId: "req_f2", fingerprint: "fp", text: "two" })
+        const held = yield* model.held
+        yield* store.claim(agentId, "127.0.0.1:1")
+        yield* Effect.forkScoped(Stream.runDrain(client.Connect({ takeover: false })))
+        yield* waitUntil(Effect.sync(() => localLogs.get(agentId)), Option.isNone)
+
+        // A message claims the agent again and its turn runs on; the reply held before, let go now, writes
+        // nothing under the new claim.
+        yield* client.Wake()
+        yield* waitUntil(requestRow(agentId, "req_f2"), (row) => row.state === "completed")
+        yield* held.release
+        yield* Effect.sleep("500 millis")
+        const journal = yield* store.messages(agentId)
+        expect(journal.map((row) => [row.requestId, (row.message as { role: string }).role])).toEqual([
+          ["req_fenced-mid-turn", "user"],
+          ["req_fenced-mid-turn", "assistant"],
+          ["req_f2", "user"],
+          ["req_f2", "assistant"]
+        ])
+        expect(JSON.stringify(journal.at(-1)!.message)).toContain("Answered once.")
+      }).pipe(Effect.scoped, Effect.provide(node))
+      yield* Scope.close(scope, Exit.void)
+    }),
+  90_000
+)
+
 /** The text each model call answered, in the order the calls were made. */
 const promptsAnswered = (calls: ReadonlyArray<{ readonly context: { readonly messages: ReadonlyArray<any> } }>) =>
   calls.map((call) => call.context.messages.filter((message) => message.role === "user").at(-1)?.content)
