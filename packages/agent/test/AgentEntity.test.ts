@@ -711,13 +711,18 @@ layer(
     }))
 })
 
-// A node of its own, stopped by the test; a fence is waited out in a second.
+/** A node of its own, which `stop` stops; a fence is waited out in a second. */
+const ownNode = Effect.gen(function*() {
+  const scope = yield* Scope.make()
+  const node = yield* Layer.buildWithScope(entityLayer({ shardLockExpiration: "1 second" }), scope)
+  return { node, stop: Scope.close(scope, Exit.void) }
+})
+
 it.live(
   "an agent claimed again after a fence runs its work again, and its node still stops",
   () =>
     Effect.gen(function*() {
-      const scope = yield* Scope.make()
-      const node = yield* Layer.buildWithScope(entityLayer({ shardLockExpiration: "1 second" }), scope)
+      const { node, stop } = yield* ownNode
       yield* Effect.gen(function*() {
         const { agentId, client, model, prompt } = yield* settledAgent("reclaimed")
         const localLogs = yield* EventLog.LocalLogs
@@ -735,19 +740,17 @@ it.live(
       }).pipe(Effect.provide(node))
 
       // The node stops: the runner started again inside the reclaim is interrupted like the first one was.
-      const stopped = yield* Scope.close(scope, Exit.void).pipe(Effect.timeout("20 seconds"), Effect.option)
+      const stopped = yield* stop.pipe(Effect.timeout("20 seconds"), Effect.option)
       expect(Option.isSome(stopped)).toBe(true)
     }),
   90_000
 )
 
-// A node of its own; a fence is waited out in a second.
 it.live(
   "a runner still in its turn when another fiber's write finds the fence stops before the agent is claimed again",
   () =>
     Effect.gen(function*() {
-      const scope = yield* Scope.make()
-      const node = yield* Layer.buildWithScope(entityLayer({ shardLockExpiration: "1 second" }), scope)
+      const { node, stop } = yield* ownNode
       yield* Effect.gen(function*() {
         const { agentId, client, model, prompt } = yield* settledAgent("fenced-mid-turn")
         const localLogs = yield* EventLog.LocalLogs
@@ -777,7 +780,7 @@ it.live(
         ])
         expect(JSON.stringify(journal.at(-1)!.message)).toContain("Answered once.")
       }).pipe(Effect.scoped, Effect.provide(node))
-      yield* Scope.close(scope, Exit.void)
+      yield* stop
     }),
   90_000
 )
