@@ -3,7 +3,8 @@
  * against a real node (its own process) on an embedded PostgreSQL, with the
  * fake upstream on loopback as the model provider.
  *
- * - prompt accept latency p50/p99 (POST .../prompt until the RequestRecord arrives)
+ * - prompt accept latency p50/p99 (POST .../prompt until the RequestRecord arrives), and the floor's beside
+ *   it: scripts/bench/floorServer.cjs, the same prompts, the same turns, in plain Node
  * - first token to SSE frame: from the fake upstream receiving the model
  *   request (it answers its first token at once) to a watcher reading the
  *   first text_delta frame
@@ -14,6 +15,7 @@
  * counted, so the accept is measured after the JIT compiled its path, as cluster.ts measures turns; default
  * 100), BENCH_WATCHERS (1000), BENCH_AGENTS (10000).
  */
+import * as Http from "@agent-runtime/testing/Http"
 import { NodeRuntime } from "@effect/platform-node"
 import { Console, Effect } from "effect"
 import * as Fs from "node:fs/promises"
@@ -80,28 +82,43 @@ const watch = (url: string, token: string) => {
   }
 }
 
+/**
+ * Prompts back to back to one agent, each accepted while the turns of those before it run; the accept times of
+ * those after the first `warmupPrompts`, once the last has completed.
+ */
+const acceptTimes = (api: ReturnType<typeof Http.client>, token: string, agentId: string) =>
+  Effect.gen(function*() {
+    const accept: Array<number> = []
+    let lastRequest = ""
+    for (let i = 0; i < warmupPrompts + prompts; i++) {
+      const started = now()
+      const response = yield* api.post(`/v1/agents/${agentId}/prompt`, { token, json: { text: `p${i}` } })
+      if (i >= warmupPrompts) accept.push(now() - started)
+      lastRequest = response.body.id
+    }
+    yield* api.get(`/v1/agents/${agentId}/requests/${lastRequest}?wait=25`, { token })
+    return accept
+  })
+
 const program = Effect.gen(function*() {
-  const { api, node, token, upstream } = yield* BenchNode.start("agents", { maxRecorded: 1000 })
+  const { api, databaseUrl, node, token, upstream } = yield* BenchNode.start("agents", { maxRecorded: 1000 })
   const agentId = (yield* api.post("/v1/agents", { token, json: { model: "fake/m1" } })).body.id as string
   // Warm up: the entity starts, the first turn runs.
   const warm = (yield* api.post(`/v1/agents/${agentId}/prompt`, { token, json: { text: "warm up" } })).body
   yield* api.get(`/v1/agents/${agentId}/requests/${warm.id}?wait=20`, { token })
 
   // 1. Accept latency: prompts back to back, each accepted while the turns of those before it run.
-  const accept: Array<number> = []
-  let lastRequest = ""
-  for (let i = 0; i < warmupPrompts + prompts; i++) {
-    const started = now()
-    const response = yield* api.post(`/v1/agents/${agentId}/prompt`, { token, json: { text: `p${i}` } })
-    if (i >= warmupPrompts) accept.push(now() - started)
-    lastRequest = response.body.id
-  }
-  yield* api.get(`/v1/agents/${agentId}/requests/${lastRequest}?wait=25`, { token })
+  const accept = yield* acceptTimes(api, token, agentId)
   for (let i = 0; i < 10; i++) {
     const state = (yield* api.get(`/v1/agents/${agentId}`, { token })).body
     if (!state.running && state.queuedRuns.length === 0) break
     yield* Effect.sleep("1 second")
   }
+  // The same against the floor, on the same database, upstream and client.
+  const floorAccept = yield* Effect.scoped(Effect.flatMap(
+    BenchNode.startFloor(databaseUrl, upstream, ["client_floor0"]),
+    (floor) => acceptTimes(Http.client(floor.base), floor.token, "client_floor0")
+  ))
 
   // 2. First token to SSE frame, over 20 turns.
   const firstToken: Array<number> = []
@@ -155,7 +172,12 @@ const program = Effect.gen(function*() {
   const rssAfter = yield* rssKiB(node.process.pid!)
 
   const figures = {
-    acceptLatencyMs: { p50: percentile(accept, 50), p99: percentile(accept, 99), samples: accept.length },
+    acceptLatencyMs: {
+      p50: percentile(accept, 50),
+      p99: percentile(accept, 99),
+      samples: accept.length,
+      floor: { p50: percentile(floorAccept, 50), p99: percentile(floorAccept, 99) }
+    },
     firstTokenToFrameMs: {
       p50: percentile(firstToken, 50),
       p99: percentile(firstToken, 99),

@@ -10,9 +10,12 @@ import * as FakeUpstream from "@agent-runtime/testing/FakeUpstream"
 import * as Http from "@agent-runtime/testing/Http"
 import * as TestNode from "@agent-runtime/testing/TestNode"
 import { Effect, Redacted, type Scope } from "effect"
+import * as ChildProcess from "node:child_process"
 import * as Fs from "node:fs/promises"
 import * as Os from "node:os"
 import * as Path from "node:path"
+import { fileURLToPath } from "node:url"
+import Pg from "pg"
 import { serverFlags, serverScript } from "../serverScript.ts"
 
 /** CPU seconds a process has used (user + system), from /proc/<pid>/stat (clock ticks of 1/100 s). */
@@ -64,6 +67,55 @@ export const start = (
       }
     })
     return { node, upstream, databaseUrl, api, token, tenantId: tenant.id as string }
+  })
+
+/** Runs `f` with a connection of its own to the benchmark's database. */
+export const withPg = <A>(databaseUrl: string, f: (client: Pg.Client) => Promise<A>) =>
+  Effect.promise(async () => {
+    const client = new Pg.Client({ connectionString: databaseUrl })
+    await client.connect()
+    try {
+      return await f(client)
+    } finally {
+      await client.end()
+    }
+  })
+
+const floorScript = fileURLToPath(new URL("floorServer.cjs", import.meta.url))
+
+/**
+ * The floor beside a benchmark: scripts/bench/floorServer.cjs (its own process, like a node) on `databaseUrl`
+ * with the agents `ids` and a token, its tables made first. Stopped when the scope closes.
+ */
+export const startFloor = (databaseUrl: string, upstream: FakeUpstream.FakeUpstream, ids: ReadonlyArray<string>) =>
+  Effect.gen(function*() {
+    const token = "floor-token"
+    yield* withPg(databaseUrl, async (client) => {
+      await client.query(`
+        CREATE TABLE floor_tokens (hash text PRIMARY KEY, tenant_id text NOT NULL);
+        CREATE TABLE floor_agents (id text PRIMARY KEY, tenant_id text NOT NULL, model text NOT NULL);
+        CREATE TABLE floor_requests (agent_id text NOT NULL, id text NOT NULL, state text NOT NULL, input jsonb,
+          outcome jsonb, began_at timestamptz, ended_at timestamptz, PRIMARY KEY (agent_id, id));
+        CREATE TABLE floor_messages (agent_id text NOT NULL, seq int NOT NULL, message jsonb NOT NULL,
+          PRIMARY KEY (agent_id, seq));
+        CREATE TABLE floor_usage (agent_id text NOT NULL, request_id text NOT NULL, input int, output int)`)
+      await client.query("INSERT INTO floor_tokens VALUES (encode(sha256($1::bytea), 'hex'), 'tenant')", [token])
+      await client.query("INSERT INTO floor_agents SELECT id, 'tenant', 'fake/m1' FROM unnest($1::text[]) AS id", [ids])
+    })
+    const child = yield* Effect.acquireRelease(
+      Effect.async<{ child: ChildProcess.ChildProcess; base: string }>((resume) => {
+        const child = ChildProcess.spawn(process.execPath, [floorScript], {
+          env: { ...process.env, DATABASE_URL: databaseUrl, UPSTREAM: upstream.url },
+          stdio: ["ignore", "pipe", "inherit"]
+        })
+        child.stdout.once(
+          "data",
+          (port: Buffer) => resume(Effect.succeed({ child, base: `http://127.0.0.1:${String(port).trim()}` }))
+        )
+      }),
+      ({ child }) => Effect.sync(() => child.kill())
+    )
+    return { base: child.base, pid: child.child.pid!, token }
   })
 
 /** The p-th percentile of `values` (nearest rank). */

@@ -35,16 +35,11 @@ import * as TestCluster from "@agent-runtime/testing/TestCluster"
 import * as TestWorld from "@agent-runtime/testing/TestWorld"
 import { NodeRuntime } from "@effect/platform-node"
 import { Console, Effect, Redacted } from "effect"
-import * as ChildProcess from "node:child_process"
 import * as Fs from "node:fs/promises"
 import * as Os from "node:os"
 import * as Path from "node:path"
-import { fileURLToPath } from "node:url"
-import Pg from "pg"
 import { serverFlags, serverScript } from "../serverScript.ts"
 import * as BenchNode from "./benchNode.ts"
-
-const floorScript = fileURLToPath(new URL("floorServer.cjs", import.meta.url))
 
 const clients = Number(process.env.BENCH_CLIENTS ?? 24)
 const seconds = Number(process.env.BENCH_SECONDS ?? 15)
@@ -103,24 +98,12 @@ const cpuSeconds = (pids: ReadonlyArray<number>) =>
     return { busy, processes, own: (own.user + own.system) / 1e6 }
   })
 
-/** Runs `f` with a connection of its own to the benchmark's database. */
-const withPg = <A>(databaseUrl: string, f: (client: Pg.Client) => Promise<A>) =>
-  Effect.promise(async () => {
-    const client = new Pg.Client({ connectionString: databaseUrl })
-    await client.connect()
-    try {
-      return await f(client)
-    } finally {
-      await client.end()
-    }
-  })
-
 /**
  * Statements run since the last reset, most frequent first (this connection's own left out), with the time
  * PostgreSQL spent executing them.
  */
 const statements = (databaseUrl: string) =>
-  withPg(databaseUrl, async (client) =>
+  BenchNode.withPg(databaseUrl, async (client) =>
     (await client.query(
       `SELECT calls::int, total_exec_time::float8 AS ms, total_plan_time::float8 AS plan_ms,
          regexp_replace(query, '\\s+', ' ', 'g') AS query
@@ -138,7 +121,7 @@ const throughput = (databaseUrl: string, upstream: FakeUpstream.FakeUpstream, si
       // Each agent started once, then its requests sent to the node its owner runs on.
       const api = Http.client(cluster.members[0]!.node.rest)
       yield* Effect.forEach(ids, (id) => api.get(`/v1/agents/${id}/state`, { token }), { discard: true })
-      const rows = yield* withPg(databaseUrl, (client) => client.query("SELECT id, owner FROM agents"))
+      const rows = yield* BenchNode.withPg(databaseUrl, (client) => client.query("SELECT id, owner FROM agents"))
       for (const row of rows.rows) {
         const member = cluster.members.find((member) => member.runnerAddress === row.owner)
         if (member !== undefined) owners.set(row.id, member.node.rest)
@@ -180,7 +163,7 @@ const load = (
 ) =>
   Effect.gen(function*() {
     const { bases, databaseUrl, ids, token } = options
-    yield* withPg(
+    yield* BenchNode.withPg(
       databaseUrl,
       (client) =>
         client.query("CREATE EXTENSION IF NOT EXISTS pg_stat_statements").then(() =>
@@ -221,7 +204,7 @@ const load = (
     completed = 0
     latencies.length = 0
     failed.length = 0
-    yield* withPg(databaseUrl, (client) => client.query("SELECT pg_stat_statements_reset()"))
+    yield* BenchNode.withPg(databaseUrl, (client) => client.query("SELECT pg_stat_statements_reset()"))
     const cpuBefore = yield* cpuSeconds(runnerPids)
     yield* drive(now() + seconds * 1000)
     const cpuAfter = yield* cpuSeconds(runnerPids)
@@ -256,42 +239,18 @@ const load = (
 
 /**
  * The same load against scripts/bench/floorServer.cjs: the statements, requests and model call of a turn in
- * plain Node (its own process, like a runner), on a database of its own with the same agents and a token.
+ * plain Node (its own process, like a runner), with the same agents and a token.
  */
 const floor = (databaseUrl: string, upstream: FakeUpstream.FakeUpstream) =>
   Effect.scoped(Effect.gen(function*() {
-    const token = "floor-token"
     const ids = Array.from({ length: agentCount }, (_, i) => `client_floor${i}`)
-    yield* withPg(databaseUrl, async (client) => {
-      await client.query(`
-        CREATE TABLE floor_tokens (hash text PRIMARY KEY, tenant_id text NOT NULL);
-        CREATE TABLE floor_agents (id text PRIMARY KEY, tenant_id text NOT NULL, model text NOT NULL);
-        CREATE TABLE floor_requests (agent_id text NOT NULL, id text NOT NULL, state text NOT NULL, input jsonb,
-          outcome jsonb, began_at timestamptz, ended_at timestamptz, PRIMARY KEY (agent_id, id));
-        CREATE TABLE floor_messages (agent_id text NOT NULL, seq int NOT NULL, message jsonb NOT NULL,
-          PRIMARY KEY (agent_id, seq));
-        CREATE TABLE floor_usage (agent_id text NOT NULL, request_id text NOT NULL, input int, output int)`)
-      await client.query("INSERT INTO floor_tokens VALUES (encode(sha256($1::bytea), 'hex'), 'tenant')", [token])
-      await client.query("INSERT INTO floor_agents SELECT id, 'tenant', 'fake/m1' FROM unnest($1::text[]) AS id", [ids])
-    })
-    const server = yield* Effect.acquireRelease(
-      Effect.async<{ child: ChildProcess.ChildProcess; base: string }>((resume) => {
-        const child = ChildProcess.spawn(process.execPath, [floorScript], {
-          env: { ...process.env, DATABASE_URL: databaseUrl, UPSTREAM: upstream.url },
-          stdio: ["ignore", "pipe", "inherit"]
-        })
-        child.stdout.once("data", (port: Buffer) =>
-          resume(Effect.succeed({ child, base: `http://127.0.0.1:${String(port).trim()}` })))
-      }),
-      ({ child }) =>
-        Effect.sync(() => child.kill())
-    )
-    return yield* load({ databaseUrl, bases: [server.base], ids, token, pids: [server.child.pid!] })
+    const server = yield* BenchNode.startFloor(databaseUrl, upstream, ids)
+    return yield* load({ databaseUrl, bases: [server.base], ids, token: server.token, pids: [server.pid] })
   }))
 
 /** The runner that owns the agent now, read from the journal. */
 const ownerOf = (databaseUrl: string, agentId: string) =>
-  withPg(
+  BenchNode.withPg(
     databaseUrl,
     async (client) =>
       (await client.query("SELECT owner FROM agents WHERE id = $1", [agentId])).rows[0]?.owner as string | undefined
