@@ -117,7 +117,7 @@ const program = Effect.gen(function*() {
   // The same against the floor, on the same database, upstream and client.
   const floorAccept = yield* Effect.scoped(Effect.flatMap(
     BenchNode.startFloor(databaseUrl, upstream, ["client_floor0"]),
-    (floor) => acceptTimes(Http.client(floor.base), floor.token, "client_floor0")
+    (floor) => acceptTimes(Http.client(floor.bases[0]!), floor.token, "client_floor0")
   ))
 
   // 2. First token to SSE frame, over 20 turns.

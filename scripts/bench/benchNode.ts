@@ -84,10 +84,16 @@ export const withPg = <A>(databaseUrl: string, f: (client: Pg.Client) => Promise
 const floorScript = fileURLToPath(new URL("floorServer.cjs", import.meta.url))
 
 /**
- * The floor beside a benchmark: scripts/bench/floorServer.cjs (its own process, like a node) on `databaseUrl`
- * with the agents `ids` and a token, its tables made first. Stopped when the scope closes.
+ * The floor beside a benchmark: scripts/bench/floorServer.cjs on `databaseUrl` with the agents `ids` and a
+ * token, its tables made first, in `processes` processes of its own (like nodes); each keeps its agents in
+ * memory, so an agent's requests go to one of them (`baseOf`). Stopped when the scope closes.
  */
-export const startFloor = (databaseUrl: string, upstream: FakeUpstream.FakeUpstream, ids: ReadonlyArray<string>) =>
+export const startFloor = (
+  databaseUrl: string,
+  upstream: FakeUpstream.FakeUpstream,
+  ids: ReadonlyArray<string>,
+  processes = 1
+) =>
   Effect.gen(function*() {
     const token = "floor-token"
     yield* withPg(databaseUrl, async (client) => {
@@ -102,20 +108,28 @@ export const startFloor = (databaseUrl: string, upstream: FakeUpstream.FakeUpstr
       await client.query("INSERT INTO floor_tokens VALUES (encode(sha256($1::bytea), 'hex'), 'tenant')", [token])
       await client.query("INSERT INTO floor_agents SELECT id, 'tenant', 'fake/m1' FROM unnest($1::text[]) AS id", [ids])
     })
-    const child = yield* Effect.acquireRelease(
-      Effect.async<{ child: ChildProcess.ChildProcess; base: string }>((resume) => {
-        const child = ChildProcess.spawn(process.execPath, [floorScript], {
-          env: { ...process.env, DATABASE_URL: databaseUrl, UPSTREAM: upstream.url },
-          stdio: ["ignore", "pipe", "inherit"]
-        })
-        child.stdout.once(
-          "data",
-          (port: Buffer) => resume(Effect.succeed({ child, base: `http://127.0.0.1:${String(port).trim()}` }))
-        )
-      }),
-      ({ child }) => Effect.sync(() => child.kill())
-    )
-    return { base: child.base, pid: child.child.pid!, token }
+    const started = yield* Effect.forEach(Array.from({ length: processes }), () =>
+      Effect.acquireRelease(
+        Effect.async<{ child: ChildProcess.ChildProcess; base: string }>((resume) => {
+          const child = ChildProcess.spawn(process.execPath, [floorScript], {
+            env: { ...process.env, DATABASE_URL: databaseUrl, UPSTREAM: upstream.url },
+            stdio: ["ignore", "pipe", "inherit"]
+          })
+          child.stdout.once(
+            "data",
+            (port: Buffer) => resume(Effect.succeed({ child, base: `http://127.0.0.1:${String(port).trim()}` }))
+          )
+        }),
+        ({ child }) => Effect.sync(() => child.kill())
+      ))
+    const bases = started.map(({ base }) => base)
+    const place = new Map(ids.map((id, i) => [id, bases[i % bases.length]!]))
+    return {
+      bases,
+      pids: started.map(({ child }) => child.pid!),
+      token,
+      baseOf: (agentId: string) => place.get(agentId)
+    }
   })
 
 /** The p-th percentile of `values` (nearest rank). */

@@ -13,7 +13,9 @@
  *   3 runners twice: clients spread over the nodes, and each agent's requests
  *   sent to its owner's node, as an agent-aware load balancer would
  * - the floor beside them, same clients and upstream: scripts/bench/floorServer.cjs,
- *   the same statements, requests and model call of a turn in plain Node
+ *   the same statements, requests and model call of a turn in plain Node; with
+ *   3 runners, also in 3 processes, each agent at one of them (what three
+ *   processes sharing this machine cost per turn against one, whatever runs)
  *
  * - CPU per turn: the runner processes, this process (load generator and fake
  *   upstream), and the rest of the machine (mostly PostgreSQL)
@@ -239,13 +241,14 @@ const load = (
 
 /**
  * The same load against scripts/bench/floorServer.cjs: the statements, requests and model call of a turn in
- * plain Node (its own process, like a runner), with the same agents and a token.
+ * plain Node, with the same agents and a token; in `processes` processes of their own (like runners), each
+ * agent's requests sent to the one that holds it.
  */
-const floor = (databaseUrl: string, upstream: FakeUpstream.FakeUpstream) =>
+const floor = (databaseUrl: string, upstream: FakeUpstream.FakeUpstream, processes = 1) =>
   Effect.scoped(Effect.gen(function*() {
     const ids = Array.from({ length: agentCount }, (_, i) => `client_floor${i}`)
-    const server = yield* BenchNode.startFloor(databaseUrl, upstream, ids)
-    return yield* load({ databaseUrl, bases: [server.base], ids, token: server.token, pids: [server.pid] })
+    const { baseOf, bases, pids, token } = yield* BenchNode.startFloor(databaseUrl, upstream, ids, processes)
+    return yield* load({ databaseUrl, bases, ids, token, pids, baseOf })
   }))
 
 /** The runner that owns the agent now, read from the journal. */
@@ -370,6 +373,8 @@ const program = Effect.gen(function*() {
   const threeToOwners = process.env.BENCH_RUNNERS === "1"
     ? null
     : yield* throughput(yield* database("owners"), upstream, 3, true)
+  // What three processes on this machine cost per turn against one, whatever they run.
+  const threeFloors = process.env.BENCH_RUNNERS === "1" ? null : yield* floor(yield* database("floors"), upstream, 3)
   const figures = {
     leaseSeconds: Number(lease),
     drain,
@@ -379,6 +384,7 @@ const program = Effect.gen(function*() {
       seconds,
       agents: agentCount,
       floor: bare,
+      threeFloors,
       one,
       three,
       threeToOwners,
@@ -386,7 +392,15 @@ const program = Effect.gen(function*() {
       ratioToOwners: threeToOwners === null
         ? null
         : Number((threeToOwners.promptsPerSecond / Math.max(1, one.promptsPerSecond)).toFixed(2)),
-      oneOfFloor: Number((one.promptsPerSecond / Math.max(1, bare.promptsPerSecond)).toFixed(2))
+      oneOfFloor: Number((one.promptsPerSecond / Math.max(1, bare.promptsPerSecond)).toFixed(2)),
+      // CPU per turn: three against one, the runners' and the floor's.
+      threeCpuOfOne: three === null ? null : BenchNode.ratio(three.cpuMsPerTurn.runners, one.cpuMsPerTurn.runners),
+      threeToOwnersCpuOfOne: threeToOwners === null
+        ? null
+        : BenchNode.ratio(threeToOwners.cpuMsPerTurn.runners, one.cpuMsPerTurn.runners),
+      threeFloorsCpuOfOne: threeFloors === null
+        ? null
+        : BenchNode.ratio(threeFloors.cpuMsPerTurn.runners, bare.cpuMsPerTurn.runners)
     }
   }
   yield* Console.log(JSON.stringify(figures, null, 2))
