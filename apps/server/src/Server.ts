@@ -17,7 +17,6 @@ import {
   Drain,
   FileNotices,
   Inputs,
-  LocalAgents,
   type RunnerReports,
   Runs,
   ScheduleFiring,
@@ -364,9 +363,7 @@ const layerAgentsOn = <ROut, E, RIn>(cluster: Layer.Layer<ROut, E, RIn>) =>
     // Below the cluster runner, so it closes after the runner has let its shards go.
     Layer.provideMerge(AgentRuntime.layerReleaseAnnouncements),
     Layer.provideMerge(Inputs.layer),
-    Layer.provideMerge(
-      Layer.mergeAll(AgentStore.layer, Metrics.layerDrain, Definitions.layer, Schedules.layer, LocalAgents.layer)
-    )
+    Layer.provideMerge(Layer.mergeAll(AgentStore.layer, Metrics.layerDrain, Definitions.layer, Schedules.layer))
   )
 
 /** Webhook senders, holding their endpoints' leases under the runner's address. */
