@@ -17,6 +17,7 @@ import {
   Drain,
   FileNotices,
   Inputs,
+  LocalAgents,
   type RunnerReports,
   Runs,
   ScheduleFiring,
@@ -363,7 +364,9 @@ const layerAgentsOn = <ROut, E, RIn>(cluster: Layer.Layer<ROut, E, RIn>) =>
     // Below the cluster runner, so it closes after the runner has let its shards go.
     Layer.provideMerge(AgentRuntime.layerReleaseAnnouncements),
     Layer.provideMerge(Inputs.layer),
-    Layer.provideMerge(Layer.mergeAll(AgentStore.layer, Metrics.layerDrain, Definitions.layer, Schedules.layer))
+    Layer.provideMerge(
+      Layer.mergeAll(AgentStore.layer, Metrics.layerDrain, Definitions.layer, Schedules.layer, LocalAgents.layer)
+    )
   )
 
 /** Webhook senders, holding their endpoints' leases under the runner's address. */

@@ -53,6 +53,7 @@ import {
 import { awaitApplication, runRequest } from "./internal/runRequest.ts"
 import { turnScheduler } from "./internal/turnScheduler.ts"
 import * as Journal from "./Journal.ts"
+import { LocalAgents } from "./LocalAgents.ts"
 import * as RunnerReports from "./RunnerReports.ts"
 import * as Tools from "./Tools.ts"
 
@@ -66,6 +67,9 @@ const handOnTimeout = Duration.seconds(30)
  * cluster would have redelivered the keep-alive.
  */
 const keepAliveAfter = Duration.seconds(1)
+
+/** How long an agent waits for its next message before the cluster lets its instance go. */
+const agentMaxIdleTime = Duration.minutes(5)
 
 /** How long an abort waits for a turn that was still being set up (it reads the database) to end. */
 const abortSetupWait = 5_000
@@ -342,6 +346,7 @@ export const layer: Layer.Layer<
   | Volumes.Volumes
   | Tools.Tools
   | TraceExport.TraceExport
+  | LocalAgents
 > = Layer.unwrapEffect(Effect.map(entityClient, (makeClient) => {
   const behaviour = Effect.gen(function*() {
     const instance = yield* start
@@ -424,8 +429,24 @@ export const layer: Layer.Layer<
     yield* loadOpenWork(instance)
     const log = () => journal.term().log
 
+    // The cluster lets an entity go once it has had no message for its idle time: a prompt goes through the
+    // cluster when the last one that did is half that old, so an agent prompted only by hand-overs on this node
+    // is not let go as idle.
+    let messagedAt = Date.now()
+    if ((yield* Entity.CurrentAddress).entityType === Agent.type) {
+      const direct = Duration.toMillis(agentMaxIdleTime) / 2
+      yield* (yield* LocalAgents).register(agentId, (payload) =>
+        Date.now() - messagedAt >= direct
+          ? Option.none()
+          : Option.some(Effect.flatMap(Effect.forkIn(current(prompt(instance, payload)), entityScope), Fiber.join)))
+    }
+
     return Agent.of({
-      Prompt: ({ payload }) => current(prompt(instance, payload)),
+      Prompt: ({ payload }) =>
+        Effect.suspend(() => {
+          messagedAt = Date.now()
+          return current(prompt(instance, payload))
+        }),
       Abort: ({ payload }) => current(immediate(instance, payload, "abort", {}, abort(instance, payload.requestId))),
       Configure: ({ payload }) =>
         current(immediate(
@@ -512,7 +533,7 @@ export const layer: Layer.Layer<
   // An agent waits a while for its next prompt; a stateless run ends with its one request, and is let go
   // soon after, so a steady stream of runs does not hold every ended one in memory.
   return Layer.merge(
-    Agent.toLayer(behaviour, { concurrency: "unbounded", maxIdleTime: "5 minutes" }),
+    Agent.toLayer(behaviour, { concurrency: "unbounded", maxIdleTime: agentMaxIdleTime }),
     StatelessRun.toLayer(behaviour, { concurrency: "unbounded", maxIdleTime: "10 seconds" })
   )
 }))

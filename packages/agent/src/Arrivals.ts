@@ -2,10 +2,10 @@
  * Requests recorded anywhere in the cluster, queued by their agent's owner:
  * the statement that records a prompt announces its row on a PostgreSQL
  * channel (`Announcements.queuedChannel`), every node listens, and the node
- * holding the agent's shard hands the row to the agent (a local message).
- * The node that accepted the prompt answers once its statement commits, and
- * sends no message: a turn reached through any node costs what it costs
- * through its owner.
+ * holding the agent's shard hands the row to the agent (to its instance here,
+ * see LocalAgents, else by a local message). The node that accepted the
+ * prompt answers once its statement commits, and sends no message: a turn
+ * reached through any node costs what it costs through its owner.
  *
  * Announcements arrive in commit order, so prompts one client sends one after
  * another are queued in that order. What a node cannot have heard it reads:
@@ -25,6 +25,7 @@ import { AgentStore, fromJsonRow, type RequestRow } from "./AgentStore.ts"
 import { queuedChannel } from "./Announcements.ts"
 import { Drain } from "./Drain.ts"
 import * as ProbedChannel from "./internal/probedChannel.ts"
+import { LocalAgents } from "./LocalAgents.ts"
 
 /** A request announced on `queuedChannel`: its row, or its seq when the row was too large to carry. */
 export interface Announcement {
@@ -60,12 +61,14 @@ export const layer: Layer.Layer<
   | DatabaseHealth.DatabaseHealth
   | AgentStore
   | PgClient.PgClient
+  | LocalAgents
 > = Layer.scopedDiscard(Effect.gen(function*() {
   const sharding = yield* Sharding.Sharding
   const config = yield* ShardingConfig.ShardingConfig
   const store = yield* AgentStore
   const drain = yield* Drain
   const makeClient = yield* entityClient
+  const local = yield* LocalAgents
   const scope = yield* Effect.scope
 
   const group = Agent.getShardGroup(EntityId.make(""))
@@ -91,10 +94,10 @@ export const layer: Layer.Layer<
           if (previous !== undefined) yield* Deferred.await(previous)
           const request = yield* row
           if (Option.isNone(request) || drain.isDraining()) return
-          yield* makeClient(agentId).Prompt({
-            request: request.value,
-            ...(whileRunning === undefined ? {} : { whileRunning })
-          }).pipe(Effect.timeout(ownerAnswerLimit))
+          const payload = { request: request.value, ...(whileRunning === undefined ? {} : { whileRunning }) }
+          yield* Option.getOrElse(local.prompt(agentId, payload), () => makeClient(agentId).Prompt(payload)).pipe(
+            Effect.timeout(ownerAnswerLimit)
+          )
         }).pipe(
           // The agent moved on meanwhile (its next owner reads the row on gaining the shard), or its owner
           // failed it: the wake-up sweep finds the row still queued.

@@ -35,6 +35,7 @@ import * as DrainModule from "../src/Drain.ts"
 import { Drain } from "../src/Drain.ts"
 import * as EventLog from "../src/EventLog.ts"
 import * as Inputs from "../src/Inputs.ts"
+import * as LocalAgents from "../src/LocalAgents.ts"
 import * as RunnerReports from "../src/RunnerReports.ts"
 import * as Settlements from "../src/Settlements.ts"
 import type * as Turn from "../src/Turn.ts"
@@ -77,6 +78,7 @@ const entityLayer = (sharding: Partial<ShardingConfig.ShardingConfig["Type"]> = 
       AgentStore.layer,
       Layer.mergeAll(UsageLog.layer, Ledger.layer).pipe(Layer.provide([Rates.layerConfig, Payments.layerNone])),
       DrainModule.layer,
+      LocalAgents.layer,
       EventLog.layerLocalLogs,
       Tenants.layer,
       AgentFixtures.layer(),
@@ -711,12 +713,45 @@ layer(
     }))
 })
 
+/** The text each model call answered, in the order the calls were made. */
+const promptsAnswered = (calls: ReadonlyArray<{ readonly context: { readonly messages: ReadonlyArray<any> } }>) =>
+  calls.map((call) => call.context.messages.filter((message) => message.role === "user").at(-1)?.content)
+
 /** A node of its own, which `stop` stops; a fence is waited out in a second. */
 const ownNode = Effect.gen(function*() {
   const scope = yield* Scope.make()
   const node = yield* Layer.buildWithScope(entityLayer({ shardLockExpiration: "1 second" }), scope)
   return { node, stop: Scope.close(scope, Exit.void) }
 })
+
+it.live(
+  "a request handed to its agent's instance on the node runs there in order; a closed instance takes none",
+  () =>
+    Effect.gen(function*() {
+      const { node, stop } = yield* ownNode
+      const handed = yield* Effect.gen(function*() {
+        const { agentId, model } = yield* settledAgent("handed")
+        const store = yield* AgentStore.AgentStore
+        const local = yield* LocalAgents.LocalAgents
+        model.script({ text: "Second." }, { text: "Third." })
+        // Handed over as Arrivals does, one after the other, each without a message through the cluster.
+        for (const [requestId, text] of [["req_h2", "two"], ["req_h3", "three"]]) {
+          const request = yield* store.insertRequest(Agent.requestOf(agentId, { requestId, fingerprint: "fp", text }))
+          const taken = local.prompt(agentId, { request })
+          expect(Option.isSome(taken)).toBe(true)
+          yield* Option.getOrThrow(taken)
+        }
+        yield* waitUntil(requestRow(agentId, "req_h3"), (row) => row.state === "completed")
+        expect(promptsAnswered(model.calls())).toEqual(["one", "two", "three"])
+        return { agentId, local, request: yield* store.getRequest(agentId, "req_h3") }
+      }).pipe(Effect.provide(node))
+      yield* stop
+      // The instance closed with its node: a request for it now goes through the cluster, to its next owner.
+      const again = handed.local.prompt(handed.agentId, { request: Option.getOrThrow(handed.request) })
+      expect(Option.isNone(again)).toBe(true)
+    }),
+  60_000
+)
 
 it.live(
   "an agent claimed again after a fence runs its work again, and its node still stops",
@@ -784,10 +819,6 @@ it.live(
     }),
   90_000
 )
-
-/** The text each model call answered, in the order the calls were made. */
-const promptsAnswered = (calls: ReadonlyArray<{ readonly context: { readonly messages: ReadonlyArray<any> } }>) =>
-  calls.map((call) => call.context.messages.filter((message) => message.role === "user").at(-1)?.content)
 
 layer(DatabaseHealth.layer.pipe(Layer.provideMerge(EntityLive)), { timeout: 60_000, excludeTestServices: true })(
   "Arrivals: recorded requests reach their owner",
