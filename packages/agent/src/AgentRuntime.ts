@@ -13,8 +13,7 @@ import { IdentityTokens } from "@agent-runtime/identity"
 import { ModelClient, UsageLog } from "@agent-runtime/models"
 import { DatabaseHealth } from "@agent-runtime/store"
 import { TraceExport } from "@agent-runtime/telemetry"
-import { Entity, ShardingConfig } from "@effect/cluster"
-import type { Sharding } from "@effect/cluster"
+import { Entity, Sharding, ShardingConfig } from "@effect/cluster"
 import {
   Cause,
   Context,
@@ -429,16 +428,31 @@ export const layer: Layer.Layer<
     yield* loadOpenWork(instance)
     const log = () => journal.term().log
 
-    // The cluster lets an entity go once it has had no message for its idle time: a prompt goes through the
-    // cluster when the last one that did is half that old, so an agent prompted only by hand-overs on this node
-    // is not let go as idle.
+    /**
+     * A prompt handed over on this node (LocalAgents) is taken only by an instance the cluster still routes the
+     * agent's messages to, and that still holds its claim. The cluster stops routing to an instance it lets go
+     * before it closes its scope: on losing the shard (a rebalance, a drain, its locks lost with the database),
+     * it lets the shard go first, and gains it again only once the instances there have closed; for idleness,
+     * after its idle time without a message, so a prompt goes through the cluster when the last one that did is
+     * half that old. An instance that must claim the agent again does so only for a message the cluster sent
+     * it (a hand-over to a superseded instance once claimed the agent away from the live one).
+     */
     let messagedAt = Date.now()
-    if ((yield* Entity.CurrentAddress).entityType === Agent.type) {
+    const address = yield* Entity.CurrentAddress
+    if (address.entityType === Agent.type) {
+      const sharding = yield* Sharding.Sharding
       const direct = Duration.toMillis(agentMaxIdleTime) / 2
+      const routedHere = () =>
+        sharding.hasShardId(address.shardId) && Date.now() - messagedAt < direct && !journal.superseded() &&
+        reclaimed
       yield* (yield* LocalAgents).register(agentId, (payload) =>
-        Date.now() - messagedAt >= direct
-          ? Option.none()
-          : Option.some(Effect.flatMap(Effect.forkIn(current(prompt(instance, payload)), entityScope), Fiber.join)))
+        Effect.flatMap(
+          reclaiming.withPermits(1)(Effect.sync(routedHere)),
+          (taken) =>
+            taken
+              ? Effect.as(Effect.flatMap(Effect.forkIn(prompt(instance, payload), entityScope), Fiber.join), true)
+              : Effect.succeed(false)
+        ))
     }
 
     return Agent.of({

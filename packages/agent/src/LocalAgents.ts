@@ -8,18 +8,18 @@
  * the one as it cuts the other; whatever it does not take goes through the
  * cluster as before.
  */
-import { Context, Effect, Layer, Option, type Scope } from "effect"
+import { Context, Effect, Layer, type Scope } from "effect"
 import type { PromptPayload } from "./Agent.ts"
 
-/** An instance's taking of a prompt, or None when the prompt should go through the cluster. */
-export type Take = (payload: typeof PromptPayload.Type) => Option.Option<Effect.Effect<unknown, unknown>>
+/**
+ * An instance's taking of a prompt: true once it ran it, false when it declines (the prompt then goes through
+ * the cluster, which knows whether this instance is still the agent's).
+ */
+export type Take = (payload: typeof PromptPayload.Type) => Effect.Effect<boolean, unknown>
 
 export class LocalAgents extends Context.Tag("@agent-runtime/agent/LocalAgents")<LocalAgents, {
-  /** The prompt handed to `agentId`'s instance on this node; None when none here takes it (send it instead). */
-  readonly prompt: (
-    agentId: string,
-    payload: typeof PromptPayload.Type
-  ) => Option.Option<Effect.Effect<unknown, unknown>>
+  /** The prompt handed to `agentId`'s instance on this node; false when none here takes it (send it instead). */
+  readonly prompt: (agentId: string, payload: typeof PromptPayload.Type) => Effect.Effect<boolean, unknown>
   /** An instance takes its agent's prompts here until `scope` closes. */
   readonly register: (agentId: string, take: Take) => Effect.Effect<void, never, Scope.Scope>
 }>() {}
@@ -27,10 +27,11 @@ export class LocalAgents extends Context.Tag("@agent-runtime/agent/LocalAgents")
 export const make = Effect.sync(() => {
   const takes = new Map<string, Take>()
   return LocalAgents.of({
-    prompt: (agentId, payload) => {
-      const take = takes.get(agentId)
-      return take === undefined ? Option.none() : take(payload)
-    },
+    prompt: (agentId, payload) =>
+      Effect.suspend(() => {
+        const take = takes.get(agentId)
+        return take === undefined ? Effect.succeed(false) : take(payload)
+      }),
     register: (agentId, take) =>
       Effect.acquireRelease(
         Effect.sync(() => takes.set(agentId, take)),

@@ -737,9 +737,7 @@ it.live(
         // Handed over as Arrivals does, one after the other, each without a message through the cluster.
         for (const [requestId, text] of [["req_h2", "two"], ["req_h3", "three"]]) {
           const request = yield* store.insertRequest(Agent.requestOf(agentId, { requestId, fingerprint: "fp", text }))
-          const taken = local.prompt(agentId, { request })
-          expect(Option.isSome(taken)).toBe(true)
-          yield* Option.getOrThrow(taken)
+          expect(yield* local.prompt(agentId, { request })).toBe(true)
         }
         yield* waitUntil(requestRow(agentId, "req_h3"), (row) => row.state === "completed")
         expect(promptsAnswered(model.calls())).toEqual(["one", "two", "three"])
@@ -747,10 +745,50 @@ it.live(
       }).pipe(Effect.provide(node))
       yield* stop
       // The instance closed with its node: a request for it now goes through the cluster, to its next owner.
-      const again = handed.local.prompt(handed.agentId, { request: Option.getOrThrow(handed.request) })
-      expect(Option.isNone(again)).toBe(true)
+      expect(yield* handed.local.prompt(handed.agentId, { request: Option.getOrThrow(handed.request) })).toBe(false)
     }),
   60_000
+)
+
+it.live(
+  "an instance whose claim was fenced takes no hand-over and does not claim the agent back; a message does",
+  () =>
+    Effect.gen(function*() {
+      const { node, stop } = yield* ownNode
+      yield* Effect.gen(function*() {
+        const { agentId, client, model } = yield* settledAgent("fenced-hand-over")
+        const localLogs = yield* EventLog.LocalLogs
+        const store = yield* AgentStore.AgentStore
+        const local = yield* LocalAgents.LocalAgents
+        const sql = yield* SqlClient.SqlClient
+        const owner = Effect.map(
+          sql<{ owner: string | null }>`SELECT owner FROM agents WHERE id = ${agentId}`,
+          (rows) => rows[0]?.owner
+        )
+
+        // Another runner claims the agent while it is idle; an application connecting (its connection recorded)
+        // finds the fence. No turn runs, so nothing asks the cluster to wake the agent.
+        yield* store.claim(agentId, "127.0.0.1:1")
+        yield* Effect.forkScoped(Stream.runDrain(client.Connect({ takeover: false })))
+        yield* waitUntil(Effect.sync(() => localLogs.get(agentId)), Option.isNone)
+        model.script({ text: "Third." })
+
+        // A hand-over finds it superseded: declined, and the other runner keeps its claim.
+        const request = yield* store.insertRequest(
+          Agent.requestOf(agentId, { requestId: "req_x3", fingerprint: "fp", text: "three" })
+        )
+        expect(yield* local.prompt(agentId, { request })).toBe(false)
+        yield* Effect.sleep("300 millis")
+        expect(yield* owner).toBe("127.0.0.1:1")
+
+        // A message the cluster sends claims it again, and the request runs.
+        yield* client.Wake()
+        yield* waitUntil(requestRow(agentId, "req_x3"), (row) => row.state === "completed")
+        expect(yield* owner).not.toBe("127.0.0.1:1")
+      }).pipe(Effect.scoped, Effect.provide(node))
+      yield* stop
+    }),
+  90_000
 )
 
 it.live(
