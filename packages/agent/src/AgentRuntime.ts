@@ -446,12 +446,11 @@ export const layer: Layer.Layer<
         sharding.hasShardId(address.shardId) && Date.now() - messagedAt < direct && !journal.superseded() &&
         reclaimed
       yield* (yield* LocalAgents).register(agentId, (payload) =>
-        Effect.flatMap(
-          reclaiming.withPermits(1)(Effect.sync(routedHere)),
-          (taken) =>
-            taken
-              ? Effect.as(Effect.flatMap(Effect.forkIn(prompt(instance, payload), entityScope), Fiber.join), true)
-              : Effect.succeed(false)
+        // A reclaim under way has `reclaimed` false until it is done: the prompt waits for it as a message.
+        Effect.suspend(() =>
+          routedHere()
+            ? Effect.as(Effect.flatMap(Effect.forkIn(prompt(instance, payload), entityScope), Fiber.join), true)
+            : Effect.succeed(false)
         ))
     }
 
