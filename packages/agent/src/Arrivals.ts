@@ -95,10 +95,10 @@ export const layer: Layer.Layer<
           const request = yield* row
           if (Option.isNone(request) || drain.isDraining()) return
           const payload = { request: request.value, ...(whileRunning === undefined ? {} : { whileRunning }) }
-          yield* Effect.flatMap(
-            local.prompt(agentId, payload),
-            (taken) => taken ? Effect.void : makeClient(agentId).Prompt(payload)
-          ).pipe(Effect.timeout(ownerAnswerLimit))
+          // Only the message is bounded (an owner elsewhere may not answer): a bound is a race of two fibers,
+          // and the instance here takes the prompt as it would the message, or declines at once.
+          if (yield* local.prompt(agentId, payload)) return
+          yield* makeClient(agentId).Prompt(payload).pipe(Effect.timeout(ownerAnswerLimit))
         }).pipe(
           // The agent moved on meanwhile (its next owner reads the row on gaining the shard), or its owner
           // failed it: the wake-up sweep finds the row still queued.

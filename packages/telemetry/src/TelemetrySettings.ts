@@ -7,7 +7,7 @@ import { ApiError, Telemetry } from "@agent-runtime/domain"
 import { Egress } from "@agent-runtime/egress"
 import { PersistenceError, SealedSecret } from "@agent-runtime/store"
 import { SqlClient } from "@effect/sql"
-import { Context, Effect, Layer, Option, Redacted } from "effect"
+import { Context, Duration, Effect, identity, Layer, Option, Redacted } from "effect"
 
 /** What an export needs: the settings with the headers opened. */
 export interface Target {
@@ -36,9 +36,13 @@ export class TelemetrySettings extends Context.Tag("@agent-runtime/telemetry/Tel
   readonly clear: (tenantId: string) => Effect.Effect<Telemetry.TelemetryCleared, PersistenceError.PersistenceError>
   /**
    * The export target, read at most once per `cacheMillis` per tenant on this node: a change made on another
-   * node applies to runs starting after that.
+   * node applies to runs starting after that. A read not answered `within` fails; a target this node holds is
+   * answered at once, with no bound to set up.
    */
-  readonly target: (tenantId: string) => Effect.Effect<Option.Option<Target>, PersistenceError.PersistenceError>
+  readonly target: (
+    tenantId: string,
+    options?: { readonly within?: Duration.DurationInput }
+  ) => Effect.Effect<Option.Option<Target>, PersistenceError.PersistenceError>
   /** What an export heard: a success, or the error since the last success. */
   readonly recordExport: (
     tenantId: string,
@@ -178,10 +182,11 @@ export const make = Effect.gen(function*() {
         Effect.orDie
       )
 
-  const target = (tenantId: string) =>
+  const target = (tenantId: string, options?: { readonly within?: Duration.DurationInput }) =>
     Effect.suspend(() => {
       const cached = cache.get(tenantId)
       if (cached !== undefined && Date.now() - cached.at < cacheMillis) return Effect.succeed(cached.target)
+      const within = options?.within
       return read(tenantId).pipe(
         Effect.flatMap(Option.match({
           onNone: () => Effect.succeed(Option.none<Target>()),
@@ -196,7 +201,15 @@ export const make = Effect.gen(function*() {
               }))
         })),
         Effect.tap((found) => Effect.sync(() => cache.set(tenantId, { at: Date.now(), target: found }))),
-        PersistenceError.PersistenceError.refail
+        PersistenceError.PersistenceError.refail,
+        // A bound is a race of two fibers: set up only around a read, not for every run and record.
+        within === undefined ? identity : Effect.timeoutFail({
+          duration: within,
+          onTimeout: () =>
+            new PersistenceError.PersistenceError({
+              cause: new Error(`the telemetry settings were not read within ${Duration.format(within)}`)
+            })
+        })
       )
     })
 

@@ -15,7 +15,7 @@
  */
 import { ApiError, Telemetry } from "@agent-runtime/domain"
 import { Egress } from "@agent-runtime/egress"
-import { PersistenceError } from "@agent-runtime/store"
+import type { PersistenceError } from "@agent-runtime/store"
 import { type Attributes, type HrTime, SpanKind, SpanStatusCode } from "@opentelemetry/api"
 import { JsonTraceSerializer, ProtobufTraceSerializer } from "@opentelemetry/otlp-transformer"
 import { resourceFromAttributes } from "@opentelemetry/resources"
@@ -149,14 +149,7 @@ export const make = (options: Options = {}) =>
      * The tenant's target, read within `settingsWait`: a run or a record never waits on a database that does
      * not answer (a connection cut by a partition hangs rather than fails); it goes untraced instead.
      */
-    const targetOf = (tenantId: string) =>
-      settings.target(tenantId).pipe(
-        Effect.timeoutFail({
-          duration: settingsWait,
-          onTimeout: () =>
-            new PersistenceError.PersistenceError({ cause: new Error("the telemetry settings were not read in time") })
-        })
-      )
+    const targetOf = (tenantId: string) => settings.target(tenantId, { within: settingsWait })
 
     const offerFor = (tenantId: string) => (span: RunSpans.SpanData) => {
       let queue = queues.get(tenantId)
