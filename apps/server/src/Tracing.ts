@@ -4,6 +4,7 @@
  * variables. With no endpoint set, no tracer is installed: spans stay Effect's in-process ones, nothing is
  * sampled, batched or sent, and a turn pays nothing for the feature.
  */
+import { NodeSpans } from "@agent-runtime/telemetry"
 import { NodeSdk, Tracer } from "@effect/opentelemetry"
 import { diag, type DiagLogger, DiagLogLevel, trace } from "@opentelemetry/api"
 import { OTLPTraceExporter } from "@opentelemetry/exporter-trace-otlp-proto"
@@ -18,7 +19,7 @@ import {
   type SpanExporter,
   TraceIdRatioBasedSampler
 } from "@opentelemetry/sdk-trace-base"
-import { Config, type ConfigError, Context, Duration, Effect, Layer, Option, Runtime } from "effect"
+import { Config, type ConfigError, Duration, Effect, Layer, Option, Runtime } from "effect"
 import * as OtelResource from "./OtelResource.ts"
 import { ServerConfig } from "./ServerConfig.ts"
 
@@ -29,14 +30,6 @@ export interface Options {
   readonly headers: Readonly<Record<string, string>>
   readonly sampler: Sampler
 }
-
-/**
- * Whether this node exports its spans. Code that serves requests outside Effect's HTTP pipeline (the hot
- * routes) makes its server span only then, so that a node without an endpoint pays nothing for it.
- */
-export class Exporting extends Context.Reference<Exporting>()("@agent-runtime/server/Tracing/Exporting", {
-  defaultValue: () => false
-}) {}
 
 /** `key=value` pairs separated by commas, values percent-encoded, as the OTLP exporter variables write headers. */
 const headers = (name: string) =>
@@ -179,17 +172,17 @@ const exporting = (options: Options, server: ServerConfig) =>
       ),
       Layer.provide(OtelResource.layer)
     ),
-    Layer.succeed(Exporting, true),
+    Layer.succeed(NodeSpans.Exporting, true),
     Layer.scopedDiscard(diagnostics)
   )
 
 /** Installs the exporting tracer for the layers built above it when an endpoint is configured; nothing otherwise. */
-export const layer: Layer.Layer<Exporting, ConfigError.ConfigError, ServerConfig> = Layer.unwrapEffect(
+export const layer: Layer.Layer<NodeSpans.Exporting, ConfigError.ConfigError, ServerConfig> = Layer.unwrapEffect(
   Effect.gen(function*() {
     const options = yield* config
     const server = yield* ServerConfig
     return Option.match(options, {
-      onNone: () => Layer.succeed(Exporting, false),
+      onNone: () => Layer.succeed(NodeSpans.Exporting, false),
       onSome: (options) => exporting(options, server)
     })
   })

@@ -6,6 +6,7 @@
  * flushes what it batched as it stops. In process: how the variables are read, and that without an endpoint
  * no tracer is installed.
  */
+import { NodeSpans } from "@agent-runtime/telemetry"
 import { FakeUpstream, Http, OtlpReceiver, TestDatabase, TestNode, TestWorld } from "@agent-runtime/testing"
 import { expect, it, layer } from "@effect/vitest"
 import { context, ROOT_CONTEXT, SpanKind, trace, TraceFlags } from "@opentelemetry/api"
@@ -306,7 +307,7 @@ it.effect("sampling: the SDKs' variables, and no statement exported outside a sp
 
 /** The tracer and `Exporting` seen by what the tracing layer is provided to, under these variables. */
 const installed = (variables: Record<string, string>) =>
-  Effect.all([Effect.tracer, Tracing.Exporting]).pipe(
+  Effect.all([Effect.tracer, NodeSpans.Exporting]).pipe(
     Effect.provide(Tracing.layer.pipe(Layer.provide(ServerConfig.layer))),
     Effect.withConfigProvider(ConfigProvider.fromMap(new Map(Object.entries(variables)))),
     Effect.scoped

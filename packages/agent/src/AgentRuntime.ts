@@ -12,7 +12,7 @@ import { Volumes } from "@agent-runtime/files"
 import { IdentityTokens } from "@agent-runtime/identity"
 import { ModelClient, UsageLog } from "@agent-runtime/models"
 import { DatabaseHealth } from "@agent-runtime/store"
-import { TraceExport } from "@agent-runtime/telemetry"
+import { NodeSpans, TraceExport } from "@agent-runtime/telemetry"
 import { Entity, Sharding, ShardingConfig } from "@effect/cluster"
 import {
   Cause,
@@ -151,11 +151,17 @@ const start = Effect.gen(function*() {
 })
 
 /**
- * A turn's services: the three its type names, and its parent span. Each span, fork and provided service
- * inside a turn copies and compares the whole context, some 75 services on a node; a turn takes the rest
- * when its agent starts.
+ * A turn's services: the three its type names, its parent span and whether the node exports spans. Each
+ * span, fork and provided service inside a turn copies and compares the whole context, some 75 services on a
+ * node; a turn takes the rest when its agent starts.
  */
-const turnContext = Context.pick(Volumes.Volumes, ModelClient.ModelClient, Tools.Tools, Tracer.ParentSpan)
+const turnContext = Context.pick(
+  Volumes.Volumes,
+  ModelClient.ModelClient,
+  Tools.Tools,
+  Tracer.ParentSpan,
+  NodeSpans.Exporting
+)
 
 const alone = <A, E>(
   turn: Effect.Effect<A, E, Volumes.Volumes | ModelClient.ModelClient | Tools.Tools>

@@ -17,7 +17,7 @@ import {
 import { Volumes } from "@agent-runtime/files"
 import type { Listing, UsageLog } from "@agent-runtime/models"
 import { Ids, PersistenceError } from "@agent-runtime/store"
-import { TraceExport } from "@agent-runtime/telemetry"
+import { NodeSpans, TraceExport } from "@agent-runtime/telemetry"
 import type { Sharding } from "@effect/cluster"
 import { Context, Duration, Effect, Layer, Option, type Scope, type Stream } from "effect"
 import { entityClient, fingerprint, toRecord } from "./Agent.ts"
@@ -294,14 +294,12 @@ export class Agents extends Context.Tag("@agent-runtime/agent/Agents")<Agents, {
 }>() {}
 
 /**
- * A service method: a span named after it, and a journal failure as the defect of its cause. The API answers
- * those 503 when the database cannot be reached (see DatabaseHealth), else 500. The span's name says where it
- * was made: no stack is captured for it on every call (a turn's hot calls each paid for one).
+ * A service method: a span named after it (see NodeSpans), and a journal failure as the defect of its cause.
+ * The API answers those 503 when the database cannot be reached (see DatabaseHealth), else 500.
  */
 const method =
   <Args extends ReadonlyArray<any>, A, E, R>(name: string, f: (...args: Args) => Effect.Effect<A, E, R>) =>
-  (...args: Args) =>
-    f(...args).pipe(PersistenceError.orDie, Effect.withSpan(`Agents.${name}`, { captureStackTrace: false }))
+  (...args: Args) => f(...args).pipe(PersistenceError.orDie, NodeSpans.withSpan(`Agents.${name}`))
 
 export const make = Effect.gen(function*() {
   const store = yield* AgentStore

@@ -17,6 +17,7 @@
  *   the same way for ever).
  */
 import { DatabaseHealth } from "@agent-runtime/store"
+import { NodeSpans } from "@agent-runtime/telemetry"
 import { ShardingConfig } from "@effect/cluster"
 import { Cause, Chunk, Duration, Effect, ExecutionStrategy, Exit, ParseResult, Schedule, Scope } from "effect"
 import { Fenced, PersistenceError } from "./AgentError.ts"
@@ -140,7 +141,7 @@ export const make = (
       }).pipe(Scope.extend(scope))
       yield* localLogs.register(agentId, log).pipe(Scope.extend(scope))
       return { ownership, epoch: ownership.epoch, log, scope } satisfies Term
-    }).pipe(Effect.withSpan("Journal.claim", { attributes: { "agent.id": agentId } }))
+    }).pipe(NodeSpans.withSpan("Journal.claim", () => ({ "agent.id": agentId })))
     let term = yield* claimTerm
     let superseded = false
     /** When another runner's claim was found (see `reclaim`). */
@@ -158,7 +159,7 @@ export const make = (
           Cause.defects(cause).pipe(Chunk.some((defect) => defect instanceof Fenced)) ? supersede(true) : Effect.void
         ),
         // A span per statement sent: a turn's many `durable` calls with nothing held make none.
-        Effect.withSpan("Journal.write", { attributes: { "agent.id": agentId }, captureStackTrace: false })
+        NodeSpans.withSpan("Journal.write", () => ({ "agent.id": agentId }))
       )
 
     let heldStart: Write | undefined

@@ -14,6 +14,7 @@ import { Volumes } from "@agent-runtime/files"
 import type { Listing } from "@agent-runtime/models"
 import { UsageLog } from "@agent-runtime/models"
 import { DatabaseHealth, Ids, Storable } from "@agent-runtime/store"
+import { NodeSpans } from "@agent-runtime/telemetry"
 import type { Sharding } from "@effect/cluster"
 import { SqlClient, type Statement } from "@effect/sql"
 import { Context, Duration, Effect, Layer, Option, Schedule, type Scope, Stream } from "effect"
@@ -471,7 +472,7 @@ export const make = Effect.gen(function*() {
   }).pipe(PersistenceError.refail)
 
   return Runs.of({
-    create: (tenantId, input, key) => create(tenantId, input, key).pipe(Effect.withSpan("Runs.create")),
+    create: (tenantId, input, key) => create(tenantId, input, key).pipe(NodeSpans.withSpan("Runs.create")),
     get,
     list,
     messages,

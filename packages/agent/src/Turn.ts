@@ -7,6 +7,7 @@
 import type { Codemode } from "@agent-runtime/codemode"
 import type { Input } from "@agent-runtime/domain"
 import type { ModelClient } from "@agent-runtime/models"
+import { NodeSpans } from "@agent-runtime/telemetry"
 import { Duration, Effect, Either } from "effect"
 import type { AttachedFile } from "./Agent.ts"
 import type { AgentConfig } from "./AgentStore.ts"
@@ -379,8 +380,12 @@ const outcomeOf = (run: TurnRun.TurnRun, progress: Progress): TurnOutcome => {
  * Runs the turn for `input` through `hooks`: an execute request's code, or model rounds until the model
  * stops asking for tools, the round limit, the spend limit, a person's input, an error or a handoff.
  */
-export const run = Effect.fn("Turn.run")(function*(input: TurnInput, hooks: TurnHooks) {
-  yield* Effect.annotateCurrentSpan({ "agent.id": input.agentId, "request.id": input.requestId })
+export const run = (input: TurnInput, hooks: TurnHooks) =>
+  running(input, hooks).pipe(
+    NodeSpans.withSpan("Turn.run", () => ({ "agent.id": input.agentId, "request.id": input.requestId }))
+  )
+
+const running = Effect.fnUntraced(function*(input: TurnInput, hooks: TurnHooks) {
   const turn = yield* TurnRun.make(input, hooks)
   if (input.code !== undefined) return yield* execute(turn, input.code)
   const began = input.resume?.began ?? hooks.historySize()

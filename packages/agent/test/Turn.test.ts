@@ -5,9 +5,10 @@
  * call really goes out, once, and its timing is real.
  */
 import { ModelError } from "@agent-runtime/models"
+import { NodeSpans } from "@agent-runtime/telemetry"
 import { AgentFixtures, ToolServer } from "@agent-runtime/testing"
 import { describe, expect, it } from "@effect/vitest"
-import { Effect, Exit, Fiber, Layer, Schedule } from "effect"
+import { Effect, Exit, Fiber, Layer, Schedule, Tracer } from "effect"
 import * as Tools from "../src/Tools.ts"
 import * as Turn from "../src/Turn.ts"
 
@@ -587,6 +588,35 @@ describe("Turn", () => {
         type: "turn_end",
         error: "no key for provider fake"
       })
+    }).pipe(Effect.provide(TurnLive)))
+
+  it.scopedLive("the turn's own spans are made while the node exports them, and none otherwise", () =>
+    Effect.gen(function*() {
+      const model = yield* ScriptedModel
+      const native = yield* Effect.tracer
+      const made: Array<string> = []
+      const recorded = Tracer.make({
+        span: (name, ...rest) => {
+          made.push(name)
+          return native.span(name, ...rest)
+        },
+        context: native.context
+      })
+      const turnWith = (exporting: boolean) => {
+        model.script({ text: "Hello there" })
+        return Turn.run(input(), recordingHooks().hooks).pipe(
+          Effect.provideService(NodeSpans.Exporting, exporting),
+          Effect.withTracer(recorded)
+        )
+      }
+
+      const quiet = yield* turnWith(false)
+      expect(quiet.result).toMatchObject({ reply: "Hello there" })
+      expect(made.filter((name) => name.startsWith("Turn."))).toEqual([])
+
+      const traced = yield* turnWith(true)
+      expect(traced.result).toMatchObject({ reply: "Hello there" })
+      expect(made).toEqual(expect.arrayContaining(["Turn.run", "Turn.start", "Turn.modelCall"]))
     }).pipe(Effect.provide(TurnLive)))
 })
 

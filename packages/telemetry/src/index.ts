@@ -1,3 +1,4 @@
+export * as NodeSpans from "./NodeSpans.ts"
 export * as RunSpans from "./RunSpans.ts"
 export * as TelemetryMigrations from "./TelemetryMigrations.ts"
 export * as TelemetrySettings from "./TelemetrySettings.ts"

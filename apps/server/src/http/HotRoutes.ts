@@ -16,13 +16,12 @@ import { Tokens } from "@agent-runtime/accounts"
 import { Agents } from "@agent-runtime/agent"
 import { Api, type ApiError, Run, Token } from "@agent-runtime/domain"
 import { DatabaseHealth, PersistenceError } from "@agent-runtime/store"
-import { TraceParent } from "@agent-runtime/telemetry"
+import { NodeSpans, TraceParent } from "@agent-runtime/telemetry"
 import { Headers, HttpTraceContext } from "@effect/platform"
 import { Context, Duration, Effect, FiberRef, Layer, LogLevel, Option, Runtime, Schema } from "effect"
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from "node:http"
 import * as Metrics from "../Metrics.ts"
 import { ServerConfig } from "../ServerConfig.ts"
-import * as Tracing from "../Tracing.ts"
 import { apiKey, apiKeyCaller } from "./Authentication.ts"
 import * as Errors from "./Errors.ts"
 
@@ -96,7 +95,7 @@ export const layer: Layer.Layer<
     const tokens = yield* Tokens.Tokens
     const health = yield* DatabaseHealth.DatabaseHealth
     const runFork = Runtime.runFork(yield* Effect.runtime<never>())
-    const exporting = yield* Tracing.Exporting
+    const exporting = yield* NodeSpans.Exporting
     // The line each answer logs, as the API's logger middleware does, is made only where it is written.
     const logsAnswers = LogLevel.lessThanEqual(yield* FiberRef.get(FiberRef.currentMinimumLogLevel), LogLevel.Info)
 

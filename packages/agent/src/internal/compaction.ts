@@ -5,7 +5,7 @@
  * stands in for all before it (see `modelContext.ts`).
  */
 import type { Credentials } from "@agent-runtime/models"
-import { RunSpans } from "@agent-runtime/telemetry"
+import { NodeSpans, RunSpans } from "@agent-runtime/telemetry"
 import { Effect, Option } from "effect"
 import type { StoredMessage } from "../Turn.ts"
 import { contextTokens, estimateTokens, modelContext } from "./modelContext.ts"
@@ -35,7 +35,7 @@ export const compactIfNeeded = (run: TurnRun, incoming: string) =>
         "agent_runtime.compaction.tokens_before": tokens,
         "agent_runtime.compaction.summarized_messages": hooks.historySize()
       }),
-      Effect.withSpan("Turn.compaction")
+      NodeSpans.withSpan("Turn.compaction")
     )
   })
 

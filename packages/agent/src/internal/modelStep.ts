@@ -5,7 +5,7 @@
  * what was said so far kept in history.
  */
 import type { ModelClient } from "@agent-runtime/models"
-import { RunSpans } from "@agent-runtime/telemetry"
+import { NodeSpans, RunSpans } from "@agent-runtime/telemetry"
 import { Effect, Either, Option } from "effect"
 import * as StructuredOutput from "../StructuredOutput.ts"
 import { modelContext } from "./modelContext.ts"
@@ -76,8 +76,12 @@ const forcesTool = (run: TurnRun) => {
  * (the next owner asks again). A provider that refuses a forced tool is asked again without it, and not
  * asked to force it again this turn.
  */
-export const respond = Effect.fn("Turn.modelCall")(function*(run: TurnRun, index: number) {
-  yield* Effect.annotateCurrentSpan({ "gen_ai.request.model": run.input.config.model })
+export const respond = (run: TurnRun, index: number) =>
+  responding(run, index).pipe(
+    NodeSpans.withSpan("Turn.modelCall", () => ({ "gen_ai.request.model": run.input.config.model }))
+  )
+
+const responding = Effect.fnUntraced(function*(run: TurnRun, index: number) {
   const forced = forcesTool(run)
   if (forced) run.structured!.forced++
   const response = yield* ask(run, index, forced)

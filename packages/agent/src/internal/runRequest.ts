@@ -7,7 +7,7 @@
  * owner is handed on under the same request id.
  */
 import { DatabaseHealth } from "@agent-runtime/store"
-import { RunSpans, TraceParent } from "@agent-runtime/telemetry"
+import { NodeSpans, RunSpans, TraceParent } from "@agent-runtime/telemetry"
 import { Cause, Duration, Effect, Exit, Fiber, Option } from "effect"
 import type { RequestRow } from "../AgentStore.ts"
 import * as ApplicationConnection from "../ApplicationConnection.ts"
@@ -333,10 +333,7 @@ export const runRequest = (instance: Instance, row: RequestRow) =>
       instance.requests.active = null
       instance.turn.fiber = undefined
     })),
-    Effect.withSpan("AgentRuntime.runRequest", {
-      attributes: { "agent.id": instance.agentId, "request.id": row.id },
-      captureStackTrace: false
-    })
+    NodeSpans.withSpan("AgentRuntime.runRequest", () => ({ "agent.id": instance.agentId, "request.id": row.id }))
   )
 
 /**

@@ -8,7 +8,7 @@ import { Codemode } from "@agent-runtime/codemode"
 import type { Input } from "@agent-runtime/domain"
 import { ModelClient } from "@agent-runtime/models"
 import { Storable } from "@agent-runtime/store"
-import { RunSpans } from "@agent-runtime/telemetry"
+import { NodeSpans, RunSpans } from "@agent-runtime/telemetry"
 import { Effect } from "effect"
 import * as StructuredOutput from "../StructuredOutput.ts"
 import * as Tools from "../Tools.ts"
@@ -193,7 +193,7 @@ export const runCode = (
       call: (args, n) => runInnerCall(run, lanes, { tool, args, innerCallId: `${prefix}:${n}` }, sent, toolCallId)
     }))
     return yield* Codemode.run(code, hostTools, limits)
-  }).pipe(Effect.withSpan("Turn.runCode"))
+  }).pipe(NodeSpans.withSpan("Turn.runCode"))
 
 /** A call that asks a person's approval before it runs. */
 const askApproval = (tool: Tools.Tool, call: ToolCall): Tools.ToolResult => ({
@@ -245,7 +245,14 @@ const execute = (run: TurnRun, tool: Tools.Tool, call: ToolCall, journalId: stri
  * the tool itself may have asked the approval), any other state is told to the model; one that asked
  * nobody is not run.
  */
-const runCall = Effect.fn("Turn.toolCall")(function*(
+const runCall = (
+  run: TurnRun,
+  call: ToolCall,
+  sent: ReadonlyMap<string, SentCall>,
+  earlier?: ReadonlyMap<string, Earlier>
+) => callRunning(run, call, sent, earlier).pipe(NodeSpans.withSpan("Turn.toolCall"))
+
+const callRunning = Effect.fnUntraced(function*(
   run: TurnRun,
   call: ToolCall,
   sent: ReadonlyMap<string, SentCall>,

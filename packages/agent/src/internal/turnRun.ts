@@ -11,6 +11,7 @@ import { Volumes } from "@agent-runtime/files"
 import type { ModelError } from "@agent-runtime/models"
 import { ModelClient } from "@agent-runtime/models"
 import { PersistenceError } from "@agent-runtime/store"
+import { NodeSpans } from "@agent-runtime/telemetry"
 import { type Context, Effect, Either, Option } from "effect"
 import type { AttachedFile } from "../Agent.ts"
 import * as StructuredOutput from "../StructuredOutput.ts"
@@ -98,7 +99,10 @@ const codemodeTool = (tools: ReadonlyArray<Tools.Tool>): ModelClient.Tool => ({
 })
 
 /** Sets a run up: resolves its model once, lists its tools, and starts an empty tally. */
-export const make = Effect.fn("Turn.start")(function*(input: TurnInput, hooks: TurnHooks) {
+export const make = (input: TurnInput, hooks: TurnHooks) =>
+  starting(input, hooks).pipe(NodeSpans.withSpan("Turn.start"))
+
+const starting = Effect.fnUntraced(function*(input: TurnInput, hooks: TurnHooks) {
   const models = yield* ModelClient.ModelClient
   const target = yield* Effect.cached(models.resolve({
     tenantId: input.tenantId,
