@@ -19,7 +19,7 @@
 import { DatabaseHealth } from "@agent-runtime/store"
 import { NodeSpans } from "@agent-runtime/telemetry"
 import { ShardingConfig } from "@effect/cluster"
-import { Cause, Chunk, Duration, Effect, ExecutionStrategy, Exit, ParseResult, Schedule, Scope } from "effect"
+import { Cause, Chunk, Duration, Effect, ExecutionStrategy, Exit, ParseResult, Scope } from "effect"
 import { Fenced, PersistenceError } from "./AgentError.ts"
 import { AgentStore, type Ownership, type Write, writeAll } from "./AgentStore.ts"
 import * as EventLog from "./EventLog.ts"
@@ -76,6 +76,9 @@ export interface Journal {
 /** At most one warning this often for a journal statement waiting out an outage. */
 const warningInterval = 60_000
 
+/** A journal statement that could not reach the database is tried again this long after. */
+const retryInterval = Duration.millis(500)
+
 /**
  * Whether the journal refused a statement for good: PostgreSQL refused its data, or a row read back did not
  * decode. Trying it again would fail the same way.
@@ -83,32 +86,35 @@ const warningInterval = 60_000
 export const refused = (error: PersistenceError) =>
   DatabaseHealth.isPermanent(error) || ParseResult.isParseError(error.cause)
 
-/** `Journal.retrying` for `agentId`: see there. */
+/**
+ * `Journal.retrying` for `agentId`: see there. A loop on failure rather than `Effect.retry`, which sets up a
+ * schedule and provides its iteration to the effect on every call, failed or not: a turn makes several
+ * journal writes, and almost none fails.
+ */
 export const retrying = (agentId: string) => <A, E>(effect: Effect.Effect<A, E>): Effect.Effect<A> =>
   Effect.suspend(() => {
     let failures = 0
     let warnedAt = 0
-    return effect.pipe(
-      Effect.tapError((error) => {
-        if (!(error instanceof PersistenceError)) return Effect.void
-        if (refused(error)) {
-          return Effect.logError("the journal refused a write; it is not tried again", error.cause).pipe(
+    const attempt: Effect.Effect<A> = Effect.catchAll(effect, (error) => {
+      if (!(error instanceof PersistenceError)) return Effect.die(error)
+      if (refused(error)) {
+        return Effect.zipRight(
+          Effect.logError("the journal refused a write; it is not tried again", error.cause).pipe(
             Effect.annotateLogs({ agentId })
-          )
-        }
-        failures++
-        if (Date.now() - warnedAt < warningInterval) return Effect.void
+          ),
+          Effect.die(error)
+        )
+      }
+      failures++
+      const warning = Date.now() - warnedAt < warningInterval ? Effect.void : Effect.suspend(() => {
         warnedAt = Date.now()
         return Effect.logWarning("the journal cannot be reached; trying again", error.cause).pipe(
           Effect.annotateLogs({ agentId, failures })
         )
-      }),
-      Effect.retry({
-        schedule: Schedule.spaced("500 millis"),
-        while: (error) => error instanceof PersistenceError && !refused(error)
-      }),
-      Effect.orDie
-    )
+      })
+      return Effect.zipRight(warning, Effect.zipRight(Effect.sleep(retryInterval), attempt))
+    })
+    return attempt
   })
 
 /**
