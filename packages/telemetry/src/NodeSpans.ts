@@ -5,7 +5,7 @@
  * its context and a clock read at each end, and a turn made about a dozen;
  * without an exporter they went nowhere.
  */
-import { Context, Effect, type Tracer } from "effect"
+import { Context, Effect } from "effect"
 
 /** Whether this node exports its spans: the server's tracing layer sets it. */
 export class Exporting extends Context.Reference<Exporting>()("@agent-runtime/telemetry/NodeSpans/Exporting", {
@@ -16,20 +16,16 @@ export class Exporting extends Context.Reference<Exporting>()("@agent-runtime/te
  * `Effect.withSpan` while the node exports its spans (with no stack captured: the name says where the span
  * was made); the effect as it is otherwise. `attributes` are made only for a span.
  */
-export const withSpan = (
-  name: string,
-  attributes?: () => Record<string, unknown>,
-  options?: Omit<Tracer.SpanOptions, "attributes">
-) =>
-<A, E, R>(self: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
-  Effect.flatMap(
-    Exporting,
-    (exporting) =>
-      exporting
-        ? Effect.withSpan(self, name, {
-          captureStackTrace: false,
-          ...options,
-          ...(attributes === undefined ? {} : { attributes: attributes() })
-        })
-        : self
-  )
+export const withSpan =
+  (name: string, attributes?: () => Record<string, unknown>) =>
+  <A, E, R>(self: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
+    Effect.flatMap(
+      Exporting,
+      (exporting) =>
+        exporting
+          ? Effect.withSpan(self, name, {
+            captureStackTrace: false,
+            ...(attributes === undefined ? {} : { attributes: attributes() })
+          })
+          : self
+    )
