@@ -25,6 +25,7 @@ import {
   Layer,
   Option,
   Queue,
+  Runtime,
   Schedule,
   Stream,
   Tracer
@@ -170,6 +171,41 @@ const alone = <A, E>(
   Effect.mapInputContext(turn, turnContext)
 
 /**
+ * Keeps the entity alive while the runner stays busy past keepAliveAfter: `busy` when a spell of work begins,
+ * `idle` when it ends. A timer rather than a fiber per spell: most spells are one short turn, which ends
+ * before the keep-alive is asked and has none to end. Once asked, it is asked until it is recorded: a
+ * keep-alive lost to a database outage let the cluster reap a busy entity as idle (a stateless run's after
+ * 10 s), and a release that failed with it left its work to no one. Ends with the scope (the runner).
+ */
+const keepAliveWhileBusy = Effect.gen(function*() {
+  const runFork = Runtime.runFork(yield* Effect.runtime<Sharding.Sharding | Entity.CurrentAddress>())
+  const ask = Effect.suspend(() => Entity.keepAlive(true)).pipe(
+    Effect.sandbox,
+    Effect.retry(Schedule.spaced("1 second"))
+  )
+  let timer: ReturnType<typeof setTimeout> | undefined
+  let asking: Fiber.RuntimeFiber<unknown, unknown> | undefined
+  /** Cancels the timer, and stops the asking if it began (true then). */
+  const cancel = Effect.suspend(() => {
+    clearTimeout(timer)
+    timer = undefined
+    const fiber = asking
+    asking = undefined
+    return fiber === undefined ? Effect.succeed(false) : Effect.as(Fiber.interrupt(fiber), true)
+  })
+  yield* Effect.addFinalizer(() => cancel)
+  return {
+    busy: () => {
+      timer = setTimeout(() => {
+        timer = undefined
+        asking = runFork(ask)
+      }, Duration.toMillis(keepAliveAfter))
+    },
+    idle: Effect.flatMap(cancel, (asked) => asked ? Entity.keepAlive(false) : Effect.void)
+  }
+})
+
+/**
  * The runner: one request at a time, in arrival order. The entity is kept alive while the runner stays
  * busy (see keepAliveAfter); the cluster keeps that as a message, so when the node is lost, the next owner
  * of the shard starts the agent at once and it picks the work up. A node letting the agent go on purpose
@@ -184,21 +220,10 @@ const runner = (instance: Instance, wake: Effect.Effect<unknown, unknown>) => {
   const { agentId, drain, journal, requests, turn } = instance
   const canStart = () => requests.pending.length > 0 && !drain.isDraining() && !turn.releasing
   return Effect.gen(function*() {
+    const keeper = yield* keepAliveWhileBusy
     while (true) {
       yield* Queue.take(instance.wakeup)
-      // Asked until it is recorded: a keep-alive lost to a database outage let the cluster reap a busy entity as
-      // idle (a stateless run's after 10 s), and a release that failed with it left its work to no one.
-      let keptAlive = false
-      const keepingAlive = yield* Effect.fork(
-        Effect.suspend(() => {
-          keptAlive = true
-          return Entity.keepAlive(true)
-        }).pipe(
-          Effect.sandbox,
-          Effect.retry(Schedule.spaced("1 second")),
-          Effect.delay(keepAliveAfter)
-        )
-      )
+      keeper.busy()
       // A draining node starts nothing new: open work stays journaled for the next owner.
       while (canStart()) {
         // Its turn gets the tools of an application still in its handshake; an abort meanwhile cancels it.
@@ -209,11 +234,10 @@ const runner = (instance: Instance, wake: Effect.Effect<unknown, unknown>) => {
           )
         }
       }
-      yield* Fiber.interrupt(keepingAlive)
-      // Most turns end before the keep-alive is asked, and have none to end.
-      if (keptAlive) yield* Entity.keepAlive(false)
+      yield* keeper.idle
     }
   }).pipe(
+    Effect.scoped,
     Effect.catchAllDefect((defect) =>
       (defect instanceof Fenced
         ? Effect.logWarning("another runner claimed the agent; this one claims it again if it still owns it")

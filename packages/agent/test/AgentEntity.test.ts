@@ -273,6 +273,41 @@ layer(EntityLive, { timeout: 60_000, excludeTestServices: true })("Agent entity"
       ])
     }))
 
+  it.effect("a turn busy past a second keeps its entity alive until the runner is idle; a short one asks nothing", () =>
+    Effect.gen(function*() {
+      const model = yield* ScriptedModel
+      const driver = yield* MessageStorage.MemoryDriver
+      model.reset()
+      const { agentId, client, prompt } = yield* newAgent("keep-alive")
+      /** The cluster's keep-alive requests for this agent, with whether each was answered. */
+      const keepAlives = () =>
+        [...driver.requests.values()].filter((entry) =>
+          entry.envelope._tag === "Request" && entry.envelope.tag === "Cluster/Entity/keepAlive" &&
+          entry.envelope.address.entityId === agentId
+        ).map((entry) => entry.replies.some((reply) => reply._tag === "WithExit"))
+      const before = yield* client.Status()
+
+      model.script({ text: "quick" })
+      yield* prompt({ requestId: "req_short", fingerprint: "fp_short", text: "quick" })
+      yield* eventsUntilResponse(client, before.cursor, "req_short")
+      yield* waitUntil(client.Status(), (status) => !status.running)
+      yield* Effect.sleep("1200 millis")
+      expect(keepAlives()).toEqual([])
+
+      model.script({ text: "a long answer", hold: true })
+      yield* prompt({ requestId: "req_long", fingerprint: "fp_long", text: "take your time" })
+      const held = yield* model.held
+      yield* Effect.sleep("1500 millis")
+      // Asked once, and held open while the turn runs.
+      expect(keepAlives()).toEqual([false])
+      yield* held.release
+      yield* waitUntil(client.Status(), (status) => !status.running)
+      // Let go once the runner is idle: answered, and no other asked.
+      yield* waitUntil(Effect.sync(keepAlives), (asked) => asked.length === 1 && asked[0] === true)
+      yield* Effect.sleep("1200 millis")
+      expect(keepAlives()).toEqual([true])
+    }))
+
   it.effect("the same requestId twice runs once, and answers the first request's record", () =>
     Effect.gen(function*() {
       const model = yield* ScriptedModel
