@@ -20,7 +20,8 @@ import {
 const withTraceIds = <A>(logger: Logger.Logger<unknown, A>): Logger.Logger<unknown, A> =>
   Logger.mapInputOptions(logger, (options) => {
     const span = Context.getOption(FiberRefs.getOrDefault(options.context, FiberRef.currentContext), Tracer.ParentSpan)
-    if (span._tag === "None") return options
+    // A no-op span (made where the tracer is off, see NodeSpans) names no trace.
+    if (span._tag === "None" || span.value.traceId === "noop") return options
     return {
       ...options,
       annotations: HashMap.set(

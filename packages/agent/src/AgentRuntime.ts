@@ -230,7 +230,11 @@ const runner = (instance: Instance, wake: Effect.Effect<unknown, unknown>) => {
         yield* awaitApplication(instance, requests.pending[0]!)
         if (canStart()) {
           yield* drain.track(
-            runRequest(instance, requests.pending.shift()!).pipe(Effect.withScheduler(turnScheduler), alone)
+            runRequest(instance, requests.pending.shift()!).pipe(
+              Effect.withScheduler(turnScheduler),
+              alone,
+              NodeSpans.untracedUnlessExporting
+            )
           )
         }
       }

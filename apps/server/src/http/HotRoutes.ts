@@ -135,7 +135,8 @@ export const layer: Layer.Layer<
 
     /**
      * The server span the API's tracer would open (named, parented by a caller's `traceparent` and described
-     * as it does), made only while the node exports its spans: without an exporter a span is cost for nothing.
+     * as it does), made only while the node exports its spans: without an exporter a span is cost for nothing,
+     * and the answer runs with the tracer off, so no library makes one either (see NodeSpans).
      */
     const traced = exporting
       ? (request: IncomingMessage, route: string, answering: Effect.Effect<number>) =>
@@ -159,7 +160,8 @@ export const layer: Layer.Layer<
             (status) => span.attribute("http.response.status_code", status)
           )
         })
-      : (_request: IncomingMessage, _route: string, answering: Effect.Effect<number>) => answering
+      : (_request: IncomingMessage, _route: string, answering: Effect.Effect<number>) =>
+        Effect.withTracerEnabled(answering, false)
 
     /**
      * Answers with `effect`'s value, or its failure as the API answers it; logged, traced and counted under
