@@ -219,27 +219,28 @@ const keepAliveWhileBusy = Effect.gen(function*() {
 const runner = (instance: Instance, wake: Effect.Effect<unknown, unknown>) => {
   const { agentId, drain, journal, requests, turn } = instance
   const canStart = () => requests.pending.length > 0 && !drain.isDraining() && !turn.releasing
-  return Effect.gen(function*() {
-    const keeper = yield* keepAliveWhileBusy
-    while (true) {
-      yield* Queue.take(instance.wakeup)
-      keeper.busy()
-      // A draining node starts nothing new: open work stays journaled for the next owner.
-      while (canStart()) {
-        // Its turn gets the tools of an application still in its handshake; an abort meanwhile cancels it.
-        yield* awaitApplication(instance, requests.pending[0]!)
-        if (canStart()) {
-          yield* drain.track(
-            runRequest(instance, requests.pending.shift()!).pipe(
-              Effect.withScheduler(turnScheduler),
-              alone,
-              NodeSpans.untracedUnlessExporting
+  const serving = (keeper: Effect.Effect.Success<typeof keepAliveWhileBusy>) =>
+    Effect.gen(function*() {
+      while (true) {
+        yield* Queue.take(instance.wakeup)
+        keeper.busy()
+        // A draining node starts nothing new: open work stays journaled for the next owner.
+        while (canStart()) {
+          // Its turn gets the tools of an application still in its handshake; an abort meanwhile cancels it.
+          yield* awaitApplication(instance, requests.pending[0]!)
+          if (canStart()) {
+            yield* drain.track(
+              runRequest(instance, requests.pending.shift()!).pipe(Effect.withScheduler(turnScheduler), alone)
             )
-          )
+          }
         }
+        yield* keeper.idle
       }
-      yield* keeper.idle
-    }
+    })
+  return Effect.gen(function*() {
+    // The keep-alive keeps the tracer as it is; the turns run without spans while the node exports none.
+    const keeper = yield* keepAliveWhileBusy
+    return yield* NodeSpans.untracedUnlessExporting(serving(keeper))
   }).pipe(
     Effect.scoped,
     Effect.catchAllDefect((defect) =>

@@ -33,7 +33,7 @@ export const withSpan =
 /**
  * The effect with the fiber's tracer off while the node exports no spans, so that no span is made in it at
  * all: libraries' spans included, such as the `sql.execute` of each statement (see the @effect/sql patch).
- * For the hot paths, a turn and the requests of every turn.
+ * For the hot paths, around a loop rather than each turn: setting it and setting it back costs a few steps.
  */
 export const untracedUnlessExporting = <A, E, R>(self: Effect.Effect<A, E, R>): Effect.Effect<A, E, R> =>
   Effect.flatMap(Exporting, (exporting) => exporting ? self : Effect.withTracerEnabled(self, false))

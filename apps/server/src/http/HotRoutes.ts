@@ -94,8 +94,13 @@ export const layer: Layer.Layer<
     const agents = yield* Agents.Agents
     const tokens = yield* Tokens.Tokens
     const health = yield* DatabaseHealth.DatabaseHealth
-    const runFork = Runtime.runFork(yield* Effect.runtime<never>())
     const exporting = yield* NodeSpans.Exporting
+    const runtime = yield* Effect.runtime<never>()
+    // Without an exporter the answers run with the tracer off, so no library makes a span in them either (see
+    // NodeSpans): set on the runtime they are forked from, not around each answer.
+    const runFork = Runtime.runFork(
+      exporting ? runtime : Runtime.setFiberRef(runtime, FiberRef.currentTracerEnabled, false)
+    )
     // The line each answer logs, as the API's logger middleware does, is made only where it is written.
     const logsAnswers = LogLevel.lessThanEqual(yield* FiberRef.get(FiberRef.currentMinimumLogLevel), LogLevel.Info)
 
@@ -135,8 +140,7 @@ export const layer: Layer.Layer<
 
     /**
      * The server span the API's tracer would open (named, parented by a caller's `traceparent` and described
-     * as it does), made only while the node exports its spans: without an exporter a span is cost for nothing,
-     * and the answer runs with the tracer off, so no library makes one either (see NodeSpans).
+     * as it does), made only while the node exports its spans: without an exporter a span is cost for nothing.
      */
     const traced = exporting
       ? (request: IncomingMessage, route: string, answering: Effect.Effect<number>) =>
@@ -160,8 +164,7 @@ export const layer: Layer.Layer<
             (status) => span.attribute("http.response.status_code", status)
           )
         })
-      : (_request: IncomingMessage, _route: string, answering: Effect.Effect<number>) =>
-        Effect.withTracerEnabled(answering, false)
+      : (_request: IncomingMessage, _route: string, answering: Effect.Effect<number>) => answering
 
     /**
      * Answers with `effect`'s value, or its failure as the API answers it; logged, traced and counted under
