@@ -11,7 +11,6 @@ import { PersistenceError, Storable } from "@agent-runtime/store"
 import { Context as EffectContext, Duration, Effect, Exit, Layer, Option, Redacted } from "effect"
 import * as Crypto from "node:crypto"
 import { Credentials, type Target } from "./Credentials.ts"
-import * as Batches from "./internal/batches.ts"
 import * as ChatCompletions from "./internal/chatCompletions.ts"
 import * as Pi from "./internal/pi.ts"
 import {
@@ -274,8 +273,7 @@ export const make = Effect.gen(function*() {
   /**
    * One request to the provider, its events handed to `onEvent` as they come: the finished message, or its
    * failure classified, not retried. A plain loop over the provider's events rather than a stream: a turn's
-   * response is its busiest path, and each stream stage costs every event a few hundred runtime steps. The
-   * events are taken in batches (see Batches): what arrived together wakes the fiber once.
+   * response is its busiest path, and each stream stage costs every event a few hundred runtime steps.
    */
   const attempt = (
     target: Target,
@@ -310,7 +308,7 @@ export const make = Effect.gen(function*() {
       const toolChoice = call.forceTool === undefined
         ? undefined
         : forcedChoice(target.model.api, call.forceTool, call.context, call.reasoning)
-      const events = Batches.read(Pi.streamSimple(target.model, call.context, {
+      const events = Pi.streamSimple(target.model, call.context, {
         ...call.options,
         ...(toolChoice === undefined
           ? {}
@@ -324,26 +322,25 @@ export const make = Effect.gen(function*() {
         ...(call.reasoning === undefined ? {} : { reasoning: call.reasoning }),
         ...(call.maxTokens === undefined ? {} : { maxTokens: call.maxTokens }),
         ...(call.temperature === undefined ? {} : { temperature: call.temperature })
-      }))
+      })[Symbol.asyncIterator]()
       const networkError = (error: unknown) =>
         new ModelNetworkError({ provider: target.provider, detail: String(error) })
       while (true) {
-        const batch = yield* Effect.mapError(events.take, networkError)
-        if (batch.length === 0) return yield* networkError("the response ended without a final message")
-        for (const event of batch) {
-          if (event.type === "error") return yield* Effect.fail(classify(target, event.error, last, refused))
-          if (event.type === "done") {
-            yield* record(target, call, event.message)
-            if (attemptNumber > 1) yield* onEvent({ type: "auto_retry_end", success: true, attempt: attemptNumber })
-            return kept(event.message)
-          }
-          // The finished call, told as it ends, is told as it will be kept.
-          yield* onEvent(
-            event.type === "toolcall_end"
-              ? { ...event, toolCall: kept(event.partial).content[event.contentIndex] as typeof event.toolCall }
-              : event
-          )
+        const next = yield* Effect.tryPromise({ try: () => events.next(), catch: networkError })
+        if (next.done === true) return yield* networkError("the response ended without a final message")
+        const event = next.value
+        if (event.type === "error") return yield* Effect.fail(classify(target, event.error, last, refused))
+        if (event.type === "done") {
+          yield* record(target, call, event.message)
+          if (attemptNumber > 1) yield* onEvent({ type: "auto_retry_end", success: true, attempt: attemptNumber })
+          return kept(event.message)
         }
+        // The finished call, told as it ends, is told as it will be kept.
+        yield* onEvent(
+          event.type === "toolcall_end"
+            ? { ...event, toolCall: kept(event.partial).content[event.contentIndex] as typeof event.toolCall }
+            : event
+        )
       }
     }))
 
