@@ -357,15 +357,8 @@ export const sentUntilAnswered = <A, E, R>(send: Effect.Effect<A, E, R>): Effect
  * walk over every value, the outcome's included, on each read): the API encodes it against its schema anyway.
  */
 export const toRecord = (row: RequestRow): Run.RequestRecord => {
-  const outcome = row.outcome as
-    | {
-      result?: { error?: string | null; stopped?: Run.StoppedReason }
-      error?: string
-      uncertain?: boolean
-      code?: string
-    }
-    | null
-  const error = outcome?.error ?? outcome?.result?.error ?? undefined
+  const outcome = row.outcome as StoredOutcome | null
+  const error = outcome === null ? undefined : errorOf(outcome)
   const input = row.input as { text?: string; metadata?: Record<string, string>; suspension?: string }
   return new Run.RequestRecord({
     id: row.id,
@@ -380,16 +373,28 @@ export const toRecord = (row: RequestRow): Run.RequestRecord => {
     ...(input.metadata === undefined ? {} : { metadata: input.metadata }),
     ...(row.steeredInto === null ? {} : { steeredInto: row.steeredInto }),
     ...(outcome?.code === undefined ? {} : { code: outcome.code }),
-    ...(outcome === null
-      ? {}
-      : {
-        outcome: new Run.RunOutcome({
-          ...(outcome.result === undefined ? {} : { result: outcome.result }),
-          ...(outcome.error === undefined ? {} : { error: outcome.error }),
-          ...(outcome.uncertain === undefined ? {} : { uncertain: outcome.uncertain })
-        }, { disableValidation: true })
-      }),
-    ...(error === undefined || error === null ? {} : { error }),
+    ...(outcome === null ? {} : { outcome: toOutcome(outcome) }),
+    ...(error === undefined ? {} : { error }),
     ...(outcome?.result?.stopped === undefined ? {} : { stopped: outcome.result.stopped })
   }, { disableValidation: true })
 }
+
+/** A request's outcome as the journal stores it. */
+export type StoredOutcome = {
+  readonly result?: { readonly error?: string | null; readonly stopped?: Run.StoppedReason }
+  readonly error?: string
+  readonly uncertain?: boolean
+  readonly code?: string
+}
+
+/** A stored outcome's error, its own or its result's: what a record's `error` says. */
+export const errorOf = (outcome: StoredOutcome): string | undefined =>
+  outcome.error ?? outcome.result?.error ?? undefined
+
+/** A stored outcome as a record's `outcome` (see `toRecord`). */
+export const toOutcome = (outcome: StoredOutcome): Run.RunOutcome =>
+  new Run.RunOutcome({
+    ...(outcome.result === undefined ? {} : { result: outcome.result }),
+    ...(outcome.error === undefined ? {} : { error: outcome.error }),
+    ...(outcome.uncertain === undefined ? {} : { uncertain: outcome.uncertain })
+  }, { disableValidation: true })

@@ -346,7 +346,7 @@ const answer = (instance: Instance, payload: typeof AnswerPayload.Type) =>
     return { inputs: settled.inputs.map(Inputs.toInput), requests: resumes.map(toRecord) }
   })
 
-/** A prompt reached the instance: queued, or steered into the running turn. */
+/** A prompt reached the instance: queued, or steered into the running turn. Yields its row as known now. */
 const prompt = (instance: Instance, payload: typeof PromptPayload.Type) =>
   Effect.gen(function*() {
     const { agentId, journal, requests, store } = instance
@@ -360,7 +360,7 @@ const prompt = (instance: Instance, payload: typeof PromptPayload.Type) =>
       row.state === "queued" && !requests.settled.has(row.id)
     if (steers) requests.steer(row)
     else yield* offer(instance, [row])
-    return toRecord(row)
+    return row
   })
 
 // One client for the runner, not one per entity: the runner's messages to itself (Wake) go through it.
@@ -493,7 +493,7 @@ export const layer: Layer.Layer<
       Prompt: ({ payload }) =>
         Effect.suspend(() => {
           messagedAt = Date.now()
-          return current(prompt(instance, payload))
+          return current(Effect.map(prompt(instance, payload), toRecord))
         }),
       Abort: ({ payload }) => current(immediate(instance, payload, "abort", {}, abort(instance, payload.requestId))),
       Configure: ({ payload }) =>

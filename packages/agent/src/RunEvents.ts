@@ -5,11 +5,12 @@
  * that makes the change (see `AgentStore`), so each is sent exactly when
  * the change happened.
  */
+import type { Run } from "@agent-runtime/domain"
 import { Webhook } from "@agent-runtime/domain"
 import type { Outbox } from "@agent-runtime/webhooks"
 import type { Statement } from "@effect/sql"
 import { Schema } from "effect"
-import { toRecord } from "./Agent.ts"
+import { errorOf, type StoredOutcome } from "./Agent.ts"
 import type { RequestRow } from "./AgentStore.ts"
 
 const isRunMethod = Schema.is(Webhook.RunMethod)
@@ -53,18 +54,20 @@ export const ended = (
   steeredInto: string | undefined
 ): Outbox.NewEvent | undefined => {
   if (!isRun(row)) return undefined
-  const record = toRecord({ ...row, outcome, steeredInto: steeredInto ?? row.steeredInto })
+  const into = steeredInto ?? row.steeredInto
+  const error = errorOf(outcome as StoredOutcome)
   const result = (outcome.result ?? {}) as {
     readonly replyIndex?: number
     readonly messages?: number
     readonly inputs?: ReadonlyArray<{ readonly id: string }>
+    readonly stopped?: Run.StoppedReason
   }
-  const shared = { ...common(row), ...(record.steeredInto === undefined ? {} : { steeredInto: record.steeredInto }) }
-  if (record.error !== undefined) {
+  const shared = { ...common(row), ...(into === null ? {} : { steeredInto: into }) }
+  if (error !== undefined) {
     return {
       tenantId,
       type: "run.failed",
-      data: { ...shared, error: record.error, ...(outcome.uncertain === true ? { uncertain: true } : {}) },
+      data: { ...shared, error, ...(outcome.uncertain === true ? { uncertain: true } : {}) },
       merge: usage
     }
   }
@@ -73,7 +76,7 @@ export const ended = (
     type: "run.completed",
     data: {
       ...shared,
-      ...(record.stopped === undefined ? {} : { stopped: record.stopped }),
+      ...(result.stopped === undefined ? {} : { stopped: result.stopped }),
       ...(result.inputs === undefined ? {} : { inputIds: result.inputs.map((input) => input.id) }),
       ...(result.replyIndex === undefined ? {} : { replyIndex: result.replyIndex }),
       ...(result.messages === undefined ? {} : { messageCount: result.messages })

@@ -9,7 +9,7 @@ import type { UsageLog } from "@agent-runtime/models"
 import type { TraceExport } from "@agent-runtime/telemetry"
 import type { Context, Fiber, Types } from "effect"
 import { Effect, Option, Queue } from "effect"
-import { toRecord } from "../Agent.ts"
+import { type StoredOutcome, toOutcome, toRecord } from "../Agent.ts"
 import type { AgentConfig, AgentRow, AgentStore, RequestRow } from "../AgentStore.ts"
 import type * as ApplicationConnection from "../ApplicationConnection.ts"
 import type { Drain } from "../Drain.ts"
@@ -198,7 +198,7 @@ export const settle = (
     yield* journal.write(instance.store.complete(agentId, row.id, outcome, report, steeredInto, charge))
     instance.requests.remember(row.id)
     // Only a queued or running request is settled here, so the outcome written is this one.
-    yield* journal.term().log.publish({ type: "response", id: row.id, outcome: toRecord({ ...row, outcome }).outcome })
+    yield* journal.term().log.publish({ type: "response", id: row.id, outcome: toOutcome(outcome as StoredOutcome) })
   })
 
 /** Inputs that settled are told to watchers; a suspension they settled resumes as a queued request. */

@@ -12,7 +12,7 @@ import type { ModelError } from "@agent-runtime/models"
 import { ModelClient } from "@agent-runtime/models"
 import { PersistenceError } from "@agent-runtime/store"
 import { NodeSpans } from "@agent-runtime/telemetry"
-import { type Context, Effect, Either, Option } from "effect"
+import { type Context, Effect, Either, Exit, Option } from "effect"
 import type { AttachedFile } from "../Agent.ts"
 import * as StructuredOutput from "../StructuredOutput.ts"
 import * as Tools from "../Tools.ts"
@@ -98,13 +98,28 @@ const codemodeTool = (tools: ReadonlyArray<Tools.Tool>): ModelClient.Tool => ({
   } as any
 })
 
+/**
+ * `effect`, run once and its outcome kept (failures too); an interrupted run is run again on the next call.
+ * For a turn's callers, which ask one after another: `Effect.cached` serves concurrent callers through a
+ * semaphore and reads the clock on every call, about 30 steps a call, twice or more a turn.
+ */
+export const keptOnceDone = <A, E>(effect: Effect.Effect<A, E>): Effect.Effect<A, E> => {
+  let kept: Exit.Exit<A, E> | undefined
+  return Effect.suspend(() =>
+    kept ?? Effect.onExit(effect, (exit) =>
+      Effect.sync(() => {
+        if (!Exit.isInterrupted(exit)) kept = exit
+      }))
+  )
+}
+
 /** Sets a run up: resolves its model once, lists its tools, and starts an empty tally. */
 export const make = (input: TurnInput, hooks: TurnHooks) =>
   starting(input, hooks).pipe(NodeSpans.withSpan("Turn.start"))
 
 const starting = Effect.fnUntraced(function*(input: TurnInput, hooks: TurnHooks) {
   const models = yield* ModelClient.ModelClient
-  const target = yield* Effect.cached(models.resolve({
+  const target = keptOnceDone(models.resolve({
     tenantId: input.tenantId,
     keyScope: Option.fromNullable(input.config.keyScope),
     model: input.config.model
