@@ -281,68 +281,76 @@ export const make = Effect.gen(function*() {
     attemptNumber: number,
     onEvent: (event: ResponseEvent) => Effect.Effect<void>
   ): Effect.Effect<Pi.AssistantMessage, ModelError | PersistenceError.PersistenceError> =>
-    Effect.scoped(Effect.gen(function*() {
+    Effect.suspend(() => {
       const controller = new AbortController()
       // A finished response has nothing left to cut (and an abort builds an error with its stack each time).
-      yield* Effect.addFinalizer((exit) => Exit.isSuccess(exit) ? Effect.void : Effect.sync(() => controller.abort()))
-      let last: LastResponse | undefined
-      let refused: EgressError.EgressError | undefined
-      const heard = (status: number, headers: Headers) => {
-        last = { status, retryAfter: parseRetryAfter(headers.get("retry-after")) }
-      }
-      const refusedBy = (error: unknown) => {
-        if (error instanceof EgressError.EgressError) refused = error
-        throw error
-      }
-      const fetch: typeof globalThis.fetch = (input, init) =>
-        egress.fetchFunction(input, init).then((response) => {
-          heard(response.status, response.headers)
-          return response
-        }, refusedBy)
-      // The chat-completions wire, every turn's on most providers, skips the OpenAI SDK (see chatCompletions).
-      const openAIClient = ChatCompletions.client(
-        (url, options) => egress.requestFunction(url, options).catch(refusedBy),
-        heard
+      // Not a scope's finalizer: a scope and a finalizer (which copies and restores the fiber's refs) cost
+      // every response about 25 runtime steps.
+      const cut = (exit: Exit.Exit<unknown, unknown>) =>
+        Exit.isSuccess(exit) ? Effect.void : Effect.sync(() => controller.abort())
+      return Effect.onExit(
+        Effect.gen(function*() {
+          let last: LastResponse | undefined
+          let refused: EgressError.EgressError | undefined
+          const heard = (status: number, headers: Headers) => {
+            last = { status, retryAfter: parseRetryAfter(headers.get("retry-after")) }
+          }
+          const refusedBy = (error: unknown) => {
+            if (error instanceof EgressError.EgressError) refused = error
+            throw error
+          }
+          const fetch: typeof globalThis.fetch = (input, init) =>
+            egress.fetchFunction(input, init).then((response) => {
+              heard(response.status, response.headers)
+              return response
+            }, refusedBy)
+          // The chat-completions wire, every turn's on most providers, skips the OpenAI SDK (see chatCompletions).
+          const openAIClient = ChatCompletions.client(
+            (url, options) => egress.requestFunction(url, options).catch(refusedBy),
+            heard
+          )
+          const apiKey = apiKeyFor(target)
+          const toolChoice = call.forceTool === undefined
+            ? undefined
+            : forcedChoice(target.model.api, call.forceTool, call.context, call.reasoning)
+          const events = Pi.streamSimple(target.model, call.context, {
+            ...call.options,
+            ...(toolChoice === undefined
+              ? {}
+              : { toolChoice: toolChoice as NonNullable<Pi.SimpleStreamOptions["toolChoice"]> }),
+            ...(apiKey === undefined ? {} : { apiKey }),
+            headers: headersFor(target, call.modelHeaders),
+            fetch,
+            openAIClient,
+            signal: controller.signal,
+            maxRetries: 0,
+            ...(call.reasoning === undefined ? {} : { reasoning: call.reasoning }),
+            ...(call.maxTokens === undefined ? {} : { maxTokens: call.maxTokens }),
+            ...(call.temperature === undefined ? {} : { temperature: call.temperature })
+          })[Symbol.asyncIterator]()
+          const networkError = (error: unknown) =>
+            new ModelNetworkError({ provider: target.provider, detail: String(error) })
+          while (true) {
+            const next = yield* Effect.tryPromise({ try: () => events.next(), catch: networkError })
+            if (next.done === true) return yield* networkError("the response ended without a final message")
+            const event = next.value
+            if (event.type === "error") return yield* Effect.fail(classify(target, event.error, last, refused))
+            if (event.type === "done") {
+              yield* record(target, call, event.message)
+              if (attemptNumber > 1) yield* onEvent({ type: "auto_retry_end", success: true, attempt: attemptNumber })
+              return kept(event.message)
+            }
+            // The finished call, told as it ends, is told as it will be kept.
+            yield* onEvent(
+              event.type === "toolcall_end"
+                ? { ...event, toolCall: kept(event.partial).content[event.contentIndex] as typeof event.toolCall }
+                : event
+            )
+          }
+        }),
+        cut
       )
-      const apiKey = apiKeyFor(target)
-      const toolChoice = call.forceTool === undefined
-        ? undefined
-        : forcedChoice(target.model.api, call.forceTool, call.context, call.reasoning)
-      const events = Pi.streamSimple(target.model, call.context, {
-        ...call.options,
-        ...(toolChoice === undefined
-          ? {}
-          : { toolChoice: toolChoice as NonNullable<Pi.SimpleStreamOptions["toolChoice"]> }),
-        ...(apiKey === undefined ? {} : { apiKey }),
-        headers: headersFor(target, call.modelHeaders),
-        fetch,
-        openAIClient,
-        signal: controller.signal,
-        maxRetries: 0,
-        ...(call.reasoning === undefined ? {} : { reasoning: call.reasoning }),
-        ...(call.maxTokens === undefined ? {} : { maxTokens: call.maxTokens }),
-        ...(call.temperature === undefined ? {} : { temperature: call.temperature })
-      })[Symbol.asyncIterator]()
-      const networkError = (error: unknown) =>
-        new ModelNetworkError({ provider: target.provider, detail: String(error) })
-      while (true) {
-        const next = yield* Effect.tryPromise({ try: () => events.next(), catch: networkError })
-        if (next.done === true) return yield* networkError("the response ended without a final message")
-        const event = next.value
-        if (event.type === "error") return yield* Effect.fail(classify(target, event.error, last, refused))
-        if (event.type === "done") {
-          yield* record(target, call, event.message)
-          if (attemptNumber > 1) yield* onEvent({ type: "auto_retry_end", success: true, attempt: attemptNumber })
-          return kept(event.message)
-        }
-        // The finished call, told as it ends, is told as it will be kept.
-        yield* onEvent(
-          event.type === "toolcall_end"
-            ? { ...event, toolCall: kept(event.partial).content[event.contentIndex] as typeof event.toolCall }
-            : event
-        )
-      }
-    }))
+    })
 
   const record = (target: Target, call: Call, message: Pi.AssistantMessage) =>
     usage.record({
