@@ -178,7 +178,8 @@ const alone = <A, E>(
  * 10 s), and a release that failed with it left its work to no one. Ends with the scope (the runner).
  */
 const keepAliveWhileBusy = Effect.gen(function*() {
-  const runFork = Runtime.runFork(yield* Effect.runtime<Sharding.Sharding | Entity.CurrentAddress>())
+  const entity = yield* Effect.runtime<Sharding.Sharding | Entity.CurrentAddress>()
+  const runFork = Runtime.runFork(entity)
   const ask = Effect.suspend(() => Entity.keepAlive(true)).pipe(
     Effect.sandbox,
     Effect.retry(Schedule.spaced("1 second"))
@@ -201,7 +202,11 @@ const keepAliveWhileBusy = Effect.gen(function*() {
         asking = runFork(ask)
       }, Duration.toMillis(keepAliveAfter))
     },
-    idle: Effect.flatMap(cancel, (asked) => asked ? Entity.keepAlive(false) : Effect.void)
+    // The runner's loop runs in a turn's context (see `runner`): the entity's is given where it is needed.
+    idle: Effect.flatMap(
+      cancel,
+      (asked) => asked ? Effect.provide(Entity.keepAlive(false), entity.context) : Effect.void
+    )
   }
 })
 
@@ -228,19 +233,17 @@ const runner = (instance: Instance, wake: Effect.Effect<unknown, unknown>) => {
         while (canStart()) {
           // Its turn gets the tools of an application still in its handshake; an abort meanwhile cancels it.
           yield* awaitApplication(instance, requests.pending[0]!)
-          if (canStart()) {
-            yield* drain.track(
-              runRequest(instance, requests.pending.shift()!).pipe(Effect.withScheduler(turnScheduler), alone)
-            )
-          }
+          if (canStart()) yield* drain.track(runRequest(instance, requests.pending.shift()!))
         }
         yield* keeper.idle
       }
     })
   return Effect.gen(function*() {
-    // The keep-alive keeps the tracer as it is; the turns run without spans while the node exports none.
+    // The keep-alive keeps the tracer as it is.
     const keeper = yield* keepAliveWhileBusy
-    return yield* NodeSpans.untracedUnlessExporting(serving(keeper))
+    // Set once for the loop rather than around each turn (each a set and a restore, a dozen steps): the turns
+    // run in their own context, on their scheduler, and without spans while the node exports none.
+    return yield* NodeSpans.untracedUnlessExporting(serving(keeper)).pipe(Effect.withScheduler(turnScheduler), alone)
   }).pipe(
     Effect.scoped,
     Effect.catchAllDefect((defect) =>
