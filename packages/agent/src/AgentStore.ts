@@ -158,7 +158,7 @@ const toAgent = (row: any): AgentRow => ({
 export const fromJsonRow = (row: Record<string, unknown>) =>
   Record.mapKeys(row, String.snakeToCamel) as unknown as RequestRow
 
-/** Event ids an owner may hand out before it asks for more. */
+/** Event ids an owner reserves at a time; it asks for the next block halfway through one. */
 export const eventBlockSize = 100_000
 
 /**
@@ -252,8 +252,16 @@ export class AgentStore extends Context.Tag("@agent-runtime/agent/AgentStore")<A
       readonly inputFingerprint?: string | undefined
     }
   ) => Effect.Effect<Option.Option<number | null>, PersistenceError>
-  /** The first id of a fresh block of event ids: they keep growing whoever owns the agent. */
-  readonly reserveEvents: (agentId: string) => Effect.Effect<number, PersistenceError>
+  /**
+   * The first id of a fresh block of event ids, after `after` too (the last id an owner that let go handed
+   * out): they keep growing whoever owns the agent.
+   */
+  readonly reserveEvents: (agentId: string, after: number) => Effect.Effect<number, PersistenceError>
+  /**
+   * Reserves the block after one that ends at `until`, and answers its end; none when another owner has
+   * reserved since, so ids past `until` are no longer this owner's to hand out.
+   */
+  readonly extendEvents: (agentId: string, until: number) => Effect.Effect<Option.Option<number>, PersistenceError>
   /**
    * Records a request once; a second delivery of the same id finds the first. With `announce`, a row recorded
    * now is announced on `queuedChannel` as it commits, for its owner to queue.
@@ -509,10 +517,15 @@ export const make = Effect.gen(function*() {
     )
 
   /** The first id of a fresh block of event ids: they keep growing whoever owns the agent. */
-  const reserveEvents = (agentId: string) =>
+  const reserveEvents = (agentId: string, after: number) =>
     sql<{ start: number }>`
-      UPDATE agents SET event_block = event_block + ${eventBlockSize} WHERE id = ${agentId}
+      UPDATE agents SET event_block = GREATEST(event_block, ${after}) + ${eventBlockSize} WHERE id = ${agentId}
       RETURNING (event_block - ${eventBlockSize})::float8 AS start`.pipe(Effect.map((rows) => rows[0]?.start ?? 0))
+
+  const extendEvents = (agentId: string, until: number) =>
+    sql<{ until: number }>`
+      UPDATE agents SET event_block = event_block + ${eventBlockSize} WHERE id = ${agentId} AND event_block = ${until}
+      RETURNING event_block::float8 AS until`.pipe(Effect.map((rows) => Option.fromNullable(rows[0]?.until)))
 
   const insertRequest = (request: NewRequest, announce?: Announce) =>
     // One round trip: the new row, or the one already there. A row another statement is inserting at the same
@@ -905,6 +918,7 @@ export const make = Effect.gen(function*() {
     remove: flow(remove, PersistenceError.refail),
     updateDetails: flow(updateDetails, PersistenceError.refail),
     reserveEvents: flow(reserveEvents, PersistenceError.refail),
+    extendEvents: flow(extendEvents, PersistenceError.refail),
     insertRequest: flow(insertRequest, PersistenceError.refail),
     getRequest: flow(getRequest, PersistenceError.refail),
     requestAt: flow(requestAt, PersistenceError.refail),

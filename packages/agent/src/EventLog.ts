@@ -5,7 +5,7 @@
  * holding up the agent: `publish` never waits on a reader.
  */
 import type { Duration, Scope } from "effect"
-import { Chunk, Context, Effect, Either, Layer, Option, Queue, Stream } from "effect"
+import { Chunk, Context, Effect, Either, FiberSet, Layer, Option, Queue, Stream } from "effect"
 import { Buffer } from "node:buffer"
 import { ReplayGap, SubscriberLagged } from "./AgentError.ts"
 
@@ -70,6 +70,15 @@ export interface Options {
   readonly maxEvents?: number
   readonly maxBytes?: number
   readonly subscriberBuffer?: number
+  /**
+   * The ids this log may hand out end at `until`, and none beyond it may be taken by another owner's log
+   * before `extend` reserved them. `extend` is asked halfway through the reservation and answers the new
+   * end, or none when another owner reserved after it (this log is being superseded).
+   */
+  readonly reservation?: {
+    readonly until: number
+    readonly extend: (until: number) => Effect.Effect<Option.Option<number>>
+  } | undefined
 }
 
 export const defaultMaxEvents = 512
@@ -158,6 +167,21 @@ export const make = (options: Options): Effect.Effect<EventLog, never, Scope.Sco
     const listeners = new Set<Listener>()
     let closed = false
 
+    const { reservation } = options
+    const runInLog = yield* FiberSet.makeRuntime<never>()
+    let reservedUntil = reservation?.until ?? Number.POSITIVE_INFINITY
+    // Half of the first reservation: the next one has that many ids' time to be written.
+    const margin = reservation === undefined ? 0 : Math.max(1, (reservation.until - options.startCursor) / 2)
+    let extending = false
+    const reserveAhead = () => {
+      extending = true
+      runInLog(Effect.map(reservation!.extend(reservedUntil), (until) => {
+        if (Option.isNone(until)) return
+        reservedUntil = until.value
+        extending = false
+      }))
+    }
+
     const evictOldest = () => {
       bytes -= sizes[head]!
       ring[head] = undefined
@@ -204,6 +228,7 @@ export const make = (options: Options): Effect.Effect<EventLog, never, Scope.Sco
       // Serialize before taking an id: a value that cannot be serialized is a defect and leaves no hole.
       const entry: Entry = { id: latest + 1, ...bounded(data) }
       latest = entry.id
+      if (!extending && reservedUntil - latest <= margin) reserveAhead()
       append(entry)
       for (const subscriber of live) {
         if (subscriber.queue.unsafeOffer(entry)) {

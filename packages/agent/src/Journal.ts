@@ -21,7 +21,7 @@ import { NodeSpans } from "@agent-runtime/telemetry"
 import { ShardingConfig } from "@effect/cluster"
 import { Cause, Chunk, Duration, Effect, ExecutionStrategy, Exit, ParseResult, Scope } from "effect"
 import { Fenced, PersistenceError } from "./AgentError.ts"
-import { AgentStore, type Ownership, type Write, writeAll } from "./AgentStore.ts"
+import { AgentStore, eventBlockSize, type Ownership, type Write, writeAll } from "./AgentStore.ts"
 import * as EventLog from "./EventLog.ts"
 
 /** One claim of the agent by this instance: its epoch, and the event log its watchers read. */
@@ -139,11 +139,16 @@ export const make = (
     const claimTerm = Effect.gen(function*() {
       const ownership = yield* journaled(store.claim(agentId, runnerAddress))
       const scope = yield* Scope.fork(instanceScope, ExecutionStrategy.sequential)
+      const startCursor = yield* journaled(store.reserveEvents(agentId, ownership.continuesFrom ?? 0))
       const log = yield* EventLog.make({
         agentId,
-        startCursor: yield* journaled(store.reserveEvents(agentId)),
+        startCursor,
         continuesFrom: ownership.continuesFrom ?? undefined,
-        inherited: ownership.inherited ?? undefined
+        inherited: ownership.inherited ?? undefined,
+        reservation: {
+          until: startCursor + eventBlockSize,
+          extend: (until) => journaled(store.extendEvents(agentId, until))
+        }
       }).pipe(Scope.extend(scope))
       yield* localLogs.register(agentId, log).pipe(Scope.extend(scope))
       return { ownership, epoch: ownership.epoch, log, scope } satisfies Term

@@ -196,6 +196,8 @@ export const toNodeStream = (options: WriterOptions) =>
       if (seen !== undefined) write(encode(seen))
     }
     let opened = false
+    /** Entries published before the ready frame and the replay were written: they go out right after them. */
+    const early: Array<EventLog.Entry> = []
     let logClosed = false
     const goOn = () => {
       if (ended || following !== undefined) return
@@ -210,8 +212,8 @@ export const toNodeStream = (options: WriterOptions) =>
       )
     }
     const listening = yield* options.log.listen(Option.some(cursor), {
-      entry: send,
-      // Not before the ready frame and the replay are written: they come first.
+      // The ready frame and the replay come first, whenever the fiber writing them yields.
+      entry: (entry) => opened ? send(entry) : early.push(entry),
       close: () => {
         logClosed = true
         if (opened) goOn()
@@ -220,6 +222,7 @@ export const toNodeStream = (options: WriterOptions) =>
     stop = listening.stop
     body.write(ready(options.ready, cursor))
     for (const entry of listening.replay) send(entry)
+    for (const entry of early) send(entry)
     opened = true
     unregister = options.endWhen?.(() => finish(reconnect)) ?? unregister
     if (logClosed) goOn()

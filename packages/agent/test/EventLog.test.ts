@@ -268,6 +268,34 @@ describe("EventLog", () => {
       expect(yield* log.subscribers).toBe(0)
     }).pipe(Effect.scoped))
 
+  it.live("reserves the next ids halfway through its reservation, once at a time, and stops when refused", () =>
+    Effect.gen(function*() {
+      const asked: Array<number> = []
+      let answer: Option.Option<number> = Option.some(140)
+      const log = yield* EventLog.make({
+        agentId: "ag_reserve",
+        startCursor: 100,
+        reservation: { until: 120, extend: (until) => Effect.sync(() => (asked.push(until), answer)) }
+      })
+      yield* publishMany(log, 9)
+      expect(asked).toEqual([])
+      // Ten ids of twenty left: the next block is asked for, and again only halfway through the new end.
+      yield* publishMany(log, 1)
+      yield* Effect.yieldNow()
+      expect(asked).toEqual([120])
+      yield* publishMany(log, 19)
+      expect(asked).toEqual([120])
+      answer = Option.none()
+      yield* publishMany(log, 1)
+      yield* Effect.yieldNow()
+      expect(asked).toEqual([120, 140])
+      // Refused (another owner reserved after it): not asked again, and publishing goes on.
+      yield* publishMany(log, 20)
+      yield* Effect.yieldNow()
+      expect(asked).toEqual([120, 140])
+      expect(yield* log.cursor).toBe(150)
+    }).pipe(Effect.scoped))
+
   it.live("poll waits for the next entry, or answers empty when the wait runs out", () =>
     Effect.gen(function*() {
       const log = yield* EventLog.make({ agentId: "ag_wait", startCursor: 7 })

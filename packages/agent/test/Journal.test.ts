@@ -11,7 +11,7 @@ import { TestDatabase } from "@agent-runtime/testing"
 import { ShardingConfig } from "@effect/cluster"
 import { SqlClient, SqlError } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
-import { Cause, Effect, Exit, Layer, Option, Redacted } from "effect"
+import { Cause, Effect, Exit, Layer, Option, Redacted, Schedule, Scope } from "effect"
 import { Fenced, PersistenceError } from "../src/AgentError.ts"
 import * as AgentMigrations from "../src/AgentMigrations.ts"
 import * as AgentStoreModule from "../src/AgentStore.ts"
@@ -104,6 +104,49 @@ describe("Journal", () => {
       expect(yield* store.messageCount(agentId)).toBe(0)
       expect(yield* told(journal)).toEqual([])
     }))))
+
+  it.live(
+    "event ids outgrow a block and still come after every id an earlier owner handed out, crash or release",
+    () =>
+      withJournal(Effect.scoped(Effect.gen(function*() {
+        yield* seed
+        const store = yield* AgentStore
+        const sql = yield* SqlClient.SqlClient
+        const reservedUntil = Effect.map(
+          sql<{ until: number }>`SELECT event_block::float8 AS until FROM agents WHERE id = ${agentId}`,
+          (rows) => rows[0]!.until
+        )
+        const crashed = yield* Scope.make()
+        const first = yield* Journal.make({ agentId, runnerAddress: "127.0.0.1:1" }).pipe(Scope.extend(crashed))
+        const start = yield* first.term().log.cursor
+        // Past half its block, the owner reserves the next one while it goes on publishing.
+        for (let i = 0; i < AgentStoreModule.eventBlockSize / 2 + 1; i++) first.unsafePublish({ n: i })
+        yield* reservedUntil.pipe(
+          Effect.filterOrFail((until) => until > start + AgentStoreModule.eventBlockSize),
+          Effect.retry(Schedule.spaced("20 millis")),
+          Effect.timeout("10 seconds")
+        )
+        for (let i = 0; i < AgentStoreModule.eventBlockSize; i++) first.unsafePublish({ n: i })
+        const lastOfFirst = yield* first.term().log.cursor
+        expect(lastOfFirst).toBeGreaterThan(start + AgentStoreModule.eventBlockSize)
+
+        // The owner is gone without letting go (a crash): the next owner's ids start after all of them.
+        const second = yield* Journal.make({ agentId, runnerAddress: "127.0.0.1:2" })
+        yield* second.publish({ said: "resumed" })
+        const resumed = yield* second.term().log.cursor
+        expect(resumed).toBeGreaterThan(lastOfFirst)
+        // The crashed owner cannot take ids past what the next one reserved.
+        expect(yield* reservedUntil).toBeGreaterThan(resumed)
+        yield* Scope.close(crashed, Exit.void)
+
+        // An owner that let go past its block (ids handed out before blocks were extended): the next goes on after.
+        yield* store.release(agentId, second.term().epoch, resumed + 3 * AgentStoreModule.eventBlockSize, [])
+        const third = yield* Journal.make({ agentId, runnerAddress: "127.0.0.1:3" })
+        yield* third.publish({ said: "after the release" })
+        expect(yield* third.term().log.cursor).toBe(resumed + 3 * AgentStoreModule.eventBlockSize + 1)
+      }))),
+    { timeout: 60_000 }
+  )
 
   it.live("an outage is waited out; a statement refused for its data is not tried again", () =>
     Effect.gen(function*() {

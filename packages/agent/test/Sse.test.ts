@@ -104,6 +104,27 @@ describe("toNodeStream", () => {
       )
     }))
 
+  it.scoped("an entry published while the stream opens comes after the ready frame and the replay", () =>
+    Effect.gen(function*() {
+      const scope = yield* Scope.make()
+      const log = yield* EventLog.make({ agentId: "a", startCursor: 0 }).pipe(Scope.extend(scope))
+      yield* log.publish({ n: 1 })
+      // The agent publishes the moment the stream is registered, before the stream has written anything.
+      const eager: EventLog.EventLog = {
+        ...log,
+        listen: (cursor, listener) => Effect.tap(log.listen(cursor, listener), () => log.publish({ n: 2 }))
+      }
+      const body = yield* Sse.toNodeStream({ ready: {}, log: eager, cursor: Option.some(0), heartbeat: "1 hour" })
+      const text = Effect.promise(() => read(body))
+      yield* Scope.close(scope, Exit.void)
+      expect(yield* text).toBe(
+        "id: 0\nevent: ready\ndata: {}\n\n" +
+          'id: 1\ndata: {"n":1}\n\n' +
+          'id: 2\ndata: {"n":2}\n\n' +
+          "event: reconnect\ndata: {}\n\n"
+      )
+    }))
+
   it.scoped("from now: the ready frame names the log's cursor, so a reader cut before any event loses nothing", () =>
     Effect.gen(function*() {
       const scope = yield* Scope.make()
