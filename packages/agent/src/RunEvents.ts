@@ -5,8 +5,7 @@
  * that makes the change (see `AgentStore`), so each is sent exactly when
  * the change happened.
  */
-import type { Run } from "@agent-runtime/domain"
-import { Webhook } from "@agent-runtime/domain"
+import { type Run, Webhook } from "@agent-runtime/domain"
 import type { Outbox } from "@agent-runtime/webhooks"
 import type { Statement } from "@effect/sql"
 import { Schema } from "effect"
