@@ -516,7 +516,6 @@ export const make = Effect.gen(function*() {
       Effect.map((rows) => Option.map(Option.fromNullable(rows[0]), (row) => row.expiresAt))
     )
 
-  /** The first id of a fresh block of event ids: they keep growing whoever owns the agent. */
   const reserveEvents = (agentId: string, after: number) =>
     sql<{ start: number }>`
       UPDATE agents SET event_block = GREATEST(event_block, ${after}) + ${eventBlockSize} WHERE id = ${agentId}

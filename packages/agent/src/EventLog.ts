@@ -172,10 +172,11 @@ export const make = (options: Options): Effect.Effect<EventLog, never, Scope.Sco
     let reservedUntil = reservation?.until ?? Number.POSITIVE_INFINITY
     // Half of the first reservation: the next one has that many ids' time to be written.
     const margin = reservation === undefined ? 0 : Math.max(1, (reservation.until - options.startCursor) / 2)
+    // Also true once refused: the ids after `reservedUntil` are another owner's, and asking again cannot change it.
     let extending = false
-    const reserveAhead = () => {
+    const reserveAhead = (extend: (until: number) => Effect.Effect<Option.Option<number>>) => {
       extending = true
-      runInLog(Effect.map(reservation!.extend(reservedUntil), (until) => {
+      runInLog(Effect.map(extend(reservedUntil), (until) => {
         if (Option.isNone(until)) return
         reservedUntil = until.value
         extending = false
@@ -228,7 +229,7 @@ export const make = (options: Options): Effect.Effect<EventLog, never, Scope.Sco
       // Serialize before taking an id: a value that cannot be serialized is a defect and leaves no hole.
       const entry: Entry = { id: latest + 1, ...bounded(data) }
       latest = entry.id
-      if (!extending && reservedUntil - latest <= margin) reserveAhead()
+      if (reservation !== undefined && !extending && reservedUntil - latest <= margin) reserveAhead(reservation.extend)
       append(entry)
       for (const subscriber of live) {
         if (subscriber.queue.unsafeOffer(entry)) {
