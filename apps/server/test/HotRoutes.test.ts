@@ -6,7 +6,7 @@
  */
 import { FakeUpstream, Http, TestDatabase, TestNode, TestWorld } from "@agent-runtime/testing"
 import { expect, it } from "@effect/vitest"
-import { Effect } from "effect"
+import { Effect, Fiber } from "effect"
 
 it.scoped(
   "the prompt and request routes answer as the API does, success and every error",
@@ -106,6 +106,73 @@ it.scoped(
 
       // Logged as the API logs a request.
       expect(node.output()).toContain(`http.url=/v1/agents/${agentId}/prompt`)
+    }),
+  { timeout: 60_000 }
+)
+
+it.scopedLive(
+  "a long poll that hears its request settle answers what a read of it answers afterwards",
+  () =>
+    Effect.gen(function*() {
+      const upstream = yield* FakeUpstream.start()
+      const node = yield* TestNode.start({ databaseUrl: yield* TestDatabase.make, env: { ALLOW_PRIVATE_URLS: "true" } })
+      const { api, token } = yield* TestWorld.tenantWithModel({ node, upstream }, "acme")
+      const agentId = (yield* api.post("/v1/agents", { token, json: { model: "fake/m1" } })).body.id as string
+      const prompt = (json: Record<string, unknown>) =>
+        Effect.map(api.post(`/v1/agents/${agentId}/prompt`, { token, json }), (accepted) => accepted.body.id as string)
+      /** Waits on the request from now; its answer, and a plain read made once it answered. */
+      const waiting = (requestId: string) =>
+        Effect.fork(Effect.gen(function*() {
+          const waited = yield* api.get(`/v1/agents/${agentId}/requests/${requestId}?wait=20`, { token })
+          const read = yield* api.get(`/v1/agents/${agentId}/requests/${requestId}`, { token })
+          return {
+            waited: { status: waited.status, body: waited.body },
+            read: { status: read.status, body: read.body }
+          }
+        }))
+      const same = (answers: { readonly waited: unknown; readonly read: unknown }) => {
+        expect(answers.waited).toEqual(answers.read)
+        return answers.read as { readonly body: Record<string, any> }
+      }
+
+      // A reply with what PostgreSQL cannot store (kept as U+FFFD), and metadata.
+      upstream.script({ text: "a\u0000b \ud800 c", latencyMs: 400 })
+      const plain = yield* waiting(yield* prompt({ text: "hi", metadata: { k: "v" } }))
+      const answered = same(yield* Fiber.join(plain))
+      expect(answered.body).toMatchObject({ state: "completed", began: 0, metadata: { k: "v" } })
+      expect(answered.body.outcome.result.reply).toBe("a\uFFFDb \uFFFD c")
+
+      // A turn that fails: its error and code.
+      upstream.script({ error: { status: 400, message: "no such thing" }, latencyMs: 400 })
+      const failing = yield* waiting(yield* prompt({ text: "fail" }))
+      expect(same(yield* Fiber.join(failing)).body).toMatchObject({
+        state: "completed",
+        began: 2,
+        error: expect.stringContaining("no such thing")
+      })
+
+      // A steered prompt ends with the turn it joined, and a prompt queued behind it is cancelled by an abort.
+      upstream.script({ text: "one two three four five six", tokenDelayMs: 150 })
+      upstream.script({ text: "noted", tokenDelayMs: 150 })
+      const running = yield* prompt({ text: "start" })
+      const runningWait = yield* waiting(running)
+      yield* Effect.sleep("300 millis")
+      const steered = yield* prompt({ text: "and this", whileRunning: "steer" })
+      const steeredWait = yield* waiting(steered)
+      const turnEnd = same(yield* Fiber.join(runningWait))
+      expect(same(yield* Fiber.join(steeredWait)).body).toMatchObject({ state: "completed", steeredInto: running })
+      expect(turnEnd.body.outcome.result.reply).toBe("noted")
+
+      upstream.script({ text: Array.from({ length: 40 }, (_, i) => `w${i}`).join(" "), tokenDelayMs: 100 })
+      const long = yield* prompt({ text: "long" })
+      const queued = yield* prompt({ text: "later" })
+      const longWait = yield* waiting(long)
+      const queuedWait = yield* waiting(queued)
+      yield* Effect.sleep("500 millis")
+      expect((yield* api.post(`/v1/agents/${agentId}/abort`, { token, json: {} })).status).toBe(200)
+      expect(same(yield* Fiber.join(longWait)).body).toMatchObject({ code: "aborted" })
+      expect(same(yield* Fiber.join(queuedWait)).body).toMatchObject({ code: "cancelled" })
+      expect(same(yield* Fiber.join(queuedWait)).body).not.toHaveProperty("began")
     }),
   { timeout: 60_000 }
 )

@@ -15,6 +15,7 @@ import { Cause, Context, Duration, Effect, Layer, Option, Sink, Stream } from "e
 import { Buffer } from "node:buffer"
 import { entityClient, sentUntilAnswered, type Status } from "./Agent.ts"
 import type { ReplayGap } from "./AgentError.ts"
+import type { RequestRow } from "./AgentStore.ts"
 import * as ApplicationConnection from "./ApplicationConnection.ts"
 import { Drain } from "./Drain.ts"
 import * as EventLog from "./EventLog.ts"
@@ -127,14 +128,17 @@ export class AgentEvents extends Context.Tag("@agent-runtime/agent/AgentEvents")
    * Waits until `requestId` settles (its response event), the deadline
    * passes, or the node closes its streams; `read` tells whether it has.
    * An agent owned elsewhere is read before its owner is asked anything, so
-   * `read` can check that the caller may see it.
+   * `read` can check that the caller may see it. With `fromSettled`, a
+   * request settled by this node after the first read is answered from the
+   * row its owner wrote, not read again.
    */
   readonly awaitSettled: <A, E>(
     agentId: string,
     requestId: string,
     read: Effect.Effect<A, E>,
     settled: (value: A) => boolean,
-    limit: Duration.Duration
+    limit: Duration.Duration,
+    fromSettled?: (row: RequestRow) => A
   ) => Effect.Effect<A, E>
 }>() {}
 
@@ -467,7 +471,8 @@ export const make = Effect.gen(function*() {
     requestId: string,
     read: Effect.Effect<A, E>,
     settled: (value: A) => boolean,
-    limit: Duration.Duration
+    limit: Duration.Duration,
+    fromSettled?: (row: RequestRow) => A
   ) => {
     const deadline = Date.now() + Duration.toMillis(limit)
     const isResponse = (data: unknown) => {
@@ -483,10 +488,13 @@ export const make = Effect.gen(function*() {
         if (Option.isSome(local)) {
           // Owned here: listens to the log itself (no cluster round trip), from before the read.
           const heard = hearing()
+          let settledRow: RequestRow | undefined
           const { stop } = yield* Effect.orDie(local.value.listen(Option.none(), {
             // true: the response frame; false: the log closed (the agent moves), and its next owner is waited on.
-            entry: (entry) => {
-              if (isResponse(entry.data)) heard.signal(true)
+            entry: (entry, row) => {
+              if (!isResponse(entry.data)) return
+              settledRow = row
+              heard.signal(true)
             },
             close: () => heard.signal(false)
           }))
@@ -494,6 +502,8 @@ export const make = Effect.gen(function*() {
             const current = yield* read
             if (settled(current) || over()) return Option.some(current)
             const outcome = yield* heard.wait(deadline - Date.now())
+            // The caller may see it (it was read), and it settled as the row says: no second read.
+            if (settledRow !== undefined && fromSettled !== undefined) return Option.some(fromSettled(settledRow))
             if (Option.isSome(outcome) && !outcome.value) yield* waitFor(Math.min(100, deadline - Date.now()))
             return Option.none<A>()
           }).pipe(Effect.ensuring(Effect.sync(stop)))

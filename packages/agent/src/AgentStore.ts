@@ -336,8 +336,10 @@ export class AgentStore extends Context.Tag("@agent-runtime/agent/AgentStore")<A
   /**
    * Runs a journal write only while `epoch` is still the agent's, in one
    * statement; a stale owner's write fails with Fenced and changes nothing.
+   * Answers the database's clock as it wrote (Unix seconds, floored as the
+   * rows' times are read): the time a write that sets one with `now()` set.
    */
-  readonly fenced: (agentId: string, epoch: number, write: Write) => Effect.Effect<void, Fenced | PersistenceError>
+  readonly fenced: (agentId: string, epoch: number, write: Write) => Effect.Effect<number, Fenced | PersistenceError>
   /** The request's turn begins; `report` (run.started) is written with it, once. */
   readonly markRunning: (agentId: string, id: string, beganIndex: number, report: Outbox.NewEvent) => Write
   /** A node took over the running turn: its handoff note is consumed; `report` gets the count of `resumes`. */
@@ -717,7 +719,7 @@ export const make = Effect.gen(function*() {
     epoch: number,
     write: Write
   ) =>
-    sql<{ epoch: number | null }>`
+    sql<{ epoch: number | null; at: number }>`
       WITH fence AS (SELECT owner_epoch FROM agents WHERE id = ${agentId} FOR NO KEY UPDATE),
         ${
       sql.csv(
@@ -726,8 +728,10 @@ export const make = Effect.gen(function*() {
         )
       )
     }
-      SELECT (SELECT owner_epoch::float8 FROM fence) AS epoch`.pipe(
-      Effect.flatMap((rows) => rows[0]?.epoch === epoch ? Effect.void : Effect.fail(new Fenced({ agentId, epoch }))),
+      SELECT (SELECT owner_epoch::float8 FROM fence) AS epoch, floor(extract(epoch from now()))::float8 AS at`.pipe(
+      Effect.flatMap((rows) =>
+        rows[0]?.epoch === epoch ? Effect.succeed(rows[0].at) : Effect.fail(new Fenced({ agentId, epoch }))
+      ),
       Effect.catchTag("SqlError", (cause) => Effect.fail(new PersistenceError({ cause })))
     )
 

@@ -19,7 +19,7 @@ import type { Listing, UsageLog } from "@agent-runtime/models"
 import { Ids, PersistenceError } from "@agent-runtime/store"
 import { NodeSpans, TraceExport } from "@agent-runtime/telemetry"
 import type { Sharding } from "@effect/cluster"
-import { Context, Duration, Effect, Layer, Option, type Scope, type Stream } from "effect"
+import { Context, Duration, Effect, identity, Layer, Option, type Scope, type Stream } from "effect"
 import { entityClient, fingerprint, toRecord } from "./Agent.ts"
 import * as AgentEvents from "./AgentEvents.ts"
 import { AgentStore, findLive, liveRequestOf, type RequestRow } from "./AgentStore.ts"
@@ -469,7 +469,7 @@ export const make = Effect.gen(function*() {
       const settled = (row: RequestRow) => row.state === "completed"
       const limit = Duration.min(wait, AgentEvents.longPollLimit)
       if (Duration.toMillis(limit) === 0) return toRecord(yield* read)
-      return toRecord(yield* events.awaitSettled(agentId, requestId, read, settled, limit))
+      return toRecord(yield* events.awaitSettled(agentId, requestId, read, settled, limit, identity))
     })
 
   // The agent is checked (the tenant's, not expired) with every read of the request, in the same statement.

@@ -8,6 +8,7 @@ import type { Duration, Scope } from "effect"
 import { Chunk, Context, Effect, Either, FiberSet, Layer, Option, Queue, Stream } from "effect"
 import { Buffer } from "node:buffer"
 import { ReplayGap, SubscriberLagged } from "./AgentError.ts"
+import type { RequestRow } from "./AgentStore.ts"
 
 /** One published frame; `json` is serialized once so every SSE writer sends the same string. */
 export interface Entry {
@@ -24,9 +25,13 @@ export interface Poll {
 
 export interface EventLog {
   readonly agentId: string
-  readonly publish: (data: unknown) => Effect.Effect<Entry>
+  /**
+   * Tells `data` to the log's readers. `settled`, with a request's response frame: the request as the
+   * statement that settled it left it, told to this process's listeners only (see `Listener`).
+   */
+  readonly publish: (data: unknown, settled?: RequestRow) => Effect.Effect<Entry>
   /** `publish`, in the caller's own synchronous step: for a caller that tells many events and waits on none. */
-  readonly unsafePublish: (data: unknown) => Entry
+  readonly unsafePublish: (data: unknown, settled?: RequestRow) => Entry
   /** The latest id, or the start cursor before anything was published. */
   readonly cursor: Effect.Effect<number>
   readonly since: (cursor: number) => Effect.Effect<Either.Either<ReadonlyArray<Entry>, ReplayGap>>
@@ -52,7 +57,8 @@ export interface EventLog {
 }
 
 export interface Listener {
-  readonly entry: (entry: Entry) => void
+  /** `settled`: what the publisher gave with a response frame, so a long poll waiting here needs no read. */
+  readonly entry: (entry: Entry, settled: RequestRow | undefined) => void
   readonly close: () => void
 }
 
@@ -225,7 +231,7 @@ export const make = (options: Options): Effect.Effect<EventLog, never, Scope.Sco
       return Either.right(out)
     }
 
-    const unsafePublish = (data: unknown) => {
+    const unsafePublish = (data: unknown, settled?: RequestRow) => {
       // Serialize before taking an id: a value that cannot be serialized is a defect and leaves no hole.
       const entry: Entry = { id: latest + 1, ...bounded(data) }
       latest = entry.id
@@ -240,7 +246,7 @@ export const make = (options: Options): Effect.Effect<EventLog, never, Scope.Sco
           live.delete(subscriber)
         }
       }
-      for (const listener of listeners) listener.entry(entry)
+      for (const listener of listeners) listener.entry(entry, settled)
       return entry
     }
 
@@ -353,7 +359,7 @@ export const make = (options: Options): Effect.Effect<EventLog, never, Scope.Sco
 
     return {
       agentId: options.agentId,
-      publish: (data) => Effect.sync(() => unsafePublish(data)),
+      publish: (data, settled) => Effect.sync(() => unsafePublish(data, settled)),
       unsafePublish,
       cursor: Effect.sync(() => latest),
       since: (cursor: number) => Effect.sync(() => unsafeSince(cursor)),

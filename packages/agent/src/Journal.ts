@@ -46,9 +46,11 @@ export interface Journal {
   readonly term: () => Term
   /**
    * Journals `write` (when given) with everything held, fenced by the term's epoch, then tells the events
-   * that waited. A write refused as stale dies with `Fenced` and supersedes this instance.
+   * that waited. A write refused as stale dies with `Fenced` and supersedes this instance. Answers the
+   * database's clock as `write` was written (see `AgentStore.fenced`); undefined when nothing was, or when
+   * the statement was sent again after a fault (the first may have been written, at another time).
    */
-  readonly write: (write?: Write) => Effect.Effect<void>
+  readonly write: (write?: Write) => Effect.Effect<number | undefined>
   /** Holds the turn's start for its next write (see the module's note). */
   readonly holdStart: (write: Write) => void
   /** Holds the message at `index` for the turn's next write; a second one at the same index replaces it. */
@@ -164,14 +166,20 @@ export const make = (
         if (fenced) fencedAt ??= Date.now()
         return Scope.close(term.scope, Exit.void)
       })
-    const fencedNow = (write: Write) =>
-      journaled(store.fenced(agentId, term.epoch, write)).pipe(
+    const fencedNow = (write: Write) => {
+      let sent = 0
+      return journaled(Effect.suspend(() => {
+        sent++
+        return store.fenced(agentId, term.epoch, write)
+      })).pipe(
+        Effect.map((at) => sent === 1 ? at : undefined),
         Effect.tapDefect((cause) =>
           Cause.defects(cause).pipe(Chunk.some((defect) => defect instanceof Fenced)) ? supersede(true) : Effect.void
         ),
         // A span per statement sent: a turn's many `durable` calls with nothing held make none.
         NodeSpans.withSpan("Journal.write", () => ({ "agent.id": agentId }))
       )
+    }
 
     let heldStart: Write | undefined
     const heldMessages = new Map<number, Write>()
@@ -190,7 +198,11 @@ export const make = (
      */
     const write = (next?: Write) =>
       Effect.suspend(() => {
-        if (!holding() && heldEvents.length === 0) return next === undefined ? Effect.void : fencedNow(next)
+        if (!holding() && heldEvents.length === 0) {
+          return next === undefined
+            ? Effect.succeed(undefined)
+            : fencedNow(next)
+        }
         const held = [...(heldStart === undefined ? [] : [heldStart]), ...heldMessages.values()]
         const statements = held.length === 0
           ? next === undefined ? [] : [next]
@@ -204,17 +216,21 @@ export const make = (
         heldMessages.clear()
         heldEvents = []
         flushing++
-        return Effect.forEach(statements, fencedNow, { discard: true }).pipe(
-          Effect.zipRight(publishAll(waited)),
-          Effect.ensuring(Effect.suspend(() => {
-            flushing--
-            if (holding() || heldEvents.length === 0) return Effect.void
-            // Told while these were written, with nothing held since: they need wait no longer.
-            const since = heldEvents
-            heldEvents = []
-            return publishAll(since)
-          }))
-        )
+        let at: number | undefined
+        return Effect.forEach(statements, (statement) =>
+          Effect.map(fencedNow(statement), (written) => {
+            at = written
+          }), { discard: true }).pipe(
+            Effect.zipRight(Effect.suspend(() => Effect.as(publishAll(waited), at))),
+            Effect.ensuring(Effect.suspend(() => {
+              flushing--
+              if (holding() || heldEvents.length === 0) return Effect.void
+              // Told while these were written, with nothing held since: they need wait no longer.
+              const since = heldEvents
+              heldEvents = []
+              return publishAll(since)
+            }))
+          )
       })
 
     const unsafePublish = (data: unknown) => {

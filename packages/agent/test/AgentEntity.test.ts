@@ -724,6 +724,27 @@ layer(
       expect(value).toBe(2)
       expect(Duration.toMillis(respondedIn)).toBeLessThan(2_000)
 
+      // Its response told with the row that settled it: answered from the row, read only before the wait.
+      reads = 0
+      settledFrom = Infinity
+      const fromRow = (row: AgentStore.RequestRow) => row.endedAt!
+      const told = yield* Effect.fork(
+        events.awaitSettled("agent_wait", "req_5", read, (n) => n >= settledFrom, Duration.seconds(20), fromRow)
+      )
+      yield* Effect.sleep("100 millis")
+      yield* log.publish({ type: "response", id: "req_5" }, { endedAt: 1234 } as AgentStore.RequestRow)
+      expect(yield* Fiber.join(told)).toBe(1234)
+      expect(reads).toBe(1)
+      // Told without one (a statement sent twice): read again.
+      reads = 0
+      settledFrom = 2
+      const untold = yield* Effect.fork(
+        events.awaitSettled("agent_wait", "req_6", read, (n) => n >= settledFrom, Duration.seconds(20), fromRow)
+      )
+      yield* Effect.sleep("100 millis")
+      yield* log.publish({ type: "response", id: "req_6" })
+      expect(yield* Fiber.join(untold)).toBe(2)
+
       // Settled in the read made before it listened: no wait.
       reads = 0
       settledFrom = 1

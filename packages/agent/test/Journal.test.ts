@@ -148,6 +148,31 @@ describe("Journal", () => {
     { timeout: 60_000 }
   )
 
+  it.live("a write answers the database's clock as it wrote, unless it was sent again after a fault", () =>
+    withJournal(Effect.scoped(Effect.gen(function*() {
+      yield* seed
+      const sql = yield* SqlClient.SqlClient
+      const store = yield* AgentStore
+      const journal = yield* Journal.make({ agentId, runnerAddress: "127.0.0.1:1" })
+      const [{ now }] = yield* sql<{ now: number }>`SELECT floor(extract(epoch from now()))::float8 AS now`
+      const at = yield* journal.write(store.appendMessage(agentId, 0, null, { n: 0 }))
+      expect(at).toBeGreaterThanOrEqual(now)
+      expect(at).toBeLessThanOrEqual(now + 5)
+
+      // The first sending fails as a lost connection would (it may have been written): the time is not known.
+      yield* sql`CREATE FUNCTION lost_connection() RETURNS int LANGUAGE plpgsql AS
+        $$ BEGIN RAISE EXCEPTION 'gone' USING ERRCODE = '08006'; END $$`
+      let sent = 0
+      const once: AgentStoreModule.Write = (guard) =>
+        ++sent === 1
+          // A data-modifying part: the statement runs it even though nothing reads it.
+          ? sql`INSERT INTO agent_messages (agent_id, index, message) SELECT ${agentId}, 9, '{}' WHERE lost_connection() = 1`
+          : store.appendMessage(agentId, 1, null, { n: 1 })(guard)
+      expect(yield* journal.write(once)).toBeUndefined()
+      expect(sent).toBe(2)
+      expect(yield* store.messageCount(agentId)).toBe(2)
+    }))))
+
   it.live("an outage is waited out; a statement refused for its data is not tried again", () =>
     Effect.gen(function*() {
       let attempts = 0

@@ -6,6 +6,7 @@
 import { Ledger } from "@agent-runtime/billing"
 import { Input } from "@agent-runtime/domain"
 import type { UsageLog } from "@agent-runtime/models"
+import { Storable } from "@agent-runtime/store"
 import type { TraceExport } from "@agent-runtime/telemetry"
 import type { Context, Fiber, Types } from "effect"
 import { Effect, Option, Queue } from "effect"
@@ -195,10 +196,22 @@ export const settle = (
     const charge = activeMs === undefined
       ? undefined
       : { tenantId: agent.tenantId, agentTime: Ledger.agentTimeCharge(ledger.rates, activeMs), activeMs }
-    yield* journal.write(instance.store.complete(agentId, row.id, outcome, report, steeredInto, charge))
+    const endedAt = yield* journal.write(
+      instance.store.complete(agentId, row.id, outcome, report, steeredInto, charge)
+    )
     instance.requests.remember(row.id)
-    // Only a queued or running request is settled here, so the outcome written is this one.
-    yield* journal.term().log.publish({ type: "response", id: row.id, outcome: toOutcome(outcome as StoredOutcome) })
+    // Only a queued or running request is settled here, so the outcome written is this one; and the row as
+    // the statement left it is known here, read back as stored, when the statement's time is.
+    yield* journal.term().log.publish(
+      { type: "response", id: row.id, outcome: toOutcome(outcome as StoredOutcome) },
+      endedAt === undefined ? undefined : {
+        ...row,
+        state: "completed",
+        outcome: JSON.parse(Storable.stringify(outcome)),
+        steeredInto: steeredInto ?? row.steeredInto,
+        endedAt
+      }
+    )
   })
 
 /** Inputs that settled are told to watchers; a suspension they settled resumes as a queued request. */

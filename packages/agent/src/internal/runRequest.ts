@@ -314,7 +314,8 @@ export const runRequest = (instance: Instance, row: RequestRow) =>
       return
     }
     const stored = outcomeOf(instance, resumed, exit)
-    yield* settle(instance, row, stored, undefined, Date.now() - meter.since)
+    // Begun here, the turn's start was journaled with its place in history, at the latest with its end.
+    yield* settle(instance, resumed ? row : { ...row, beganIndex: began }, stored, undefined, Date.now() - meter.since)
     if (Exit.isFailure(exit) && !Cause.isInterruptedOnly(exit.cause)) {
       yield* Effect.logError("the turn failed", exit.cause).pipe(Effect.annotateLogs({ agentId, requestId: row.id }))
       // The turn failed midway (a write the journal refused, say): history goes on from what was kept.
