@@ -187,10 +187,9 @@ export const make = (
     /** Held writes on their way to the database: events told meanwhile wait for them too. */
     let flushing = 0
     const holding = () => heldStart !== undefined || heldMessages.size > 0 || flushing > 0
-    const publishAll = (events: ReadonlyArray<unknown>) =>
-      Effect.sync(() => {
-        for (const data of events) term.log.unsafePublish(data)
-      })
+    const publishAll = (events: ReadonlyArray<unknown>) => {
+      for (const data of events) term.log.unsafePublish(data)
+    }
 
     /**
      * Everything held goes in one statement with `write`; in two when the turn's start is held, as `write` may
@@ -216,21 +215,23 @@ export const make = (
         heldMessages.clear()
         heldEvents = []
         flushing++
-        let at: number | undefined
-        return Effect.forEach(statements, (statement) =>
-          Effect.map(fencedNow(statement), (written) => {
-            at = written
-          }), { discard: true }).pipe(
-            Effect.zipRight(Effect.suspend(() => Effect.as(publishAll(waited), at))),
-            Effect.ensuring(Effect.suspend(() => {
-              flushing--
-              if (holding() || heldEvents.length === 0) return Effect.void
-              // Told while these were written, with nothing held since: they need wait no longer.
-              const since = heldEvents
-              heldEvents = []
-              return publishAll(since)
-            }))
-          )
+        // One statement nearly always: its time is the answer.
+        const written = statements.length === 1
+          ? fencedNow(statements[0]!)
+          : Effect.reduce(statements, undefined as number | undefined, (_, statement) => fencedNow(statement))
+        return Effect.flatMap(written, (at) => {
+          publishAll(waited)
+          return Effect.succeed(at)
+        }).pipe(
+          Effect.ensuring(Effect.sync(() => {
+            flushing--
+            if (holding() || heldEvents.length === 0) return
+            // Told while these were written, with nothing held since: they need wait no longer.
+            const since = heldEvents
+            heldEvents = []
+            publishAll(since)
+          }))
+        )
       })
 
     const unsafePublish = (data: unknown) => {
