@@ -625,3 +625,36 @@ it.scopedLive(
     }),
   { timeout: 180_000 }
 )
+
+it.scopedLive(
+  "a wait let in with a key is answered on every node though the key is revoked while it waits",
+  () =>
+    Effect.gen(function*() {
+      const { agents, api1, api2, token, upstream } = yield* twoNodesWithAgents(4)
+      const second = (yield* api1.post("/v1/tokens", { token, json: { name: "short-lived" } })).body
+      for (let i = 0; i < agents.length; i++) upstream.script({ text: "slow reply here", tokenDelayMs: 250 })
+      const waits = yield* Effect.forEach(agents, (id) =>
+        Effect.gen(function*() {
+          const requestId = (yield* api1.post(`/v1/agents/${id}/prompt`, { token: second.token, json: { text: "go" } }))
+            .body.id as string
+          // One wait on each node: on the agent's owner it hears the response frame, elsewhere the notification.
+          return yield* Effect.forEach(
+            [api1, api2],
+            (api) => Effect.fork(api.get(`/v1/agents/${id}/requests/${requestId}?wait=25`, { token: second.token }))
+          )
+        }))
+      yield* Effect.sleep("300 millis")
+      expect((yield* api1.delete(`/v1/tokens/${second.id}`, { token })).status).toBe(200)
+      for (const wait of waits.flat()) {
+        const done = yield* Fiber.join(wait)
+        expect(done.status).toBe(200)
+        expect(done.body).toMatchObject({ state: "completed", outcome: { result: { reply: "slow reply here" } } })
+      }
+      // From now on the key is refused, on every node.
+      for (const api of [api1, api2]) {
+        expect((yield* api.get(`/v1/agents/${agents[0]}/requests/req_none?wait=1`, { token: second.token })).status)
+          .toBe(401)
+      }
+    }),
+  { timeout: 120_000 }
+)

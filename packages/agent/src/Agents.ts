@@ -506,24 +506,33 @@ export const make = Effect.gen(function*() {
       })
     )
 
-  // So is the caller's credential.
+  /**
+   * So is the caller's credential, once: as the wait begins. A wait let in runs to its end, on every node alike
+   * (the owner answers from the settled row, without a read); reads after the first read as the tenant.
+   */
   const requestAs = (caller: Caller, agentId: string, requestId: string, wait: Duration.Duration) =>
     Effect.suspend(() => {
       let read: { readonly tenantId: string; readonly traceparent: string | undefined } | undefined
+      const first = Effect.flatMap(
+        store.requestFor(caller.tenant, agentId, requestId),
+        (found): Effect.Effect<RequestRow, ApiError.Unauthorized | ApiError.NotFound | ApiError.Gone> =>
+          Option.isNone(found)
+            ? Effect.fail(caller.refused)
+            : Effect.tap(liveRequestOf(agentId, requestId, found.value), (row) => {
+              // Found live, so the agent was found: its tenant came with it.
+              read = Option.getOrUndefined(
+                Option.map(found.value, (agent) => ({ tenantId: agent.tenantId, traceparent: traceparentOf(row) }))
+              )
+            })
+      )
       return recordOf(
         agentId,
         requestId,
-        Effect.flatMap(
-          store.requestFor(caller.tenant, agentId, requestId),
-          (found): Effect.Effect<RequestRow, ApiError.Unauthorized | ApiError.NotFound | ApiError.Gone> =>
-            Option.isNone(found)
-              ? Effect.fail(caller.refused)
-              : Effect.tap(liveRequestOf(agentId, requestId, found.value), (row) => {
-                // Found live, so the agent was found: its tenant came with it.
-                read = Option.getOrUndefined(
-                  Option.map(found.value, (agent) => ({ tenantId: agent.tenantId, traceparent: traceparentOf(row) }))
-                )
-              })
+        Effect.suspend(() =>
+          read === undefined
+            ? first
+            : Effect.flatMap(store.requestOf(read.tenantId, agentId, requestId), (found) =>
+              liveRequestOf(agentId, requestId, found))
         ),
         wait
       ).pipe(
