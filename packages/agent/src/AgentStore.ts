@@ -337,7 +337,7 @@ export class AgentStore extends Context.Tag("@agent-runtime/agent/AgentStore")<A
    * Runs a journal write only while `epoch` is still the agent's, in one
    * statement; a stale owner's write fails with Fenced and changes nothing.
    * Answers the database's clock as it wrote (Unix seconds, floored as the
-   * rows' times are read): the time a write that sets one with `now()` set.
+   * rows' times are read): the time any `now()` in the write stands for.
    */
   readonly fenced: (agentId: string, epoch: number, write: Write) => Effect.Effect<number, Fenced | PersistenceError>
   /** The request's turn begins; `report` (run.started) is written with it, once. */
