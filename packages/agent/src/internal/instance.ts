@@ -201,13 +201,13 @@ export const settle = (
     )
     instance.requests.remember(row.id)
     // Only a queued or running request is settled here, so the outcome written is this one; and the row as
-    // the statement left it is known here, read back as stored, when the statement's time is.
+    // the statement left it is known here when the statement's time is (its text made storable as written).
     yield* journal.term().log.publish(
       { type: "response", id: row.id, outcome: toOutcome(outcome as StoredOutcome) },
       endedAt === undefined ? undefined : {
         ...row,
         state: "completed",
-        outcome: JSON.parse(Storable.stringify(outcome)),
+        outcome: Storable.value(outcome),
         steeredInto: steeredInto ?? row.steeredInto,
         endedAt
       }
