@@ -32,7 +32,11 @@ export interface EventLog {
   readonly publish: (data: unknown, settled?: RequestRow) => Effect.Effect<Entry>
   /** `publish`, in the caller's own synchronous step: for a caller that tells many events and waits on none. */
   readonly unsafePublish: (data: unknown, settled?: RequestRow) => Entry
-  /** The latest id, or the start cursor before anything was published. */
+  /**
+   * The latest id; before anything was published, the last id the previous owner handed on (`continuesFrom`), or
+   * else the start cursor. A watcher that followed the agent across a move is at that id: no id it has not seen is
+   * ahead of it, and a state read must not say there is.
+   */
   readonly cursor: Effect.Effect<number>
   readonly since: (cursor: number) => Effect.Effect<Either.Either<ReadonlyArray<Entry>, ReplayGap>>
   /** Replays entries after the cursor (none for `Option.none()`), then continues live. */
@@ -361,7 +365,9 @@ export const make = (options: Options): Effect.Effect<EventLog, never, Scope.Sco
       agentId: options.agentId,
       publish: (data, settled) => Effect.sync(() => unsafePublish(data, settled)),
       unsafePublish,
-      cursor: Effect.sync(() => latest),
+      cursor: Effect.sync(() =>
+        latest === options.startCursor && options.continuesFrom !== undefined ? options.continuesFrom : latest
+      ),
       since: (cursor: number) => Effect.sync(() => unsafeSince(cursor)),
       subscribe,
       poll,

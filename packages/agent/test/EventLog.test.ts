@@ -147,9 +147,12 @@ describe("EventLog", () => {
       })
       expect(Either.map(yield* log.since(100_003), ids)).toEqual(Either.right([100_004, 100_005]))
       expect(Either.map(yield* log.since(100_005), ids)).toEqual(Either.right([]))
+      // Its cursor is the last id handed on until it publishes: the block start no event carries is never shown.
+      expect(yield* log.cursor).toBe(100_005)
       // Two more make seven: the oldest inherited event is evicted.
       yield* publishMany(log, 2)
       expect(Either.map(yield* log.since(100_005), ids)).toEqual(Either.right([200_001, 200_002]))
+      expect(yield* log.cursor).toBe(200_002)
       expect(Either.map(yield* log.since(100_001), ids)).toEqual(
         Either.right([100_002, 100_003, 100_004, 100_005, 200_001, 200_002])
       )

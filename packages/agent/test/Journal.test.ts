@@ -11,7 +11,7 @@ import { TestDatabase } from "@agent-runtime/testing"
 import { ShardingConfig } from "@effect/cluster"
 import { SqlClient, SqlError } from "@effect/sql"
 import { describe, expect, it } from "@effect/vitest"
-import { Cause, Effect, Exit, Layer, Option, Redacted, Schedule, Scope } from "effect"
+import { Cause, Effect, Either, Exit, Layer, Option, Redacted, Schedule, Scope } from "effect"
 import { Fenced, PersistenceError } from "../src/AgentError.ts"
 import * as AgentMigrations from "../src/AgentMigrations.ts"
 import * as AgentStoreModule from "../src/AgentStore.ts"
@@ -147,6 +147,34 @@ describe("Journal", () => {
       }))),
     { timeout: 60_000 }
   )
+
+  it.live("an owner that lets go before telling anything hands on the last id it was handed, not its block's start", () =>
+    withJournal(Effect.scoped(Effect.gen(function*() {
+      yield* seed
+      const store = yield* AgentStore
+      const handOn = (journal: Journal.Journal) =>
+        Effect.gen(function*() {
+          const { epoch, log } = journal.term()
+          yield* store.release(agentId, epoch, yield* log.cursor, yield* log.buffered)
+        })
+      const first = yield* Journal.make({ agentId, runnerAddress: "127.0.0.1:1" })
+      yield* first.publish({ said: "one" })
+      yield* first.publish({ said: "two" })
+      const told = yield* first.term().log.cursor
+      yield* handOn(first)
+      // The next owner tells nothing (a drain right after a move): a watcher at `told` is where the agent is.
+      const second = yield* Journal.make({ agentId, runnerAddress: "127.0.0.1:2" })
+      expect(yield* second.term().log.cursor).toBe(told)
+      yield* handOn(second)
+      const third = yield* Journal.make({ agentId, runnerAddress: "127.0.0.1:3" })
+      expect(yield* third.term().log.cursor).toBe(told)
+      expect(Either.map(yield* third.term().log.since(told), (entries) => entries.length)).toEqual(Either.right(0))
+      yield* third.publish({ said: "three" })
+      const next = yield* third.term().log.cursor
+      expect(next).toBeGreaterThan(told + AgentStoreModule.eventBlockSize)
+      expect(Either.map(yield* third.term().log.since(told), (entries) => entries.map((entry) => entry.id)))
+        .toEqual(Either.right([next]))
+    }))))
 
   it.live("a write answers the database's clock as it wrote, unless it was sent again after a fault", () =>
     withJournal(Effect.scoped(Effect.gen(function*() {
