@@ -713,10 +713,11 @@ it.scopedLive(
         Effect.forEach([...watchers], ([agentId, agentWatchers]) =>
           Effect.map(call("GET", `/v1/agents/${agentId}/state`), (state) => {
             const end = Math.max(state.body.cursor as number, ...agentWatchers.map(reached))
+            // One behind says where its last connections went and how they ended.
             return agentWatchers.filter((watcher) =>
               reached(watcher) < end
             ).map((watcher) =>
-              `${watcher.name}: at ${reached(watcher)} of ${end}`
+              `${watcher.name}: at ${reached(watcher)} of ${end}\n  ${watcher.journal.slice(-6).join("\n  ")}`
             )
           })),
         (behind) =>
