@@ -24,7 +24,9 @@
  * - a runner's CPU per second with no load, after it (BENCH_IDLE_SECONDS, default 5): its own background work
  *
  * Environment: BENCH_CLIENTS (default 24), BENCH_SECONDS (15), BENCH_WARMUP_SECONDS (the same load first,
- * not counted, so the figures are the steady state after the JIT compiled the hot paths; default 10), BENCH_AGENTS (48),
+ * not counted, so the figures are the steady state after the JIT compiled the hot paths; default 10, for each
+ * process: three processes each see a third of the load and compile their hot paths on their own, so they warm up
+ * three times as long), BENCH_AGENTS (48),
  * RUNNER_LEASE_SECONDS (the nodes' lease; default 6), BENCH_ONLY ("throughput"
  * skips the drain and crash figures), BENCH_RUNNERS ("1" skips the 3-runner run),
  * BENCH_STATEMENTS (how many of the most frequent statements to list; default 12),
@@ -202,7 +204,8 @@ const load = (
           }
         }), { concurrency: "unbounded", discard: true })
     // The same load first, uncounted: the figures are the steady state, after the JIT compiled the hot paths.
-    yield* drive(now() + warmup * 1000)
+    // Each process compiles its own and sees its share of the load: the warm-up is as long for each of them.
+    yield* drive(now() + warmup * runnerPids.length * 1000)
     completed = 0
     latencies.length = 0
     failed.length = 0
