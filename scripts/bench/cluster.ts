@@ -121,15 +121,25 @@ const throughput = (databaseUrl: string, upstream: FakeUpstream.FakeUpstream, si
   Effect.scoped(Effect.gen(function*() {
     const { cluster, ids, token } = yield* world(databaseUrl, upstream, size, agentCount)
     const owners = new Map<string, string>()
+    /** Each agent's owner now, read from the journal: the node its requests go to. */
+    const readOwners = Effect.map(
+      BenchNode.withPg(databaseUrl, (client) => client.query("SELECT id, owner FROM agents")),
+      (rows) => {
+        let moved = 0
+        for (const row of rows.rows) {
+          const member = cluster.members.find((member) => member.runnerAddress === row.owner)
+          if (member === undefined) continue
+          if (owners.has(row.id) && owners.get(row.id) !== member.node.rest) moved++
+          owners.set(row.id, member.node.rest)
+        }
+        return moved
+      }
+    )
     if (affinity) {
       // Each agent started once, then its requests sent to the node its owner runs on.
       const api = Http.client(cluster.members[0]!.node.rest)
       yield* Effect.forEach(ids, (id) => api.get(`/v1/agents/${id}/state`, { token }), { discard: true })
-      const rows = yield* BenchNode.withPg(databaseUrl, (client) => client.query("SELECT id, owner FROM agents"))
-      for (const row of rows.rows) {
-        const member = cluster.members.find((member) => member.runnerAddress === row.owner)
-        if (member !== undefined) owners.set(row.id, member.node.rest)
-      }
+      yield* readOwners
     }
     const pids = cluster.members.map((member) => member.node.process.pid!)
     const figures = yield* load({
@@ -138,7 +148,10 @@ const throughput = (databaseUrl: string, upstream: FakeUpstream.FakeUpstream, si
       ids,
       token,
       pids,
-      baseOf: (agentId) => owners.get(agentId)
+      baseOf: (agentId) => owners.get(agentId),
+      // Shards still move while the runners settle: an agent-aware balancer follows them, so the owners are
+      // read again once the warm-up is over, and the agents that moved while measured are counted.
+      ...(affinity ? { warmedUp: Effect.asVoid(readOwners), measured: readOwners } : {})
     })
     // Then no load: what a runner spends per second on its own (sweeps, probes, reports), whatever the turns.
     const idleBefore = yield* cpuSeconds(pids)
@@ -163,6 +176,10 @@ const load = (
     readonly pids: ReadonlyArray<number>
     /** The node each agent's requests go to (its owner's, as an agent-aware load balancer would); else any. */
     readonly baseOf?: (agentId: string) => string | undefined
+    /** Run between the warm-up and the measured load. */
+    readonly warmedUp?: Effect.Effect<void>
+    /** Run after the measured load: how many agents moved meanwhile. */
+    readonly measured?: Effect.Effect<number>
   }
 ) =>
   Effect.gen(function*() {
@@ -209,10 +226,12 @@ const load = (
     completed = 0
     latencies.length = 0
     failed.length = 0
+    if (options.warmedUp !== undefined) yield* options.warmedUp
     yield* BenchNode.withPg(databaseUrl, (client) => client.query("SELECT pg_stat_statements_reset()"))
     const cpuBefore = yield* cpuSeconds(runnerPids)
     yield* drive(now() + seconds * 1000)
     const cpuAfter = yield* cpuSeconds(runnerPids)
+    const movedWhileMeasured = options.measured === undefined ? undefined : yield* options.measured
     const ran = yield* statements(databaseUrl)
     const perTurn = (calls: number) => Number((calls / Math.max(1, completed)).toFixed(2))
     const msPerTurn = (cpu: number) => Number(((cpu * 1000) / Math.max(1, completed)).toFixed(2))
@@ -236,6 +255,7 @@ const load = (
         planningMsPerTurn: perTurn(row.plan_ms),
         query: row.query.slice(0, 160)
       })),
+      ...(movedWhileMeasured === undefined ? {} : { movedWhileMeasured }),
       failed: failed.length,
       ...(failed.length === 0 ? {} : { firstFailure: failed[0] }),
       turnLatencyMs: { p50: Math.round(percentile(latencies, 50)), p99: Math.round(percentile(latencies, 99)) }
