@@ -367,9 +367,36 @@ it.scopedLive(
         )
         expect(accepted._tag, `probe ${k} accepted`).toBe("Right")
         sent.set(requestId, { agentId: probeAgent.id, text: `probe ${k}`, sentAt, accepted: true })
-        yield* timeUntil(`probe ${k} calls its tool`, Effect.sync(() => pages.count(`/probe/${k}`) > 0), 20_000)
+        yield* timeUntil(`probe ${k} calls its tool`, Effect.sync(() => pages.count(`/probe/${k}`) > 0), 20_000).pipe(
+          // Once seen with no fault on: the probe's turn begun on a runner and stuck there while every runner's
+          // shard locks timed out again and again. What the database holds and waits on is the next clue.
+          Effect.tapDefect(() => describeProbe(requestId))
+        )
         return requestId
       })
+      /** The probe's request and agent, and what PostgreSQL's sessions were doing, printed. */
+      const describeProbe = (requestId: string) =>
+        Effect.gen(function*() {
+          const read = (text: string) =>
+            TestDatabase.query(databaseUrl, text).pipe(
+              Effect.map((rows) => JSON.stringify(rows)),
+              Effect.timeout("5 seconds"),
+              Effect.catchAllCause((cause) => Effect.succeed(`unread: ${cause}`))
+            )
+          const lines = [
+            `request: ${yield* read(`SELECT state, began_index, started_at, began_at, ended_at FROM agent_requests
+              WHERE agent_id = '${probeAgent.id}' AND id = '${requestId}'`)}`,
+            `agent: ${yield* read(`SELECT owner, owner_epoch, resume_after, resume_failures FROM agents
+              WHERE id = '${probeAgent.id}'`)}`,
+            `runners: ${members.map((member, i) => `${i}=${member.runnerAddress}`).join(" ")}`,
+            `sessions: ${yield* read(`SELECT pid, application_name, state, wait_event_type, wait_event,
+              now() - xact_start AS in_transaction, now() - query_start AS in_query, left(query, 160) AS query
+              FROM pg_stat_activity WHERE datname = current_database() AND state <> 'idle' AND pid <> pg_backend_pid()`)}`,
+            `waiting locks: ${yield* read(`SELECT l.pid, l.locktype, l.mode, l.relation::regclass AS relation,
+              pg_blocking_pids(l.pid) AS blocked_by FROM pg_locks l WHERE NOT l.granted`)}`
+          ]
+          console.log(`probe ${requestId} did not reach its tool:\n${lines.join("\n")}`)
+        })
       /** Whether the request completed, asked of any node (one that cannot reach the database answers 503). */
       const completed = (requestId: string) =>
         Effect.suspend(() =>
