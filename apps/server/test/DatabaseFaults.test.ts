@@ -369,13 +369,14 @@ it.scopedLive(
         sent.set(requestId, { agentId: probeAgent.id, text: `probe ${k}`, sentAt, accepted: true })
         yield* timeUntil(`probe ${k} calls its tool`, Effect.sync(() => pages.count(`/probe/${k}`) > 0), 20_000).pipe(
           // Once seen with no fault on: the probe's turn begun on a runner and stuck there while every runner's
-          // shard locks timed out again and again. What the database holds and waits on is the next clue.
-          Effect.tapDefect(() => describeProbe(requestId))
+          // shard locks timed out again and again. What the model was asked, and what the database holds and
+          // waits on, are the next clues.
+          Effect.tapDefect(() => describeProbe(requestId, sentAt))
         )
         return requestId
       })
       /** The probe's request and agent, and what PostgreSQL's sessions were doing, printed. */
-      const describeProbe = (requestId: string) =>
+      const describeProbe = (requestId: string, sentAt: number) =>
         Effect.gen(function*() {
           const read = (text: string) =>
             TestDatabase.query(databaseUrl, text).pipe(
@@ -389,6 +390,20 @@ it.scopedLive(
             `agent: ${yield* read(`SELECT owner, owner_epoch, resume_after, resume_failures FROM agents
               WHERE id = '${probeAgent.id}'`)}`,
             `runners: ${members.map((member, i) => `${i}=${member.runnerAddress}`).join(" ")}`,
+            // Each model request of the probe agent since the probe was sent: a second runner's call for the
+            // same step takes the next scripted answer.
+            `model requests: ${
+              JSON.stringify(
+                upstream.requests().filter((request: any) =>
+                  request.body?.model === "m2" && request.receivedAt >= sentAt
+                )
+                  .map((request: any) => ({
+                    at: new Date(request.receivedAt).toISOString(),
+                    messages: request.body.messages?.length,
+                    last: JSON.stringify(request.body.messages?.at(-1)).slice(0, 160)
+                  }))
+              )
+            }`,
             `sessions: ${yield* read(`SELECT pid, application_name, state, wait_event_type, wait_event,
               now() - xact_start AS in_transaction, now() - query_start AS in_query, left(query, 160) AS query
               FROM pg_stat_activity WHERE datname = current_database() AND state <> 'idle' AND pid <> pg_backend_pid()`)}`,
@@ -624,9 +639,7 @@ it.scopedLive(
               if (record.status !== 200) yield* Effect.sleep("200 millis")
             }
           }), { discard: true }), { concurrency: "unbounded", discard: true })
-      const accepted = [...sent].filter(([, entry]) =>
-        entry.accepted
-      )
+      const accepted = [...sent].filter(([, entry]) => entry.accepted)
       // One not completed says where it is: its state and its agent's.
       const lost = yield* Effect.forEach(
         accepted.filter(([requestId]) => !outcomes.has(requestId)),
