@@ -272,8 +272,10 @@ const shardingConfigOf = (config: ServerConfig.ServerConfig): Partial<ShardingCo
   runnerAddress: Option.some(RunnerAddress.make(config.runnerAddress.host, config.runnerAddress.port)),
   runnerListenAddress: Option.some(RunnerAddress.make(config.host, config.runnerAddress.port)),
   entityMaxIdleTime: Duration.minutes(5),
-  // Crash detection: a runner silent for the lease leaves the ring and its shards move. The lease is
-  // renewed three times within it, so one slow renewal under load does not cost a runner its shards.
+  // Crash detection: a runner silent for the lease leaves the ring and its shards move. The lease is renewed
+  // three times within it, but each renewal has a third of the lease to finish: @effect/cluster answers one
+  // slower than that by rebuilding its lock connection (its advisory locks end with the session) and letting
+  // every shard go, its entities interrupted. Under load that moves agents that lost nothing (docs/cluster.md).
   shardLockExpiration: Duration.seconds(config.runnerLeaseSeconds),
   shardLockRefreshInterval: Duration.seconds(config.runnerLeaseSeconds / 3),
   refreshAssignmentsInterval: Duration.seconds(1),
