@@ -151,7 +151,7 @@ const throughput = (databaseUrl: string, upstream: FakeUpstream.FakeUpstream, si
       baseOf: (agentId) => owners.get(agentId),
       // Shards still move while the runners settle: an agent-aware balancer follows them, so the owners are
       // read again once the warm-up is over, and the agents that moved while measured are counted.
-      ...(affinity ? { warmedUp: Effect.asVoid(readOwners), measured: readOwners } : {})
+      ...(affinity ? { readOwners } : {})
     })
     // Then no load: what a runner spends per second on its own (sweeps, probes, reports), whatever the turns.
     const idleBefore = yield* cpuSeconds(pids)
@@ -176,10 +176,8 @@ const load = (
     readonly pids: ReadonlyArray<number>
     /** The node each agent's requests go to (its owner's, as an agent-aware load balancer would); else any. */
     readonly baseOf?: (agentId: string) => string | undefined
-    /** Run between the warm-up and the measured load. */
-    readonly warmedUp?: Effect.Effect<void>
-    /** Run after the measured load: how many agents moved meanwhile. */
-    readonly measured?: Effect.Effect<number>
+    /** Reads the owners `baseOf` answers with again, answering how many agents moved since the last read. */
+    readonly readOwners?: Effect.Effect<number>
   }
 ) =>
   Effect.gen(function*() {
@@ -226,12 +224,12 @@ const load = (
     completed = 0
     latencies.length = 0
     failed.length = 0
-    if (options.warmedUp !== undefined) yield* options.warmedUp
+    if (options.readOwners !== undefined) yield* options.readOwners
     yield* BenchNode.withPg(databaseUrl, (client) => client.query("SELECT pg_stat_statements_reset()"))
     const cpuBefore = yield* cpuSeconds(runnerPids)
     yield* drive(now() + seconds * 1000)
     const cpuAfter = yield* cpuSeconds(runnerPids)
-    const movedWhileMeasured = options.measured === undefined ? undefined : yield* options.measured
+    const movedWhileMeasured = options.readOwners === undefined ? undefined : yield* options.readOwners
     const ran = yield* statements(databaseUrl)
     const perTurn = (calls: number) => Number((calls / Math.max(1, completed)).toFixed(2))
     const msPerTurn = (cpu: number) => Number(((cpu * 1000) / Math.max(1, completed)).toFixed(2))
