@@ -13,7 +13,7 @@ it.scoped("a started node has npm start's flags on its command line", () =>
       yield* Effect.promise(() => Fs.readFile(new URL("../../../package.json", import.meta.url), "utf8"))
     )
     const start = (packageJson.scripts.start as string).split(/\s+/)
-    expect(start).toContain("--max-semi-space-size=64")
+    expect(start).toContain("--max-semi-space-size=16")
     const node = yield* TestNode.start({ databaseUrl: yield* TestDatabase.make })
     const commandLine = (yield* Effect.promise(() => Fs.readFile(`/proc/${node.process.pid}/cmdline`, "utf8")))
       .split("\0").filter((word) => word !== "")
