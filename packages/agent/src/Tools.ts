@@ -95,6 +95,37 @@ export const executeAll = <A, B>(
 /** How long a turn waits for a source not listed on this node yet. */
 const listWait = Duration.seconds(10)
 
+/** A tool as AgentDetail shows it: one offered, or a builtin named but not there, and why the model lacks it. */
+type Described =
+  | { readonly tool: Tool; readonly excluded?: string }
+  | { readonly missing: string; readonly excluded: string }
+
+/** A source as AgentDetail shows it, its schema instance not made yet. */
+type DescribedSource = Omit<AgentSchemas.ToolSource, "tools"> & { readonly tools: ReadonlyArray<Described> }
+
+// Made from tools already checked where they were declared: not validated again.
+const unchecked = { disableValidation: true }
+
+const toolSourceOf = ({ tools, ...source }: DescribedSource) =>
+  new AgentSchemas.ToolSource({
+    ...source,
+    tools: tools.map((described) =>
+      "missing" in described
+        ? new AgentSchemas.ToolSourceTool(
+          { name: described.missing, description: described.missing, excluded: described.excluded },
+          unchecked
+        )
+        : new AgentSchemas.ToolSourceTool({
+          name: described.tool.name,
+          description: described.tool.description,
+          exposure: described.tool.exposure,
+          executionMode: described.tool.executionMode,
+          parameters: described.tool.parameters,
+          ...(described.excluded === undefined ? {} : { excluded: described.excluded })
+        }, unchecked)
+    )
+  }, unchecked)
+
 /** The runtime's own tools, and the tool set of an agent: builtins, its definition's sources, its application. */
 export class Tools extends Context.Tag("@agent-runtime/agent/Tools")<Tools, {
   /**
@@ -180,58 +211,42 @@ export const make = Effect.gen(function*() {
       const direct = new Map<string, Tool>()
       const code: Array<Tool> = []
       const taken = new Map<string, string>([[codemodeName, "the runtime's code mode"]])
-      // Built on every turn from tools already checked where they were declared: not validated again.
-      const unchecked = { disableValidation: true }
-      const describe = (tool: Tool, excluded?: string) =>
-        new AgentSchemas.ToolSourceTool({
-          name: tool.name,
-          description: tool.description,
-          exposure: tool.exposure,
-          executionMode: tool.executionMode,
-          parameters: tool.parameters,
-          ...(excluded === undefined ? {} : { excluded })
-        }, unchecked)
       /** Offers `tool` from `source` to the model, unless an earlier source has one of its name. */
-      const offer = (tool: Tool, source: string) => {
+      const offer = (tool: Tool, source: string): Described => {
         const holder = taken.get(tool.name)
         if (holder !== undefined) {
-          return describe(tool, `a tool of the same name from source ${holder} takes precedence`)
+          return { tool, excluded: `a tool of the same name from source ${holder} takes precedence` }
         }
         taken.set(tool.name, source)
         const offered = { ...tool, source }
         if (isDirect(tool.exposure)) direct.set(tool.name, offered)
         if (inCode(tool.exposure)) code.push(offered)
-        return describe(tool)
+        return { tool }
       }
-      const builtinTools: Array<AgentSchemas.ToolSourceTool> = []
+      const builtinTools: Array<Described> = []
       for (const name of names) {
         const builtin = builtins[name]
         if (builtin === undefined) {
           const excluded = name === "delegate"
             ? "no delegate setting names a definition it may use, or the depth is reached"
             : "unknown"
-          builtinTools.push(new AgentSchemas.ToolSourceTool({ name, description: name, excluded }, unchecked))
+          builtinTools.push({ missing: name, excluded })
           continue
         }
         // A question waits on a person: only the model asks one, never code.
         builtinTools.push(offer({ ...builtin, exposure: name === "ask_user" ? "direct" : exposure }, "builtins"))
       }
-      const toolSources: Array<AgentSchemas.ToolSource> = names.length === 0 ? [] : [
-        new AgentSchemas.ToolSource(
-          { kind: "builtin", name: "builtins", status: "listed", tools: builtinTools },
-          unchecked
-        )
+      const described: Array<DescribedSource> = names.length === 0 ? [] : [
+        { kind: "builtin", name: "builtins", status: "listed", tools: builtinTools }
       ]
       if (fileTools.length > 0) {
         // The runtime's own, like builtins: direct for the model, and in code so code sees the same files.
-        toolSources.push(
-          new AgentSchemas.ToolSource({
-            kind: "files",
-            name: "files",
-            status: "listed",
-            tools: fileTools.map((tool) => offer({ ...tool, exposure: "both" }, "files"))
-          }, unchecked)
-        )
+        described.push({
+          kind: "files",
+          name: "files",
+          status: "listed",
+          tools: fileTools.map((tool) => offer({ ...tool, exposure: "both" }, "files"))
+        })
       }
       const sourceErrors: Array<{ source: string; error: string }> = []
       if (definition !== undefined && Option.isNone(definition)) {
@@ -245,33 +260,38 @@ export const make = Effect.gen(function*() {
             error: listing.error ?? "not listed on this node yet; its tools come in a later turn"
           })
         }
-        toolSources.push(
-          new AgentSchemas.ToolSource({
-            kind: source.kind,
-            name: source.name,
-            status: listing.status,
-            tools: tools.map((tool) => offer({ ...tool, exposure: settings.exposure ?? exposure }, source.name)),
-            ...(listing.error === undefined ? {} : { error: listing.error }),
-            ...(listing.listedAt === undefined ? {} : { listedAt: listing.listedAt }),
-            ...(source.kind === "mcp" || source.url !== undefined ? { url: source.url! } : {}),
-            ...(settings.exposure === undefined ? {} : { exposure: settings.exposure })
-          }, unchecked)
-        )
+        described.push({
+          kind: source.kind,
+          name: source.name,
+          status: listing.status,
+          tools: tools.map((tool) => offer({ ...tool, exposure: settings.exposure ?? exposure }, source.name)),
+          ...(listing.error === undefined ? {} : { error: listing.error }),
+          ...(listing.listedAt === undefined ? {} : { listedAt: listing.listedAt }),
+          ...(source.kind === "mcp" || source.url !== undefined ? { url: source.url! } : {}),
+          ...(settings.exposure === undefined ? {} : { exposure: settings.exposure })
+        })
       }
       if (application !== undefined) {
-        toolSources.push(
-          new AgentSchemas.ToolSource({
-            kind: "application",
-            name: "application",
-            status: "listed",
-            tools: applicationTools.map((declared) =>
-              offer({ ...declared, exposure: declared.exposure ?? exposure }, "application")
-            ),
-            connected: application.connected
-          }, unchecked)
-        )
+        described.push({
+          kind: "application",
+          name: "application",
+          status: "listed",
+          tools: applicationTools.map((declared) =>
+            offer({ ...declared, exposure: declared.exposure ?? exposure }, "application")
+          ),
+          connected: application.connected
+        })
       }
-      const set: ToolSet = { direct, code, sources: toolSources, sourceErrors }
+      let shown: ReadonlyArray<AgentSchemas.ToolSource> | undefined
+      const set: ToolSet = {
+        direct,
+        code,
+        // Only AgentDetail reads them: a turn, which lists its tools anew, makes no schema instance per tool.
+        get sources() {
+          return shown ??= described.map(toolSourceOf)
+        },
+        sourceErrors
+      }
       return set
     })
 
