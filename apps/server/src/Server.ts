@@ -273,11 +273,11 @@ const shardingConfigOf = (config: ServerConfig.ServerConfig): Partial<ShardingCo
   runnerListenAddress: Option.some(RunnerAddress.make(config.host, config.runnerAddress.port)),
   entityMaxIdleTime: Duration.minutes(5),
   // Crash detection: a runner silent for the lease leaves the ring and its shards move. The lease is renewed
-  // three times within it, but each renewal has a third of the lease to finish: @effect/cluster answers one
-  // slower than that by rebuilding its lock connection (its advisory locks end with the session) and letting
-  // every shard go, its entities interrupted. Under load that moves agents that lost nothing (docs/cluster.md).
+  // five times within it, each renewal given a fifth of it. One that fails or is slower (its lock connection is
+  // then opened anew) lets the shards go only once the lease could run out before the next reports (our
+  // @effect/cluster patch); before, the first one did, and under load that moved agents that lost nothing.
   shardLockExpiration: Duration.seconds(config.runnerLeaseSeconds),
-  shardLockRefreshInterval: Duration.seconds(config.runnerLeaseSeconds / 3),
+  shardLockRefreshInterval: Duration.seconds(config.runnerLeaseSeconds / 5),
   refreshAssignmentsInterval: Duration.seconds(1),
   // Handlers still open when an agent closes are reads (event streams, polls, status): turns were handed
   // on before, so they need not hold the shard for long.
