@@ -285,6 +285,74 @@ describe.each(types)("%s", (type) => {
   )
 
   it.scopedLive(
+    "replays a history as its protocol says, whoever wrote it, and leaves the history as it was",
+    () =>
+      scenario((upstream) =>
+        Effect.gen(function*() {
+          yield* saveProvider(upstream.url, type)
+          // A response of this model, with its thinking and a tool call, to replay as it came.
+          upstream.script({
+            thinking: "Weather first.",
+            text: "Looking.",
+            toolCalls: [{ id: "call_own", name: "get_weather", arguments: { city: "Oslo" } }]
+          })
+          const own = (Either.getOrThrow(yield* collect(call())).at(-1) as Extract<
+            ModelClientModule.ModelEvent,
+            { type: "done" }
+          >).message
+          const ownCall = own.content.find((part) => part.type === "toolCall")!
+          const image = {
+            type: "image" as const,
+            data: Buffer.from("not really a png").toString("base64"),
+            mimeType: "image/png"
+          }
+          const messages: Array<ModelClientModule.Message> = [
+            { role: "user", content: "weather in Oslo?", timestamp: 1 },
+            own,
+            {
+              role: "toolResult",
+              toolCallId: ownCall.id,
+              toolName: "get_weather",
+              content: [{ type: "text", text: "rain" }, image],
+              isError: false,
+              timestamp: 2
+            },
+            // Another model's answer: its thinking is shown to this one as text.
+            {
+              ...own,
+              provider: "elsewhere",
+              model: "other",
+              content: [{ type: "thinking", thinking: "It rains in Oslo." }, { type: "text", text: "Rain." }],
+              stopReason: "stop",
+              timestamp: 3
+            },
+            { role: "user", content: [{ type: "text", text: "and this picture?" }, image], timestamp: 4 }
+          ]
+          const before = structuredClone(messages)
+          upstream.script({ text: "first" })
+          upstream.script({ text: "second" })
+          for (let i = 0; i < 2; i++) {
+            Either.getOrThrow(yield* collect(call({ context: { messages, tools: [...tools] } })))
+          }
+          expect(messages).toEqual(before)
+          const [first, second] = upstream.requests().filter((recorded) => recorded.protocol !== "models").slice(1)
+          // The same history, sent twice, is the same request.
+          expect(second!.body).toEqual(first!.body)
+          const body = JSON.stringify(first!.body)
+          expect(body).toContain("It rains in Oslo.")
+          expect(body).toContain("Weather first.")
+          // The call's own id (the responses protocol keeps its item id beside it).
+          expect(body).toContain(JSON.stringify(ownCall.id.split("|")[0]))
+          expect(body).toContain("rain")
+          // The model takes text only: both images are told as left out, and neither is sent.
+          expect(body).toContain("image omitted")
+          expect(body).not.toContain(image.data)
+        })
+      ),
+    { timeout: 30_000 }
+  )
+
+  it.scopedLive(
     "reports a 401 as a refused key, without retrying or quoting the key",
     () =>
       scenario((upstream) =>
