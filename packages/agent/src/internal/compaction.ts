@@ -21,12 +21,11 @@ const compactionPrompt =
  */
 export const compactIfNeeded = (run: TurnRun, incoming: string) =>
   Effect.gen(function*() {
-    const { hooks, input, systemPrompt } = run
+    const { hooks, input } = run
     const resolved = yield* Effect.either(stopOnDatabaseFault(run.target))
     if (resolved._tag === "Left") return
     const limits = resolved.right.model
-    const tokens = contextTokens(hooks.history()) + estimateTokens(systemPrompt) + estimateTokens(incoming) +
-      estimateTokens(run.modelTools)
+    const tokens = contextTokens(hooks.history()) + run.fixedTokens + estimateTokens(incoming)
     if (hooks.historySize() === 0 || tokens <= limits.contextWindow - limits.maxTokens) return
     yield* summarize(run, resolved.right, tokens).pipe(
       RunSpans.span("compaction", "client", {

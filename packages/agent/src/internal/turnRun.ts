@@ -18,6 +18,7 @@ import * as StructuredOutput from "../StructuredOutput.ts"
 import * as Tools from "../Tools.ts"
 import type { Steered, StoredMessage, ToolCallRecord, TurnHooks, TurnInput, Waiting } from "../Turn.ts"
 import * as Workspace from "../Workspace.ts"
+import { estimateTokens } from "./modelContext.ts"
 
 /** What a run's result reports, gathered as it goes. */
 export interface Tally {
@@ -56,6 +57,8 @@ export interface TurnRun {
   readonly toolSet: Tools.ToolSet
   readonly modelTools: ReadonlyArray<ModelClient.Tool>
   readonly systemPrompt: string
+  /** The estimated tokens of the system prompt and tools, which every request of the run sends. */
+  readonly fixedTokens: number
   /** Set for a turn whose prompt asks for structured output. */
   readonly structured: Structured | undefined
   readonly tally: Tally
@@ -147,6 +150,11 @@ const starting = Effect.fnUntraced(function*(input: TurnInput, hooks: TurnHooks)
     modelTools.push(StructuredOutput.tool(input.output.schema))
   }
   const approvals = input.config.humanInput?.approvals ?? []
+  const systemPrompt = [
+    input.config.systemPrompt,
+    input.config.systemPromptAppend,
+    input.output === undefined ? undefined : StructuredOutput.instruction
+  ].filter((part) => part !== undefined && part !== "").join("\n\n")
   const run: TurnRun = {
     input,
     hooks,
@@ -155,11 +163,9 @@ const starting = Effect.fnUntraced(function*(input: TurnInput, hooks: TurnHooks)
     volumes,
     toolSet,
     modelTools,
-    systemPrompt: [
-      input.config.systemPrompt,
-      input.config.systemPromptAppend,
-      input.output === undefined ? undefined : StructuredOutput.instruction
-    ].filter((part) => part !== undefined && part !== "").join("\n\n"),
+    systemPrompt,
+    // Once a run, not before each of its requests: the tools' schemas written out are most of it.
+    fixedTokens: estimateTokens(systemPrompt) + estimateTokens(modelTools),
     structured: input.output === undefined
       ? undefined
       : { schema: input.output.schema, forced: 0, forceRefused: false, reminded: false },
