@@ -317,6 +317,16 @@ describe.each(types)("%s", (type) => {
               isError: false,
               timestamp: 2
             },
+            // This model's answer of text only, blank parts and all.
+            {
+              ...own,
+              content: [{ type: "text", text: "Rain, " }, { type: "text", text: "  " }, {
+                type: "text",
+                text: "then sun."
+              }],
+              stopReason: "stop",
+              timestamp: 3
+            },
             // Another model's answer: its thinking is shown to this one as text.
             {
               ...own,
@@ -347,6 +357,15 @@ describe.each(types)("%s", (type) => {
           // The model takes text only: both images are told as left out, and neither is sent.
           expect(body).toContain("image omitted")
           expect(body).not.toContain(image.data)
+          if (type === "openai-completions") {
+            // Answers of text only (this model's, and the other's once its thinking is text) are plain strings.
+            const answers = (first!.body as any).messages.filter((message: any) => message.role === "assistant")
+            expect(answers.slice(1)).toEqual([
+              { role: "assistant", content: "Rain, then sun." },
+              { role: "assistant", content: "It rains in Oslo.Rain." }
+            ])
+            expect(answers[0]).toMatchObject({ content: "Looking.", tool_calls: [{ id: ownCall.id }] })
+          }
         })
       ),
     { timeout: 30_000 }
