@@ -29,7 +29,9 @@
  * three times as long), BENCH_AGENTS (48),
  * RUNNER_LEASE_SECONDS (the nodes' lease; default 6), BENCH_ONLY ("throughput"
  * skips the drain and crash figures), BENCH_RUNNERS ("1" skips the 3-runner run),
- * BENCH_STATEMENTS (how many of the most frequent statements to list; default 12),
+ * BENCH_STATEMENTS (how many of the most frequent statements to list; default 12), BENCH_ROUNDS (the floor
+ * and one runner measured that many times, alternated, each round's share of the floor beside it, and their
+ * median; default 1),
  * BENCH_NODE_OPTIONS (reaches the runners, e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof").
  */
 import { EmbeddedPostgres } from "@agent-runtime/store"
@@ -53,6 +55,7 @@ const agentCount = Number(process.env.BENCH_AGENTS ?? 48)
 const lease = process.env.RUNNER_LEASE_SECONDS ?? "6"
 const only = process.env.BENCH_ONLY
 const listed = Number(process.env.BENCH_STATEMENTS ?? 12)
+const roundCount = Math.max(1, Number(process.env.BENCH_ROUNDS ?? 1))
 
 const now = () => performance.timeOrigin + performance.now()
 
@@ -272,6 +275,13 @@ const floor = (databaseUrl: string, upstream: FakeUpstream.FakeUpstream, process
     return yield* load({ databaseUrl, bases, ids, token, pids, baseOf })
   }))
 
+type FloorFigures = Effect.Effect.Success<ReturnType<typeof floor>>
+type RunnerFigures = Effect.Effect.Success<ReturnType<typeof throughput>>
+
+/** One runner's turns a second as a share of the floor's. */
+const shareOf = (one: RunnerFigures, bare: FloorFigures) =>
+  Number((one.promptsPerSecond / Math.max(1, bare.promptsPerSecond)).toFixed(2))
+
 /** The runner that owns the agent now, read from the journal. */
 const ownerOf = (databaseUrl: string, agentId: string) =>
   BenchNode.withPg(
@@ -386,10 +396,18 @@ const program = Effect.gen(function*() {
   yield* Console.log(JSON.stringify({ drain }))
   const crash = only === "throughput" ? null : yield* handover(yield* database("crash"), upstream, "SIGKILL")
   yield* Console.log(JSON.stringify({ crash }))
-  const bare = yield* floor(yield* database("floor"), upstream)
-  yield* Console.log(JSON.stringify({ floor: bare }, null, 2))
-  const one = yield* throughput(yield* database("one"), upstream, 1)
-  yield* Console.log(JSON.stringify({ one }, null, 2))
+  // The floor and one runner, alternated: the machine drifts between stages, and each round's share is taken
+  // of the floor just beside it. The figures below are the first round's.
+  const rounds: Array<{ readonly floor: FloorFigures; readonly one: RunnerFigures; readonly oneOfFloor: number }> = []
+  for (let round = 0; round < roundCount; round++) {
+    const suffix = round === 0 ? "" : `_${round}`
+    const floorHere = yield* floor(yield* database(`floor${suffix}`), upstream)
+    yield* Console.log(JSON.stringify({ floor: floorHere }, null, 2))
+    const oneHere = yield* throughput(yield* database(`one${suffix}`), upstream, 1)
+    yield* Console.log(JSON.stringify({ one: oneHere }, null, 2))
+    rounds.push({ floor: floorHere, one: oneHere, oneOfFloor: shareOf(oneHere, floorHere) })
+  }
+  const { floor: bare, one } = rounds[0]!
   const three = process.env.BENCH_RUNNERS === "1" ? null : yield* throughput(yield* database("three"), upstream, 3)
   const threeToOwners = process.env.BENCH_RUNNERS === "1"
     ? null
@@ -413,7 +431,20 @@ const program = Effect.gen(function*() {
       ratioToOwners: threeToOwners === null
         ? null
         : Number((threeToOwners.promptsPerSecond / Math.max(1, one.promptsPerSecond)).toFixed(2)),
-      oneOfFloor: Number((one.promptsPerSecond / Math.max(1, bare.promptsPerSecond)).toFixed(2)),
+      oneOfFloor: shareOf(one, bare),
+      ...(roundCount === 1 ? {} : {
+        rounds: rounds.map((round) => ({
+          floor: { promptsPerSecond: round.floor.promptsPerSecond, cpuMsPerTurn: round.floor.cpuMsPerTurn.runners },
+          one: { promptsPerSecond: round.one.promptsPerSecond, cpuMsPerTurn: round.one.cpuMsPerTurn.runners },
+          oneOfFloor: round.oneOfFloor,
+          cpuOfFloor: BenchNode.ratio(round.one.cpuMsPerTurn.runners, round.floor.cpuMsPerTurn.runners)
+        })),
+        oneOfFloorMedian: percentile(rounds.map((round) => round.oneOfFloor), 50),
+        cpuOfFloorMedian: percentile(
+          rounds.map((round) => BenchNode.ratio(round.one.cpuMsPerTurn.runners, round.floor.cpuMsPerTurn.runners)),
+          50
+        )
+      }),
       // CPU per turn: three against one, the runners' and the floor's.
       threeCpuOfOne: three === null ? null : BenchNode.ratio(three.cpuMsPerTurn.runners, one.cpuMsPerTurn.runners),
       threeToOwnersCpuOfOne: threeToOwners === null

@@ -47,11 +47,16 @@ export class PreparingClient extends Pg.Client {
 
   // pg's own overloads (text or config, values, callback): only (text, values, callback) is changed.
   override query(config: any, values?: any, callback?: any): any {
-    if (typeof config === "string" && Array.isArray(values) && values.length > 0 && preparable.test(config)) {
+    if (
+      typeof config === "string" && Array.isArray(values) && values.length > 0 && typeof callback === "function" &&
+      preparable.test(config)
+    ) {
       const name = nameOf(config)
       if (this.#prepared.has(name) || this.#prepared.size < maxPerConnection) {
         this.#prepared.add(name)
-        return super.query({ name, text: config, values }, callback)
+        // Made from the text, then named: a config object pg would first copy by its property descriptors, on
+        // every statement (0.7% of a runner's busy samples under load).
+        return super.query(Object.assign(new Pg.Query(config, values, callback), { name }))
       }
     }
     return super.query(config, values, callback)
