@@ -136,7 +136,8 @@ export interface RequestOfAgent {
 
 const epoch = (column: string) => `floor(extract(epoch from ${column}))::float8`
 
-const agentColumns = `id, tenant_id, key, name, type, config, input_fingerprint,
+// The config as its JSON text: decoded through `configOf`.
+const agentColumns = `id, tenant_id, key, name, type, config::text AS config, input_fingerprint,
   ${epoch("expires_at")} AS expires_at, ${epoch("created_at")} AS created_at,
   resume_failures, ${epoch("resume_after")} AS resume_after, application_tools, tools_hash, connection`
 
@@ -146,11 +147,28 @@ const requestColumns = `agent_id, id, seq::float8 AS seq, method, state, fingerp
 
 const decodeConfig = Schema.decodeUnknownSync(AgentConfig)
 
+/**
+ * Configs decoded lately, by their JSON text: every accept and every turn reads its agent, whose config seldom
+ * changes, and decoding it was most of reading the row. Bounded; agents with the same config share its value.
+ */
+const decodedConfigs = new Map<string, AgentConfig>()
+const maxDecodedConfigs = 1_000
+
+const configOf = (json: string) => {
+  let config = decodedConfigs.get(json)
+  if (config === undefined) {
+    config = decodeConfig(JSON.parse(json))
+    if (decodedConfigs.size >= maxDecodedConfigs) decodedConfigs.clear()
+    decodedConfigs.set(json, config)
+  }
+  return config
+}
+
 const decodeTools = Schema.decodeUnknownSync(Schema.Array(ApplicationTool))
 
 const toAgent = (row: any): AgentRow => ({
   ...row,
-  config: decodeConfig(row.config),
+  config: configOf(row.config),
   applicationTools: row.applicationTools === null ? null : decodeTools(row.applicationTools)
 })
 
