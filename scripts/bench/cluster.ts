@@ -31,7 +31,7 @@
  * skips the drain and crash figures), BENCH_RUNNERS ("1" skips the 3-runner run),
  * BENCH_STATEMENTS (how many of the most frequent statements to list; default 12), BENCH_ROUNDS (the floor
  * and one runner measured that many times, alternated, each round's share of the floor beside it, and their
- * median; default 1),
+ * median, the upper of the middle two for an even K; default 1),
  * BENCH_NODE_OPTIONS (reaches the runners, e.g. "--cpu-prof --cpu-prof-dir=/tmp/prof").
  */
 import { EmbeddedPostgres } from "@agent-runtime/store"
@@ -398,14 +398,26 @@ const program = Effect.gen(function*() {
   yield* Console.log(JSON.stringify({ crash }))
   // The floor and one runner, alternated: the machine drifts between stages, and each round's share is taken
   // of the floor just beside it. The figures below are the first round's.
-  const rounds: Array<{ readonly floor: FloorFigures; readonly one: RunnerFigures; readonly oneOfFloor: number }> = []
+  const rounds: Array<
+    {
+      readonly floor: FloorFigures
+      readonly one: RunnerFigures
+      readonly oneOfFloor: number
+      readonly cpuOfFloor: number
+    }
+  > = []
   for (let round = 0; round < roundCount; round++) {
     const suffix = round === 0 ? "" : `_${round}`
     const floorHere = yield* floor(yield* database(`floor${suffix}`), upstream)
     yield* Console.log(JSON.stringify({ floor: floorHere }, null, 2))
     const oneHere = yield* throughput(yield* database(`one${suffix}`), upstream, 1)
     yield* Console.log(JSON.stringify({ one: oneHere }, null, 2))
-    rounds.push({ floor: floorHere, one: oneHere, oneOfFloor: shareOf(oneHere, floorHere) })
+    rounds.push({
+      floor: floorHere,
+      one: oneHere,
+      oneOfFloor: shareOf(oneHere, floorHere),
+      cpuOfFloor: BenchNode.ratio(oneHere.cpuMsPerTurn.runners, floorHere.cpuMsPerTurn.runners)
+    })
   }
   const { floor: bare, one } = rounds[0]!
   const three = process.env.BENCH_RUNNERS === "1" ? null : yield* throughput(yield* database("three"), upstream, 3)
@@ -437,13 +449,10 @@ const program = Effect.gen(function*() {
           floor: { promptsPerSecond: round.floor.promptsPerSecond, cpuMsPerTurn: round.floor.cpuMsPerTurn.runners },
           one: { promptsPerSecond: round.one.promptsPerSecond, cpuMsPerTurn: round.one.cpuMsPerTurn.runners },
           oneOfFloor: round.oneOfFloor,
-          cpuOfFloor: BenchNode.ratio(round.one.cpuMsPerTurn.runners, round.floor.cpuMsPerTurn.runners)
+          cpuOfFloor: round.cpuOfFloor
         })),
         oneOfFloorMedian: percentile(rounds.map((round) => round.oneOfFloor), 50),
-        cpuOfFloorMedian: percentile(
-          rounds.map((round) => BenchNode.ratio(round.one.cpuMsPerTurn.runners, round.floor.cpuMsPerTurn.runners)),
-          50
-        )
+        cpuOfFloorMedian: percentile(rounds.map((round) => round.cpuOfFloor), 50)
       }),
       // CPU per turn: three against one, the runners' and the floor's.
       threeCpuOfOne: three === null ? null : BenchNode.ratio(three.cpuMsPerTurn.runners, one.cpuMsPerTurn.runners),

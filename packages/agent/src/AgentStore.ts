@@ -149,17 +149,23 @@ const decodeConfig = Schema.decodeUnknownSync(AgentConfig)
 
 /**
  * Configs decoded lately, by their JSON text: every accept and every turn reads its agent, whose config seldom
- * changes, and decoding it was most of reading the row. Bounded; agents with the same config share its value.
+ * changes, and decoding it was most of reading the row. Bounded by their texts' length (a config may carry a
+ * system prompt of 32,000 characters); agents with the same config share its value.
  */
 const decodedConfigs = new Map<string, AgentConfig>()
-const maxDecodedConfigs = 1_000
+const maxDecodedCharacters = 8_000_000
+let decodedCharacters = 0
 
 const configOf = (json: string) => {
   let config = decodedConfigs.get(json)
   if (config === undefined) {
     config = decodeConfig(JSON.parse(json))
-    if (decodedConfigs.size >= maxDecodedConfigs) decodedConfigs.clear()
+    if (decodedCharacters + json.length > maxDecodedCharacters) {
+      decodedConfigs.clear()
+      decodedCharacters = 0
+    }
     decodedConfigs.set(json, config)
+    decodedCharacters += json.length
   }
   return config
 }
