@@ -46,6 +46,7 @@ import {
   loadHistory,
   loadOpenWork,
   offer,
+  reloadHistory,
   Requests,
   settle,
   Streaming
@@ -438,7 +439,7 @@ export const layer: Layer.Layer<
       yield* Fiber.interrupt(runnerFiber)
       yield* journal.reclaim
       Object.assign(instance.agent, yield* loadAgent(instance))
-      instance.history.splice(0, instance.history.length, ...yield* loadHistory(instance))
+      yield* reloadHistory(instance)
       requests.clear()
       yield* Effect.logInfo("claimed the agent again").pipe(
         Effect.annotateLogs({ agentId, epoch: journal.term().epoch })

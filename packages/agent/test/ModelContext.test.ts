@@ -2,9 +2,18 @@
  * What the model sees of a history, worked out as it grows, against the
  * same worked out from scratch: as a history grows, when an entry is
  * replaced, when it is reloaded in place, and across compaction summaries.
+ * Entries change through `setEntry` and `replaceEntries`; a last entry
+ * changed some other way is seen all the same.
  */
 import { describe, expect, it } from "@effect/vitest"
-import { contextTokens, estimateTokens, modelContext, toModelMessage } from "../src/internal/modelContext.ts"
+import {
+  contextTokens,
+  estimateTokens,
+  modelContext,
+  replaceEntries,
+  setEntry,
+  toModelMessage
+} from "../src/internal/modelContext.ts"
 import type { StoredMessage } from "../src/Turn.ts"
 
 const fromScratch = (history: ReadonlyArray<StoredMessage>) => {
@@ -27,26 +36,43 @@ describe("modelContext", () => {
     const history: Array<StoredMessage> = []
     expectSeen(history)
     for (let i = 0; i < 5; i++) {
-      history.push(user(`prompt ${i} ${"x".repeat(i * 10)}`))
+      setEntry(history, i, user(`prompt ${i} ${"x".repeat(i * 10)}`))
       expectSeen(history)
     }
     // An entry replaced (a kept partial answer written over), then one in the middle.
-    history[4] = user("replaced last")
+    setEntry(history, 4, user("replaced last"))
     expectSeen(history)
-    history[1] = user("replaced in the middle, longer than before")
+    setEntry(history, 1, user("replaced in the middle, longer than before"))
     expectSeen(history)
     // A compaction summary stands in for all before it; a later one for it.
-    history.push(summary("first summary"), user("after the summary"))
+    setEntry(history, 5, summary("first summary"))
+    setEntry(history, 6, user("after the summary"))
     expectSeen(history)
     expect(modelContext(history)[0]).toMatchObject({ role: "user", content: expect.stringContaining("first summary") })
-    history.push(summary("second"), user("after the second"))
+    setEntry(history, 7, summary("second"))
+    setEntry(history, 8, user("after the second"))
     expectSeen(history)
+    // The second summary written over: the first stands in again.
+    setEntry(history, 7, user("no longer a summary"))
+    expectSeen(history)
+    expect(modelContext(history)[0]).toMatchObject({ content: expect.stringContaining("first summary") })
     // Reloaded in place with fewer entries: the summaries gone.
-    history.splice(0, history.length, user("reloaded a"), user("reloaded b"))
+    replaceEntries(history, [user("reloaded a"), user("reloaded b")])
     expectSeen(history)
     expect(modelContext(history)).toHaveLength(2)
     // What the caller is given is its own: changing it changes nothing seen later.
     modelContext(history).push(toModelMessage(user("not in the history")))
+    expectSeen(history)
+  })
+
+  it("sees a last entry changed without telling it, or entries taken off the end", () => {
+    const history: Array<StoredMessage> = [user("a"), user("b"), user("c")]
+    expectSeen(history)
+    history[2] = user("changed directly")
+    expectSeen(history)
+    history.length = 1
+    expectSeen(history)
+    history.push(user("grown again"), user("and again"))
     expectSeen(history)
   })
 

@@ -18,6 +18,7 @@ import * as Inputs from "../Inputs.ts"
 import type * as Journal from "../Journal.ts"
 import * as RunEvents from "../RunEvents.ts"
 import type * as Turn from "../Turn.ts"
+import { replaceEntries } from "./modelContext.ts"
 
 /** How many settled request ids an instance remembers, so a late message cannot queue one again. */
 const rememberedSettled = 1024
@@ -156,6 +157,10 @@ export const loadHistory = (instance: Pick<Instance, "agentId" | "journal" | "st
     instance.journal.retrying(instance.store.messages(instance.agentId)),
     (rows) => rows.map((row) => row.message as Turn.StoredMessage)
   )
+
+/** Reads the agent's history again into the instance's. */
+export const reloadHistory = (instance: Pick<Instance, "agentId" | "journal" | "store" | "history">) =>
+  Effect.map(loadHistory(instance), (entries) => replaceEntries(instance.history, entries))
 
 /** Tells watchers an event of the request's run (after any write it follows: see Journal.publish). */
 export const frame = (instance: Instance, requestId: string) => (event: Record<string, unknown>) =>

@@ -13,7 +13,7 @@ import type { RequestRow } from "../AgentStore.ts"
 import * as ApplicationConnection from "../ApplicationConnection.ts"
 import * as RunEvents from "../RunEvents.ts"
 import * as Turn from "../Turn.ts"
-import { frame, type Instance, loadHistory, settle } from "./instance.ts"
+import { frame, type Instance, reloadHistory, settle } from "./instance.ts"
 import { hooksFor } from "./turnHooks.ts"
 
 /** What a request's input holds for its turn. */
@@ -319,7 +319,7 @@ export const runRequest = (instance: Instance, row: RequestRow) =>
     if (Exit.isFailure(exit) && !Cause.isInterruptedOnly(exit.cause)) {
       yield* Effect.logError("the turn failed", exit.cause).pipe(Effect.annotateLogs({ agentId, requestId: row.id }))
       // The turn failed midway (a write the journal refused, say): history goes on from what was kept.
-      history.splice(0, history.length, ...yield* loadHistory(instance))
+      yield* reloadHistory(instance)
     }
     // Steered prompts the turn took (here or on a node before) end with it; those it did not reach run as
     // their own turns. Read back only when there can be any: taken here, or by the node that began a

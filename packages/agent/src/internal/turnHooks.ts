@@ -10,6 +10,7 @@ import type { RequestRow } from "../AgentStore.ts"
 import * as Inputs from "../Inputs.ts"
 import type * as Turn from "../Turn.ts"
 import { afterSettled, askInputs, frame, type Instance, overBudget } from "./instance.ts"
+import { setEntry } from "./modelContext.ts"
 
 /**
  * A turn's agent time on this node, metered as it runs: each tool call's result is written with a charge for
@@ -62,7 +63,7 @@ export const hooksFor = (
     append: (index, message) =>
       Effect.sync(() => {
         journal.holdMessage(index, store.appendMessage(agentId, index, row.id, message))
-        history[index] = message
+        setEntry(history, index, message)
       }),
     durable: journal.write(),
     historySize: () => history.length,

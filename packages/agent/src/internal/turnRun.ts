@@ -68,21 +68,23 @@ export interface TurnRun {
 }
 
 /**
- * The code-mode tool of each tool list seen lately, by its content: every turn lists its tools anew, and
- * declaring them (each schema written out as a type) cost more than the turn's other tool work.
+ * The code-mode tool of each tool list seen lately, by its content, with its estimated tokens: every turn lists
+ * its tools anew, and declaring them (each schema written out as a type) cost more than the turn's other tool
+ * work; measuring the declaration again cost a turn about as much as looking it up.
  */
-const codemodeTools = new Map<string, ModelClient.Tool>()
+const codemodeTools = new Map<string, { readonly tool: ModelClient.Tool; readonly tokens: number }>()
 const maxCodemodeTools = 500
 
 const codemodeToolOf = (tools: ReadonlyArray<Tools.Tool>) => {
   const key = JSON.stringify(tools.map((tool) => [tool.name, tool.description, tool.parameters]))
-  let tool = codemodeTools.get(key)
-  if (tool === undefined) {
+  let known = codemodeTools.get(key)
+  if (known === undefined) {
     if (codemodeTools.size >= maxCodemodeTools) codemodeTools.clear()
-    tool = codemodeTool(tools)
-    codemodeTools.set(key, tool)
+    const tool = codemodeTool(tools)
+    known = { tool, tokens: estimateTokens(tool) }
+    codemodeTools.set(key, known)
   }
-  return tool
+  return known
 }
 
 /** The model's tool for code mode: its description declares the tools code can call. */
@@ -144,10 +146,18 @@ const starting = Effect.fnUntraced(function*(input: TurnInput, hooks: TurnHooks)
     description: tool.description,
     parameters: tool.parameters as any
   }))
-  if (toolSet.code.length > 0) modelTools.push(codemodeToolOf(toolSet.code))
+  // The estimate of what every request sends besides the history, worked out part by part.
+  let toolTokens = estimateTokens(modelTools)
+  if (toolSet.code.length > 0) {
+    const codemode = codemodeToolOf(toolSet.code)
+    modelTools.push(codemode.tool)
+    toolTokens += codemode.tokens
+  }
   // A tool of the agent's own by that name keeps it; the turn then ends output_invalid (see Turn.run).
   if (input.output !== undefined && !toolSet.direct.has(StructuredOutput.toolName)) {
-    modelTools.push(StructuredOutput.tool(input.output.schema))
+    const structuredTool = StructuredOutput.tool(input.output.schema)
+    modelTools.push(structuredTool)
+    toolTokens += estimateTokens(structuredTool)
   }
   const approvals = input.config.humanInput?.approvals ?? []
   const systemPrompt = [
@@ -165,7 +175,7 @@ const starting = Effect.fnUntraced(function*(input: TurnInput, hooks: TurnHooks)
     modelTools,
     systemPrompt,
     // Once a run, not before each of its requests: the tools' schemas written out are most of it.
-    fixedTokens: estimateTokens(systemPrompt) + estimateTokens(modelTools),
+    fixedTokens: estimateTokens(systemPrompt) + toolTokens,
     structured: input.output === undefined
       ? undefined
       : { schema: input.output.schema, forced: 0, forceRefused: false, reminded: false },
