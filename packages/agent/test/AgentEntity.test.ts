@@ -908,6 +908,17 @@ it.live(
           ["req_f2", "assistant"]
         ])
         expect(JSON.stringify(journal.at(-1)!.message)).toContain("Answered once.")
+
+        // The history read again at the claim is what the model is sent next: the reply given up is not in it.
+        model.script({ text: "Third." })
+        yield* prompt({ requestId: "req_f3", fingerprint: "fp", text: "three" })
+        yield* waitUntil(requestRow(agentId, "req_f3"), (row) => row.state === "completed")
+        const sent = model.calls().at(-1)!.context.messages.map((message) =>
+          typeof message.content === "string"
+            ? message.content
+            : message.content.map((part) => part.type === "text" ? part.text : "").join("")
+        )
+        expect(sent).toEqual(["one", "First.", "two", "Answered once.", "three"])
       }).pipe(Effect.scoped, Effect.provide(node))
       yield* stop
     }),
