@@ -119,7 +119,17 @@ const purchases = Effect.gen(function*() {
     )`
 })
 
+/**
+ * A usage entry's agent time in micro-USD before rounding. The hour is charged its sum rounded once, not a
+ * sum of charges each rounded: a turn shorter than a micro-USD's worth (72 ms at 50,000 an hour) is charged.
+ */
+const exactAgentTime = Effect.gen(function*() {
+  const sql = yield* SqlClient.SqlClient
+  yield* sql`ALTER TABLE ledger_entries ADD COLUMN agent_time numeric NOT NULL DEFAULT 0`
+})
+
 export const migrations = Migrations.make("billing_migrations", {
   "1_ledger": ledger,
-  "2_purchases": purchases
+  "2_purchases": purchases,
+  "3_exact_agent_time": exactAgentTime
 })

@@ -18,7 +18,10 @@ import { Context, Effect, Layer, Option } from "effect"
 import { Payments } from "./Payments.ts"
 import { Rates } from "./Rates.ts"
 
-/** What one statement charges one tenant: the parts in micro-USD, and what they measured. */
+/**
+ * What one statement charges one tenant: the parts in micro-USD, and what they measured. `agentTime` and
+ * `activeMs` may be fractions: the hour's entry adds them up exactly and charges the sum rounded.
+ */
 export interface Charge {
   readonly tenantId: string
   readonly model?: number | undefined
@@ -67,9 +70,12 @@ export const webSearchCharge = (
     ? rates.webSearch[search.provider as keyof Billing.WebSearchRates] ?? 0
     : 0
 
-/** Agent time a prepaid tenant pays: `activeMs` of a turn at the hourly rate, rounded to the micro-USD. */
+/**
+ * Agent time a prepaid tenant pays: `activeMs` of a turn at the hourly rate, in micro-USD and not rounded
+ * (`charging` rounds the hour's sum).
+ */
 export const agentTimeCharge = (rates: Billing.Rates, activeMs: number) =>
-  Math.round(Math.max(0, activeMs) * rates.agentHour / 3_600_000)
+  Math.max(0, activeMs) * rates.agentHour / 3_600_000
 
 const total = (charge: Charge) =>
   (charge.model ?? 0) + (charge.agentTime ?? 0) + (charge.webSearch ?? 0) + (charge.webRender ?? 0)
@@ -98,18 +104,24 @@ const perTenant = (charges: ReadonlyArray<Charge>): ReadonlyArray<Summed> => {
       webRender: sum.webRender + (charge.webRender ?? 0),
       tokens: sum.tokens + (charge.tokens ?? 0),
       responses: sum.responses + (charge.responses ?? 0),
-      activeMs: sum.activeMs + Math.round(charge.activeMs ?? 0)
+      activeMs: sum.activeMs + (charge.activeMs ?? 0)
     })
   }
   return [...byTenant.values()]
 }
 
 const sumOf = (field: string) =>
-  `'${field}', coalesce((ledger_entries.metadata ->> '${field}')::bigint, 0) + (excluded.metadata ->> '${field}')::bigint`
+  `'${field}', coalesce((ledger_entries.metadata ->> '${field}')::numeric, 0) + (excluded.metadata ->> '${field}')::numeric`
 
 const fundingSumOf = (field: string) =>
   `'${field}', coalesce((ledger_entries.metadata -> 'funding' ->> '${field}')::bigint, 0) + ` +
   `(excluded.metadata -> 'funding' ->> '${field}')::bigint`
+
+/**
+ * What the exact agent time `excluded` adds to an entry's rounded charge: the rounded sum after it less the
+ * rounded sum before, so the entry's charge is always its exact sum rounded once.
+ */
+const agentTimeAdded = `round(ledger_entries.agent_time + excluded.agent_time) - round(ledger_entries.agent_time)`
 
 /**
  * The statement charging prepaid tenants, to run as part of the statement that records what it charges for
@@ -122,20 +134,22 @@ export const charging = (
   charges: ReadonlyArray<Charge>,
   when?: Statement.Fragment
 ): Statement.Statement<never> | undefined => {
-  const rows = perTenant(charges).filter((charge) => total(charge) > 0)
+  const rows = perTenant(charges).filter((charge) => total(charge) > 0 || charge.activeMs > 0)
   if (rows.length === 0) return undefined
   const values = rows.map((charge) =>
-    sql`(${charge.tenantId}, ${total(charge)}::bigint, ${charge.model}::bigint, ${charge.agentTime}::bigint,
-      ${charge.webSearch}::bigint, ${charge.webRender}::bigint, ${charge.tokens}::bigint,
-      ${charge.responses}::bigint, ${charge.activeMs}::bigint)`
+    sql`(${charge.tenantId}, ${
+      charge.model + charge.webSearch + charge.webRender
+    }::bigint, ${charge.model}::bigint, ${charge.agentTime}::numeric, ${charge.webSearch}::bigint,
+      ${charge.webRender}::bigint, ${charge.tokens}::bigint, ${charge.responses}::bigint, ${charge.activeMs}::numeric)`
   )
+  // Agent time is kept exact in `agent_time`; `amount` and `funding.agentTime` carry it rounded.
   return sql`
-    INSERT INTO ledger_entries (tenant_id, kind, period, amount, metadata, created_at)
+    INSERT INTO ledger_entries (tenant_id, kind, period, amount, agent_time, metadata, created_at)
     SELECT v.tenant_id, 'usage', to_char(date_trunc('hour', now() AT TIME ZONE 'UTC'), 'YYYY-MM-DD"T"HH24":00Z"'),
-      -v.amount, jsonb_build_object(
+      -(v.amount + round(v.agent_time)), v.agent_time, jsonb_build_object(
         'hour', floor(extract(epoch from date_trunc('hour', now()))),
-        'tokens', v.tokens, 'responses', v.responses, 'activeMs', v.active_ms,
-        'funding', jsonb_build_object('model', v.model, 'agentTime', v.agent_time, 'webSearch', v.web_search,
+        'tokens', v.tokens, 'responses', v.responses, 'activeMs', round(v.active_ms, 3),
+        'funding', jsonb_build_object('model', v.model, 'agentTime', round(v.agent_time), 'webSearch', v.web_search,
           'webRender', v.web_render)),
       date_trunc('hour', now())
     FROM (VALUES ${sql.csv(values)}) AS v (tenant_id, amount, model, agent_time, web_search, web_render, tokens,
@@ -143,11 +157,14 @@ export const charging = (
     JOIN tenant_billing b ON b.tenant_id = v.tenant_id AND b.mode = 'prepaid'
     ${when === undefined ? sql`` : sql`WHERE ${when}`}
     ON CONFLICT (tenant_id, kind, period) WHERE period IS NOT NULL DO UPDATE SET
-      amount = ledger_entries.amount + excluded.amount,
+      amount = ledger_entries.amount + excluded.amount + round(excluded.agent_time) - (${sql.unsafe(agentTimeAdded)}),
+      agent_time = ledger_entries.agent_time + excluded.agent_time,
       metadata = jsonb_build_object('hour', ledger_entries.metadata -> 'hour',
         ${sql.unsafe([sumOf("tokens"), sumOf("responses"), sumOf("activeMs")].join(", "))},
         'funding', jsonb_build_object(${
-    sql.unsafe(["model", "agentTime", "webSearch", "webRender"].map(fundingSumOf).join(", "))
+    sql.unsafe(["model", "webSearch", "webRender"].map(fundingSumOf).join(", "))
+  }, 'agentTime', coalesce((ledger_entries.metadata -> 'funding' ->> 'agentTime')::bigint, 0) + ${
+    sql.unsafe(agentTimeAdded)
   })),
       updated_at = now()`
 }

@@ -83,6 +83,33 @@ it.effect("charges add to one entry per tenant and hour, move the balance, and s
     expect(Option.isNone(yield* ledger.exhausted("tn_free"))).toBe(true)
   })))
 
+it.effect("short turns' agent time adds up exactly: the hour is charged its sum, rounded once", () =>
+  scenario(Effect.gen(function*() {
+    const sql = yield* SqlClient.SqlClient
+    const ledger = yield* Ledger.Ledger
+    yield* ledger.setMode("tn_paying", new Billing.TenantBillingInput({ billing: "prepaid", startingCredit: 10_000 }))
+    // 250 turns of 10.25 ms, each worth 0.14 micro-USD: rounded one by one, nothing would be charged.
+    for (let turn = 0; turn < 250; turn++) {
+      const activeMs = 10.25
+      yield* Ledger.charging(sql, [{
+        tenantId: "tn_paying",
+        agentTime: Ledger.agentTimeCharge(rates, activeMs),
+        activeMs
+      }])!
+    }
+    yield* Ledger.charging(sql, [{ tenantId: "tn_paying", model: 5, responses: 1 }])!
+    const summary = yield* ledger.summary("tn_paying")
+    const [entry] = summary.recent.filter((entry) => entry.kind === "usage")
+    // 2,562.5 ms at 50,000 micro-USD an hour: 35.59 micro-USD.
+    expect(entry.metadata).toMatchObject({
+      activeMs: 2562.5,
+      responses: 1,
+      funding: { model: 5, agentTime: 36, webSearch: 0, webRender: 0 }
+    })
+    expect(entry.amount).toBe(-41)
+    expect(summary.balance).toBe(10_000 - 41)
+  })))
+
 it.effect("a spent balance or a reached cap stops new work; credit restores it", () =>
   scenario(Effect.gen(function*() {
     const sql = yield* SqlClient.SqlClient

@@ -276,7 +276,7 @@ const traced = (
 export const runRequest = (instance: Instance, row: RequestRow) =>
   Effect.gen(function*() {
     const { agentId, history, journal, requests, store } = instance
-    const meter = { since: Date.now() }
+    const meter = { since: performance.now() }
     requests.active = row.id
     // Cleared before anything here waits: an abort from now on is this turn's (see AgentRuntime's abort).
     instance.turn.aborting = false
@@ -315,7 +315,13 @@ export const runRequest = (instance: Instance, row: RequestRow) =>
     }
     const stored = outcomeOf(instance, resumed, exit)
     // Begun here, the turn's start was journaled with its place in history, at the latest with its end.
-    yield* settle(instance, resumed ? row : { ...row, beganIndex: began }, stored, undefined, Date.now() - meter.since)
+    yield* settle(
+      instance,
+      resumed ? row : { ...row, beganIndex: began },
+      stored,
+      undefined,
+      performance.now() - meter.since
+    )
     if (Exit.isFailure(exit) && !Cause.isInterruptedOnly(exit.cause)) {
       yield* Effect.logError("the turn failed", exit.cause).pipe(Effect.annotateLogs({ agentId, requestId: row.id }))
       // The turn failed midway (a write the journal refused, say): history goes on from what was kept.

@@ -14,8 +14,9 @@ import { setEntry } from "./modelContext.ts"
 
 /**
  * A turn's agent time on this node, metered as it runs: each tool call's result is written with a charge for
- * the time since the last one (`since`), and the turn's end with the rest, so a turn that moves on has been
- * charged for this node's time up to its last tool call.
+ * the time since the last one (`since`, from `performance.now()`), and the turn's end with the rest, so a turn
+ * that moves on has been charged for this node's time up to its last tool call. Fractions of a millisecond
+ * count: the ledger adds them up exactly.
  */
 export interface Meter {
   since: number
@@ -31,12 +32,12 @@ export const hooksFor = (
   /** What a tool call's result is charged: its web search, and the agent time since the last charge. */
   const chargeFor = (result: { readonly charge?: { readonly webSearch?: number } }) => {
     if (ledger.knownUnbilled(agent.tenantId)) return undefined
-    const now = Date.now()
+    const now = performance.now()
     const activeMs = now - meter.since
     meter.since = now
     const agentTime = Ledger.agentTimeCharge(ledger.rates, activeMs)
     const webSearch = result.charge?.webSearch ?? 0
-    return agentTime + webSearch > 0 ? { tenantId: agent.tenantId, agentTime, activeMs, webSearch } : undefined
+    return activeMs + webSearch > 0 ? { tenantId: agent.tenantId, agentTime, activeMs, webSearch } : undefined
   }
   return {
     takeSteered: Effect.suspend(() => {
