@@ -198,7 +198,7 @@ export const settle = (
   Effect.gen(function*() {
     const { agent, agentId, journal, ledger, usage } = instance
     const report = RunEvents.ended(agent.tenantId, row, outcome, usage.runUsage(agentId, row.id), steeredInto)
-    const charge = activeMs === undefined
+    const charge = activeMs === undefined || ledger.knownUnbilled(agent.tenantId)
       ? undefined
       : { tenantId: agent.tenantId, agentTime: Ledger.agentTimeCharge(ledger.rates, activeMs), activeMs }
     const endedAt = yield* journal.write(
