@@ -1,9 +1,11 @@
 /**
  * pi-ai's chat-completions conversion as patched: a history converted on
- * every request reuses what its earlier messages were converted to. Random
- * histories grown, edited and cut, under several models and settings, must
- * convert exactly as they do converted whole each time.
+ * every request reuses what its earlier messages were converted to, and a
+ * transcript collapsed once is not collapsed again. Random histories grown,
+ * edited and cut, under several models and settings, must convert exactly as
+ * they do converted whole each time.
  */
+import { resolveTranscript } from "@earendil-works/pi-ai"
 import { convertMessages } from "@earendil-works/pi-ai/api/openai-completions"
 import { describe, expect, it } from "@effect/vitest"
 import type * as Pi from "../src/internal/pi.ts"
@@ -130,9 +132,15 @@ describe("pi-ai's chat-completions conversion", () => {
           ]
         } as any
         const whole = convertMessages(target.model, context, target.compat)
-        const reused = convertMessages(target.model, context, target.compat, { reuse: true })
+        // As a request converts it: its transcript resolved first, then again inside the conversion.
+        const resolved = resolveTranscript(context, target.compat.supportsMidConvoSystemMessages)
+        // Which is what resolving it again gives: the same transcript, resolved afresh from a copy.
+        expect(resolveTranscript({ ...resolved, messages: [...resolved.messages] }, false)).toEqual(
+          resolveTranscript(resolved, false)
+        )
+        const reused = convertMessages(target.model, resolved, target.compat, { reuse: true })
         expect(reused, `seed ${seed}, step ${step}`).toEqual(whole)
-        const again = convertMessages(target.model, context, target.compat, { reuse: true })
+        const again = convertMessages(target.model, resolved, target.compat, { reuse: true })
         expect(again).toEqual(whole)
         if (again.length > 2 && again.slice(1).some((param, i) => param === reused[i + 1])) reusedSome = true
       }
