@@ -76,7 +76,8 @@ export class LedgerEntry extends Schema.Class<LedgerEntry>("LedgerEntry")({
   amount: Micros.annotations({ description: "positive adds credit, negative spends" }),
   metadata: Schema.Record({ key: Schema.String, value: Schema.Unknown }).annotations({
     description: "usage: one entry per UTC hour, updated until the hour ends: hour, tokens, funding " +
-      "({model, agentTime, webSearch, webRender} in micro-USD), activeMs, responses; storage: day and bytes; " +
+      "({model, agentTime, webSearch, webRender} in micro-USD; agentTime is the hour's exact agent time rounded once), " +
+      "activeMs (milliseconds, to the microsecond), responses; storage: day and bytes; " +
       "purchase: purchase (its id), fee, total, auto (an automatic top-up); refund: purchase, refunded " +
       "(what the payment provider gave back of the total, in all); grant, adjustment and refund by the operator: note"
   }),
